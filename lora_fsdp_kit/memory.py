@@ -198,13 +198,25 @@ def gather_lora_only(engine:GatherEngine, names:list[str], on_unit)->dict[str, t
 
 GATHER_STRATEGIES: dict[str, Callable] = {"whole": gather_whole, "per_unit": gather_per_unit, "lora_only": gather_lora_only}
 
-# %% ../nbs/06_memory.ipynb #5486b9f5
-def predict(plan, strategy:str)->tuple[int|None, int|None]:
+# %% ../nbs/06_memory.ipynb #fb922162
+def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the unwrapped model (or None)
+            strategy:str,                  # a key of GATHER_STRATEGIES
+            order:list[str]|None=None,     # unit names in the order the gather unshards them (default: the plan's)
+           )->tuple[int|None, int|None]:
     "(bytes all-gathered, peak extra memory) that `plan` predicts for `strategy`; (None, None) if it cannot say."
     if plan is None: return None, None
     lora_units = [u for u in plan.units if u.n_lora]
     biggest = max((u.nbytes for u in lora_units), default=0)
-    if strategy == "whole": return plan.nbytes, plan.nbytes + plan.lora_bytes
+    if strategy == "whole":
+        peak = plan.nbytes + plan.lora_bytes
+        if plan.flavour == "fsdp2":
+            # FSDP2 unshards unit after unit: while unit i is unsharded, its all-gather output sits beside its
+            # parameters (twice the unit) and the units before it are already full
+            rank = {n: i for i, n in enumerate(order or [])}
+            done = 0
+            for u in sorted(plan.units, key=lambda u: rank.get(u.name, len(rank))):
+                peak = max(peak, done + 2 * u.nbytes); done += u.nbytes
+        return plan.nbytes, peak
     if strategy == "per_unit":
         # FSDP2's unshard holds the flat all-gather output and the per-parameter copies at once: twice the unit
         return sum(u.nbytes for u in lora_units), biggest * (2 if plan.flavour == "fsdp2" else 1) + plan.lora_bytes
@@ -252,7 +264,7 @@ def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft mo
         world = dist.get_world_size() if dist.is_initialized() else 1
         minimum = sum(-(-engine.by_name[n].shape[0] // world) * world * (engine.by_name[n].nbytes // max(engine.by_name[n].shape[0], 1))
                       for n in names if engine.unit_of[n].module is not None)
-    pb, pp = predict(plan, strategy)
+    pb, pp = predict(plan, strategy, order=[u.name for u in engine.units])
     return GatherProfile(strategy, engine.flavour, dist.get_world_size() if dist.is_initialized() else 1, tuple(units),
                          counter.bytes, minimum, peak, seconds, lora_bytes,
                          max((u.gather_bytes for u, _ in lora_units), default=0),
