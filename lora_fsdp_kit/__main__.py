@@ -56,7 +56,7 @@ def _cmd_readme(a)->int:
     print(f"wrote {root/'README.md'} ({len(text.splitlines())} lines)")
     return 0
 
-# %% ../nbs/90_cli.ipynb #69090bdb
+# %% ../nbs/90_cli.ipynb #d676464a
 def _cmd_plan(a)->int:
     from lora_fsdp_kit.viz import plan_command
     print(plan_command(model=a.model, config=a.config, lora_r=a.lora_r, targets=a.targets,
@@ -105,9 +105,17 @@ def parser()->argparse.ArgumentParser:
     return p
 
 def main(argv:list[str]|None=None)->int:
-    "Entry point of `python -m lora_fsdp_kit` and the `lfk` script."
+    "Entry point of `python -m lora_fsdp_kit` and the `lfk` script; bad input is one line on stderr and exit code 2."
     a = parser().parse_args(argv)
-    return a.fn(a)
+    from lora_fsdp_kit.platform import PlatformError
+    from lora_fsdp_kit.launch import LaunchError
+    try: return a.fn(a)
+    except (ValueError, TypeError, FileNotFoundError, PlatformError) as e:   # the kit's errors for bad input
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except LaunchError as e:   # a rank failed: its traceback is the useful part
+        print(f"error: {e}", file=sys.stderr)
+        return 1
 
 # %% ../nbs/90_cli.ipynb #e925d924
 #| eval: false

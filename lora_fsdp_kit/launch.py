@@ -15,7 +15,7 @@ import torch.distributed as dist
 from .platform import get_platform
 
 # %% auto #0
-__all__ = ['LaunchError', 'check_importable', 'launch', 'smoke']
+__all__ = ['NOTEBOOK_ENV', 'LaunchError', 'check_importable', 'launched_from_notebook', 'launch', 'smoke']
 
 # %% ../nbs/01_launch.ipynb #06879aa3
 class LaunchError(RuntimeError):
@@ -54,15 +54,21 @@ def check_importable(fn:Callable)->tuple[str, str]:
                           f"notebook?); {fix}")
     return mod, qual
 
-# %% ../nbs/01_launch.ipynb #ff8392a4
+# %% ../nbs/01_launch.ipynb #2d2aafe8
 def _free_port()->int:
     "A TCP port on 127.0.0.1 that is free right now (never a fixed port: notebooks run in parallel)."
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
+NOTEBOOK_ENV = "LFK_FROM_NOTEBOOK"
+
+def launched_from_notebook()->bool:
+    "True in a notebook (or IPython), and in ranks that `launch` started from one: progress bars default on there."
+    return os.environ.get(NOTEBOOK_ENV) == "1" or _in_interactive_main()
+
 def _rank_main(rank:int, world:int, port:int, backend:str|None, pg_timeout:float, fn_ref:tuple[str,str],
-               args:tuple, kwargs:dict, log_path:str, conn)->None:
+               args:tuple, kwargs:dict, log_path:str, conn, from_notebook:bool=False)->None:
     "Entry point of one spawned rank."
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(fd, 1); os.dup2(fd, 2); os.close(fd)
@@ -70,6 +76,7 @@ def _rank_main(rank:int, world:int, port:int, backend:str|None, pg_timeout:float
     sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", buffering=0), line_buffering=True)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if from_notebook: os.environ[NOTEBOOK_ENV] = "1"   # so rank code can show progress the notebook will see
     # the process group's own timeout is longer than the launcher's, so a hang is reported by `launch`
     msg: tuple
     try:
@@ -92,12 +99,22 @@ def _rank_main(rank:int, world:int, port:int, backend:str|None, pg_timeout:float
         conn.send(("error", f"rank {rank}: the return value could not be sent back:\n{traceback.format_exc()}"))
     conn.close()
 
-# %% ../nbs/01_launch.ipynb #9513296c
+# %% ../nbs/01_launch.ipynb #7119af79
+def _newest(segment:bytes)->str:
+    "The text a terminal would show for a line redrawn with carriage returns (a progress bar): its last state."
+    parts = [p for p in segment.decode(errors="replace").split("\r") if p.strip()]
+    return parts[-1].rstrip() if parts else ""
+
 class _LogTail:
-    "Incrementally read a rank's log file and print complete lines with a rank prefix."
+    "Incrementally read a rank's log file and print it with a rank prefix; progress bars are redrawn in place."
     def __init__(self, rank:int, path:str, out, quiet:bool=False):
         self.rank, self.path, self.out, self.quiet, self.pos, self.buf = rank, path, out, quiet, 0, b""
         self.last = collections.deque(maxlen=30)   # kept for error messages even when quiet
+        self.open = False                          # an in-place (\r) line is on screen
+    def _emit(self, text:str, end:str="\n"):
+        lead = "\r" if self.open else ""
+        print(f"{lead}[rank {self.rank}] {text}", end=end, file=self.out, flush=True)
+        self.open = end == ""
     def pump(self, final:bool=False):
         try:
             with open(self.path, "rb") as f:
@@ -107,8 +124,13 @@ class _LogTail:
         *lines, self.buf = self.buf.split(b"\n")
         if final and self.buf: lines.append(self.buf); self.buf = b""
         for l in lines:
-            l = l.decode(errors="replace"); self.last.append(l)
-            if not self.quiet: print(f"[rank {self.rank}] {l}", file=self.out, flush=True)
+            text = _newest(l)
+            if not text and b"\r" in l: continue   # a progress bar that cleared itself
+            self.last.append(text)
+            if not self.quiet: self._emit(text)
+        if not self.quiet and b"\r" in self.buf and _newest(self.buf):
+            self._emit(_newest(self.buf), end="")   # the current state of a bar, overwritten by its next one
+        if final and self.open and not self.quiet: print(file=self.out, flush=True); self.open = False
     def tail_text(self)->str:
         self.pump(final=True)
         return "\n".join(self.last)
@@ -137,7 +159,8 @@ def launch(fn:Callable,             # an importable function (defined in a modul
             recv, send = ctx.Pipe(duplex=False)
             path = os.path.join(logdir, f"rank{r}.log")
             p = ctx.Process(target=target, name=f"lfk-rank{r}", daemon=True,
-                            args=(r, nprocs, port, backend, timeout + 60, fn_ref, args, kwargs, path, send))
+                            args=(r, nprocs, port, backend, timeout + 60, fn_ref, args, kwargs, path, send,
+                                  launched_from_notebook()))
             p.start(); send.close()
             procs.append(p); conns[r] = recv; tails.append(_LogTail(r, path, out, quiet))
         results, errors, deadline = {}, {}, time.monotonic() + timeout
@@ -175,13 +198,16 @@ def launch(fn:Callable,             # an importable function (defined in a modul
                           f"(a rank waiting in a collective that another rank skipped?)", unfinished)
     return [results[r] for r in range(nprocs)]
 
-# %% ../nbs/01_launch.ipynb #d0884bcd
+# %% ../nbs/01_launch.ipynb #974e9785
 def smoke(numel:int=4)->dict:
     "One `all_reduce` of `rank+1` across the group; returns what this rank saw."
     rank, world = dist.get_rank(), dist.get_world_size()
     plat = get_platform()
     t = torch.full((numel,), float(rank + 1), device=plat.torch_device())
-    dist.all_reduce(t)
-    print(f"all_reduce of {numel:,} values on {dist.get_backend()}: sum {t[0].item():g}")
+    dist.barrier()
+    t0 = time.perf_counter()
+    dist.all_reduce(t); plat.synchronize()
+    seconds = time.perf_counter() - t0
+    print(f"all_reduce of {numel:,} values on {dist.get_backend()}: sum {t[0].item():g} in {seconds*1e3:.1f} ms")
     return dict(rank=rank, world_size=world, backend=dist.get_backend(), platform=plat.name,
-                pid=os.getpid(), sum=t[0].item(), expected=world * (world + 1) / 2)
+                pid=os.getpid(), sum=t[0].item(), expected=world * (world + 1) / 2, seconds=seconds)

@@ -525,7 +525,7 @@ def _post_order(model:nn.Module)->list[nn.Module]:
         out.append(m)
     visit(model); return out
 
-# %% ../nbs/03_plan.ipynb #63655f86
+# %% ../nbs/03_plan.ipynb #514242b8
 def _build_plan(model:nn.Module, unit_claims:dict[nn.Module, str], flavour:str, policy:str, use_orig_params:bool,
                 ignored_params:set)->Plan:
     names = {}
@@ -581,6 +581,14 @@ def _build_plan(model:nn.Module, unit_claims:dict[nn.Module, str], flavour:str, 
     tied = tuple(sorted(tuple(v) for v in holders.values() if len(v) > 1))
     return Plan(flavour, model_class, policy, use_orig_params, units, ign, tied)
 
+def _refuse_wrapped(model:nn.Module, fn:str):
+    "A plan is of the model *before* FSDP: planning an already wrapped one would describe wrappers, not units."
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, FSDPModule
+    hit = next((n or "<root>" for n, m in model.named_modules() if isinstance(m, (FSDP, FSDPModule))), None)
+    if hit is not None:
+        raise ValueError(f"{fn} plans a model before FSDP, but {type(model).__name__} is already wrapped (FSDP at "
+                         f"{hit!r}); plan the unwrapped model, or read the real units with units_of(model)")
+
 def plan_fsdp1(model:nn.Module,                  # the model as it will be passed to FSDP (meta or real)
                policy:Callable,                  # an FSDP1 auto_wrap_policy (WrapPolicy, torch partial, _Policy)
                *,
@@ -590,6 +598,7 @@ def plan_fsdp1(model:nn.Module,                  # the model as it will be passe
               )->Plan:
     "The units FSDP1 will create for `model` under `policy`, from torch's own wrapping decisions."
     if not isinstance(model, nn.Module): raise TypeError(f"plan_fsdp1 needs an nn.Module, got {type(model).__name__}")
+    _refuse_wrapped(model, "plan_fsdp1")
     ign_mods, ign_params = _ignored_sets(model, ignored_modules)
     claims = fsdp1_unit_modules(model, policy, ignored_modules)
     if len(claims) == 1 and not allow_root_only:
@@ -598,7 +607,7 @@ def plan_fsdp1(model:nn.Module,                  # the model as it will be passe
                          f"allow_root_only=True")
     return _build_plan(model, claims, "fsdp1", repr(policy), use_orig_params, ign_params)
 
-# %% ../nbs/03_plan.ipynb #d4c257f5
+# %% ../nbs/03_plan.ipynb #9094cff0
 def _name_pattern(pattern:str)->re.Pattern:
     "Compile a dotted-name glob: `*` within a segment, `**` across segments, `?` one character."
     out, i = "", 0
@@ -643,6 +652,7 @@ def plan_fsdp2(model:nn.Module,                        # the model as it will be
                targets:type|str|Sequence[type|str],    # module classes and/or dotted-name globs
               )->Plan:
     "The units `fully_shard` creates when applied to `targets` child-first, then to the root."
+    _refuse_wrapped(model, "plan_fsdp2")
     hits = resolve_targets(model, targets)
     claims = {m: "target" for _, m in hits}
     claims[model] = "root"
