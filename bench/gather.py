@@ -95,8 +95,15 @@ def report(profiles:dict)->tuple[list[dict], bool]:
             print(f"whole / {s}: peak {w.peak_extra / p.peak_extra:.1f}x, bytes {w.bytes_gathered / p.bytes_gathered:.2f}x, "
                   f"time {w.seconds / p.seconds:.2f}x")
         met = best.peak_ratio <= 1.05 and best.bytes_gathered == best.min_bytes
-        print(f"target ({used}: peak/(unit+LoRA) <= 1.05, gathered/min == 1.00): {'MET' if met else 'MISSED'}")
+        print(f"target ({used}, what gather_lora does: peak/(unit+LoRA) <= 1.05, gathered/min == 1.00): "
+              f"{'MET' if met else 'MISSED'}")
         ok &= met
+        if used != "per_unit" and "per_unit" in ps:   # the issue's per_unit target, reported as it is
+            pu = ps["per_unit"]
+            print(f"per_unit on {fl} (unshard each unit, for comparison): peak/(unit+LoRA) {pu.peak_ratio:.3f}, "
+                  f"gathered/min {pu.bytes_ratio:.2f}: {'MET' if pu.peak_ratio <= 1.05 else 'NOT MET'} — FSDP2's "
+                  f"unshard holds its all-gather output beside the unsharded parameters, and moves base weights; "
+                  f"that is why gather_lora uses '{used}' on {fl}")
     return rows, ok
 
 def main(argv=None):

@@ -45,6 +45,11 @@ def one(model:str, kind:str, setting:str)->dict:
     pm = add_lora(tiny_model(model))
     ref = {k: v.detach().clone() for k, v in get_peft_model_state_dict(pm).items()}
     merged_ref = {n: p.detach().clone() for n, p in copy.deepcopy(pm).merge_and_unload().named_parameters()}
+    # an independent reference for the bytes: the plan of the unwrapped model (FSDP1: the LoRA-bearing units' flat
+    # parameters; FSDP2: the LoRA tensors), made before wrapping
+    if setting.startswith("fsdp1"):
+        planned = P.plan_fsdp1(pm, policy(pm, kind), use_orig_params=setting.endswith("True"), allow_root_only=True)
+    else: planned = None
     try: fm = wrap(pm, kind, setting)
     except Exception as e:
         return dict(res, refused=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
@@ -55,6 +60,10 @@ def one(model:str, kind:str, setting:str)->dict:
         if setting.startswith("fsdp1"): minimum = sum(u.gather_bytes for u, _ in eng.lora_units(eng.lora_names()))
         else: minimum = sum(t.numel() * t.element_size() for t in ref.values())
         merged = dict(iter_merged_weights(fm))
+        import torch.distributed as dist
+        got0 = gather_lora(fm, rank0_only=True)
+        rank0_only_ok = (list(got0) == list(ref) and all(torch.equal(got0[k], ref[k]) for k in ref)) if dist.get_rank() == 0 \
+                        else got0 == {}
         res.update(n_lora=len(ref), keys_equal=list(got) == list(ref),
                    values_equal=set(got) == set(ref) and all(torch.equal(got[k], ref[k]) for k in ref),
                    own_storage=all(t.untyped_storage().nbytes() == t.numel() * t.element_size() and not t.requires_grad
@@ -62,7 +71,8 @@ def one(model:str, kind:str, setting:str)->dict:
                    bytes_gathered=c.bytes, min_bytes=minimum, lora_bytes=sum(t.numel() * t.element_size() for t in ref.values()),
                    merged_names_equal=set(merged) == set(merged_ref),
                    merged_equal=set(merged) == set(merged_ref) and all(torch.equal(merged[k], merged_ref[k]) for k in merged_ref),
-                   n_units=len(eng.units), lora_in_root=any(u.name == "" for u, _ in eng.lora_units(eng.lora_names())))
+                   n_units=len(eng.units), lora_in_root=any(u.name == "" for u, _ in eng.lora_units(eng.lora_names())),
+                   planned_bytes=planned.gather_total_bytes if planned else None, rank0_only_ok=rank0_only_ok)
     except Exception:
         res["error"] = traceback.format_exc()
     res["seconds"] = time.perf_counter() - t0

@@ -43,6 +43,20 @@ def test_bytes_gathered_is_the_minimum(results):
     # FSDP2 moves exactly the LoRA bytes: no base weight
     assert all(r["bytes_gathered"] == r["lora_bytes"] for r in rows if r["setting"] == "fsdp2")
 
+def test_bytes_gathered_match_the_plan(results):
+    # the plan of the unwrapped model (made before wrapping, without the engine) predicts the FSDP1 bytes: the
+    # collectives move each LoRA-bearing unit's flat parameter once (padding to the world size is the only slack)
+    rows = [r for r in _rows(results) if "refused" not in r and r["planned_bytes"] is not None]
+    assert rows
+    bad = [(r["model"], r["policy"], r["setting"], r["bytes_gathered"], r["planned_bytes"]) for r in rows
+           if not r["planned_bytes"] <= r["bytes_gathered"] <= 1.05 * r["planned_bytes"]]
+    assert not bad, bad
+
+def test_rank0_only(results):
+    # rank 0 gets the full state dict bit for bit; the other ranks take part in the collectives and get nothing
+    bad = [(r["model"], r["policy"], r["setting"]) for r in _rows(results) if "refused" not in r and not r["rank0_only_ok"]]
+    assert not bad, bad
+
 def test_lora_in_root_unit_is_collected(results):
     # size policies put LoRA tensors in the root unit (the upstream 4-of-12 case): they must all come back
     rows = [r for r in _rows(results) if r.get("lora_in_root")]
