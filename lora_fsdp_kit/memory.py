@@ -22,7 +22,8 @@ from .models import fmt_bytes
 
 # %% auto #0
 __all__ = ['GATHER_STRATEGIES', 'AllGatherCounter', 'MemoryMeter', 'UnitGather', 'GatherProfile', 'gather_whole',
-           'gather_per_unit', 'gather_lora_only', 'predict', 'measure_gather', 'plot_gather', 'profile_strategies']
+           'gather_per_unit', 'gather_lora_only', 'predict', 'predict_unit', 'measure_gather', 'plot_gather',
+           'profile_strategies']
 
 # %% ../nbs/06_memory.ipynb #a6672c35
 def _is_all_gather(func)->bool:
@@ -118,7 +119,7 @@ class MemoryMeter:
 
     def __exit__(self, *exc): self._stack.close()
 
-# %% ../nbs/06_memory.ipynb #a67e8a5d
+# %% ../nbs/06_memory.ipynb #6c62d340
 @dataclass(frozen=True)
 class UnitGather:
     "What gathering one unit cost."
@@ -128,6 +129,7 @@ class UnitGather:
     peak_extra: int        # peak bytes above the start of the whole gather, while this unit was gathered
     seconds: float
     unit_bytes: int        # the unit's own unsharded size (what one all-gather of it moves)
+    predicted_bytes: int|None = None   # what the plan said gathering this unit would move
 
 @dataclass(frozen=True)
 class GatherProfile:
@@ -158,11 +160,29 @@ class GatherProfile:
     @property
     def units_gathered(self)->int: return sum(u.collectives > 0 for u in self.units)
 
+    @property
+    def unit_deviation(self)->float|None:
+        "Largest relative difference between a unit's measured bytes and the plan's prediction for it."
+        d = [u.bytes_gathered / u.predicted_bytes - 1 for u in self.units if u.predicted_bytes]
+        return max(d, key=abs) if d else None
+
+    def unit_table(self)->str:
+        "Per unit: predicted and measured bytes, peak extra memory, time."
+        rows = [f"{'unit':<48}{'predicted':>12}{'measured':>12}{'dev':>8}{'peak extra':>12}{'ms':>8}"]
+        for u in self.units:
+            dev = f"{u.bytes_gathered / u.predicted_bytes - 1:+.1%}" if u.predicted_bytes else "–"
+            rows.append(f"{(u.name or '<root>')[-48:]:<48}{fmt_bytes(u.predicted_bytes):>12}{fmt_bytes(u.bytes_gathered):>12}"
+                        f"{dev:>8}{fmt_bytes(u.peak_extra):>12}{u.seconds * 1e3:>8.1f}")
+        return "\n".join(rows)
+
     def _rows(self):
         pred = lambda p, m: f"{fmt_bytes(p)} ({m / p - 1:+.1%})" if p else "–"
+        dev = self.unit_deviation
         return [("bytes all-gathered", fmt_bytes(self.bytes_gathered), f"{self.bytes_ratio:.2f} × minimum ({fmt_bytes(self.min_bytes)})"),
                 ("peak extra memory", fmt_bytes(self.peak_extra), f"{self.peak_ratio:.2f} × (largest LoRA unit + LoRA output)"),
                 ("predicted bytes / peak", pred(self.predicted_bytes, self.bytes_gathered), pred(self.predicted_peak, self.peak_extra)),
+                ("per-unit bytes vs plan", "–" if dev is None else f"max deviation {dev:+.1%}",
+                 f"{sum(u.predicted_bytes is not None for u in self.units)} units predicted (see unit_table())"),
                 ("units gathered", f"{self.units_gathered} of {len(self.units)} visited", f"{sum(u.collectives for u in self.units)} all-gathers"),
                 ("time", f"{self.seconds * 1e3:.1f} ms", f"world size {self.world_size}; memory: {self.memory_source}")]
 
@@ -198,7 +218,7 @@ def gather_lora_only(engine:GatherEngine, names:list[str], on_unit)->dict[str, t
 
 GATHER_STRATEGIES: dict[str, Callable] = {"whole": gather_whole, "per_unit": gather_per_unit, "lora_only": gather_lora_only}
 
-# %% ../nbs/06_memory.ipynb #fb922162
+# %% ../nbs/06_memory.ipynb #310724e3
 def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the unwrapped model (or None)
             strategy:str,                  # a key of GATHER_STRATEGIES
             order:list[str]|None=None,     # unit names in the order the gather unshards them (default: the plan's)
@@ -223,6 +243,17 @@ def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the 
     if strategy == "lora_only": return plan.lora_bytes, plan.lora_bytes
     return None, None
 
+def predict_unit(plan,                # a `Plan` of the unwrapped model (or None)
+                 strategy:str,        # a key of GATHER_STRATEGIES
+                 name:str,            # the unit's clean name ("<whole model>" for the whole strategy)
+                )->int|None:
+    "Bytes the plan says gathering unit `name` moves under `strategy`; None if the plan cannot say."
+    if plan is None: return None
+    if name == "<whole model>": return plan.nbytes
+    try: u = plan[name]
+    except (KeyError, IndexError, ValueError): return None
+    return u.lora_bytes if strategy == "lora_only" else u.nbytes
+
 def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft model
                    strategy:str="per_unit", # a key of GATHER_STRATEGIES
                    *,
@@ -246,7 +277,7 @@ def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft mo
         finally:
             meter.note()
             units.append(UnitGather(u.name, counter.bytes - b0, counter.calls - c0, meter.unit_peak - base,
-                                    time.perf_counter() - t0, u.gather_bytes))
+                                    time.perf_counter() - t0, u.gather_bytes, predict_unit(plan, strategy, u.name)))
 
     with meter:
         base = meter.now()
