@@ -301,7 +301,7 @@ def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft mo
                          max((u.gather_bytes for u, _ in lora_units), default=0),
                          sum(u.gather_bytes for u in engine.units), timeline, meter.source, pb, pp, dict(counter.ops))
 
-# %% ../nbs/06_memory.ipynb #312abafd
+# %% ../nbs/06_memory.ipynb #8e9ddf80
 _COLORS = {"whole": "#d62728", "per_unit": "#1f77b4", "lora_only": "#2ca02c", "naive_recursive": "#ff7f0e"}
 
 def plot_gather(profiles,               # GatherProfiles (a list, or a dict label -> profile)
@@ -327,10 +327,8 @@ def plot_gather(profiles,               # GatherProfiles (a list, or a dict labe
     lines = [(ref.model_bytes, "whole model", "#d62728", ":"),
              (ref.largest_lora_unit + ref.lora_bytes, "largest LoRA unit + LoRA output", "k", "--"),
              (ref.largest_lora_unit, "largest LoRA unit", "grey", ":")]
-    for v, txt, c, ls in lines:
-        ax_t.axhline(v / scale, color=c, ls=ls, lw=1)
-        ax_t.annotate(f"{txt} ({fmt_bytes(v)})", (1.0, v / scale), xytext=(4, 0), textcoords="offset points",
-                      va="center", ha="left", fontsize=8.5, color=c, annotation_clip=False)
+    for v, txt, c, ls in lines:   # in the legend, not beside the axis: close values would print over each other
+        ax_t.axhline(v / scale, color=c, ls=ls, lw=1.2, label=f"{txt} ({fmt_bytes(v)})")
     ax_t.set(xlabel="progress through the gather (time / run time)", ylabel=f"extra memory ({unit})",
              title="memory above the start while gathering (each strategy on its own time scale)")
     ax_t.legend(loc="upper left", fontsize=9); ax_t.set_xlim(0, 1)
