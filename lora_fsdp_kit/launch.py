@@ -54,9 +54,9 @@ def check_importable(fn:Callable)->tuple[str, str]:
                           f"notebook?); {fix}")
     return mod, qual
 
-# %% ../nbs/01_launch.ipynb #2d2aafe8
+# %% ../nbs/01_launch.ipynb #f8aabaf1
 def _free_port()->int:
-    "A TCP port on 127.0.0.1 that is free right now (never a fixed port: notebooks run in parallel)."
+    "A TCP port on 127.0.0.1 that is free right now, for a one-process group (`launch` holds its own port instead)."
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -82,7 +82,9 @@ def _rank_main(rank:int, world:int, port:int, backend:str|None, pg_timeout:float
     try:
         plat = get_platform()
         plat.set_device(rank)
-        dist.init_process_group(backend or plat.communication_backend_name(), rank=rank, world_size=world,
+        # the rendezvous store is the launcher's (see `launch`): connect to it as a client
+        store = dist.TCPStore("127.0.0.1", port, None, False, timeout=datetime.timedelta(seconds=pg_timeout))
+        dist.init_process_group(backend or plat.communication_backend_name(), store=store, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=pg_timeout))
         try:
             obj = importlib.import_module(fn_ref[0])
@@ -99,7 +101,7 @@ def _rank_main(rank:int, world:int, port:int, backend:str|None, pg_timeout:float
         conn.send(("error", f"rank {rank}: the return value could not be sent back:\n{traceback.format_exc()}"))
     conn.close()
 
-# %% ../nbs/01_launch.ipynb #7119af79
+# %% ../nbs/01_launch.ipynb #eb77007d
 def _newest(segment:bytes)->str:
     "The text a terminal would show for a line redrawn with carriage returns (a progress bar): its last state."
     parts = [p for p in segment.decode(errors="replace").split("\r") if p.strip()]
@@ -151,7 +153,11 @@ def launch(fn:Callable,             # an importable function (defined in a modul
     ctx = mp.get_context("spawn")
     # the target must be the package's function even when this code runs from the notebook that defines it
     from lora_fsdp_kit.launch import _rank_main as target
-    port, out = _free_port(), sys.stdout
+    # The launcher hosts the ranks' rendezvous store on a port the OS picks, and holds it for the whole run: no
+    # other process (notebooks run in parallel under nbdev_test) can take the port between choosing and using it.
+    store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=datetime.timedelta(seconds=timeout + 60),
+                          wait_for_workers=False)
+    port, out = store.port, sys.stdout
     logdir = tempfile.mkdtemp(prefix="lfk_launch_")
     procs, conns, tails = [], {}, []
     try:
