@@ -361,7 +361,7 @@ def iter_merged_weights(model:nn.Module,            # an FSDP1- or FSDP2-wrapped
                 seen.add(pn)
                 yield pn, (merged.pop(n) if n in merged else _own_cpu_copy(full[n]))
 
-# %% ../nbs/05_gather.ipynb #b456631b
+# %% ../nbs/05_gather.ipynb #6a54390c
 def compare_with_peft(model_name:str="llama",    # a tiny model of `lora_fsdp_kit.models`
                       setting:str="fsdp1",       # "fsdp1", "fsdp1-orig" (use_orig_params=True) or "fsdp2"
                       policy:str="peft",         # "peft" (peft's own policy) or "root" (everything in the root unit)
@@ -376,12 +376,7 @@ def compare_with_peft(model_name:str="llama",    # a tiny model of `lora_fsdp_ki
     merged_ref = {n: p.detach().clone() for n, p in copy.deepcopy(pm).merge_and_unload().named_parameters()}
     pol = P.peft_wrap_policy(pm) if policy == "peft" else P.size_wrap_policy(10**9)
     if setting.startswith("fsdp1"): fm = P.wrap_fsdp1(pm, pol, use_orig_params=setting == "fsdp1-orig")
-    else:
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
-        mods = P.fsdp1_unit_modules(pm, pol)
-        targets = [P.clean_name(n) for n, m in pm.named_modules() if m in mods and m is not pm]
-        fm = P.wrap_fsdp2(pm, targets) if targets else fully_shard(pm, mesh=init_device_mesh("cpu", (dist.get_world_size(),)))
+    else: fm = P.wrap_fsdp2_like(pm, pol)
     with AllGatherCounter() as counter: got = gather_lora(fm)
     merged = dict(iter_merged_weights(fm))
     eng = gather_engine(fm)

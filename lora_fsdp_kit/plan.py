@@ -24,8 +24,8 @@ __all__ = ['WRAPPER_SEGMENTS', 'LORA_PREFIX', 'clean_name', 'join_name', 'is_lor
            'module_classes_in', 'resolve_layer_classes', 'lora_wrap_policy', 'peft_wrap_policy', 'layer_wrap_policy',
            'size_wrap_policy', 'tiny_lora_model', 'dtype_itemsize', 'ParamInfo', 'Unit', 'Finding', 'Plan',
            'check_plan', 'plan_summary', 'plan_text', 'plan_html', 'policy_parts', 'fsdp1_unit_modules', 'plan_fsdp1',
-           'resolve_targets', 'plan_fsdp2', 'wrap_fsdp1', 'wrap_fsdp2', 'units_of', 'planned_units', 'policy_from_spec',
-           'plan_from_spec', 'wrap_from_spec', 'fidelity_check']
+           'resolve_targets', 'plan_fsdp2', 'wrap_fsdp1', 'wrap_fsdp2', 'wrap_fsdp2_like', 'units_of', 'planned_units',
+           'policy_from_spec', 'plan_from_spec', 'wrap_from_spec', 'fidelity_check']
 
 # %% ../nbs/03_plan.ipynb #596fab4f
 WRAPPER_SEGMENTS = (FSDP_WRAPPED_MODULE, _CHECKPOINT_WRAPPED_MODULE, "_orig_mod")
@@ -658,7 +658,7 @@ def plan_fsdp2(model:nn.Module,                        # the model as it will be
     claims[model] = "root"
     return _build_plan(model, claims, "fsdp2", _targets_repr(targets), True, set())
 
-# %% ../nbs/03_plan.ipynb #c67d4b50
+# %% ../nbs/03_plan.ipynb #c067c861
 def wrap_fsdp1(model:nn.Module,                 # the model to wrap (inside a process group)
                policy:Callable,                 # an FSDP1 auto_wrap_policy
                *,
@@ -679,11 +679,26 @@ def wrap_fsdp2(model:nn.Module,                         # the model to shard (in
                **kw,                                    # further `fully_shard` arguments
               )->nn.Module:
     "`fully_shard` on each target, children first, then on the root."
+    return _fully_shard_all(model, [m for _, m in resolve_targets(model, targets)], mesh, **kw)
+
+def wrap_fsdp2_like(model:nn.Module,                    # the model to shard (inside a process group)
+                    policy:Callable,                    # an FSDP1 auto_wrap_policy
+                    *,
+                    mesh=None,                          # a DeviceMesh; default: 1-D over the whole world
+                    **kw,                               # further `fully_shard` arguments
+                   )->nn.Module:
+    "FSDP2 on the modules FSDP1 would make units of under `policy` (children first), then the root: one policy, both flavours."
+    claimed = fsdp1_unit_modules(model, policy)
+    # reversed pre-order puts every child before its parent, as fully_shard requires; no target leaves the root alone
+    return _fully_shard_all(model, [m for m in reversed(list(model.modules())) if m in claimed and m is not model], mesh, **kw)
+
+def _fully_shard_all(model:nn.Module, modules:list[nn.Module], mesh=None, **kw)->nn.Module:
+    "`fully_shard` each of `modules` (already children first), then the root, on the platform's device mesh."
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     if mesh is None: mesh = init_device_mesh(get_platform().torch_device().type, (dist.get_world_size(),))
-    for _, m in resolve_targets(model, targets): fully_shard(m, mesh=mesh, **kw)
+    for m in modules: fully_shard(m, mesh=mesh, **kw)
     fully_shard(model, mesh=mesh, **kw)
     return model
 

@@ -30,14 +30,7 @@ def policy(pm, kind:str):
 def wrap(pm, kind:str, setting:str):
     pol = policy(pm, kind)
     if setting.startswith("fsdp1"): return P.wrap_fsdp1(pm, pol, use_orig_params=setting.endswith("True"))
-    # FSDP2: fully_shard the modules the same policy would make FSDP1 units of
-    mods = P.fsdp1_unit_modules(pm, pol)
-    targets = [P.clean_name(n) for n, m in pm.named_modules() if m in mods and m is not pm]
-    if targets: return P.wrap_fsdp2(pm, targets)
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-    return fully_shard(pm, mesh=init_device_mesh("cpu", (dist.get_world_size(),)))   # the root is the only unit
+    return P.wrap_fsdp2_like(pm, pol)   # FSDP2 on the modules the same policy makes FSDP1 units of
 
 def one(model:str, kind:str, setting:str)->dict:
     t0 = time.perf_counter()
