@@ -162,7 +162,8 @@ def plot_plan(plan:Plan,                 # the plan to draw
     fig.suptitle(f"{plan.flavour.upper()} units of {plan.model_class}: {len(plan)} units in {len(groups)} rows{more}\n"
                  f"{fmt_bytes(plan.nbytes)}; LoRA {plan.n_lora} tensors in {len(plan.lora_units)} units; per-unit "
                  f"gather peak {fmt_bytes(plan.gather_peak_bytes)};  ✖ {counts['error']} errors  "
-                 f"▲ {counts['warning']} warnings", fontsize=9, x=0.01, ha="left")
+                 f"▲ {counts['warning']} warnings\n" + shorten_middle(plan.policy.splitlines()[0], 125),
+                 fontsize=8.5, x=0.01, ha="left")
     # the colour bar lies under the chart, beside the legend, so no annotation can run beneath it
     cb = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, location="bottom", shrink=0.35, aspect=35,
                       pad=0.02, anchor=(1.0, 1.0))
@@ -180,7 +181,7 @@ class PlanExplorer:
     def __init__(self, model:nn.Module, layer_cls="auto"):
         import ipywidgets as W
         self.model = model
-        try: default = [c.__name__ for c in resolve_layer_classes(model, layer_cls)]
+        try: default = sorted(c.__name__ for c in resolve_layer_classes(model, layer_cls))   # a stable order
         except ValueError: default = []
         # other candidates: classes of modules with children (blocks), except the root and plain containers
         containers = sorted({type(m).__name__ for m in model.modules() if m is not model and next(m.children(), None)
@@ -217,6 +218,12 @@ class PlanExplorer:
         self.widget = W.VBox([W.HBox([left, W.VBox(self.controls[3:])], layout=W.Layout(gap="24px")), self.status,
                               W.Tab(children=[self.chart_box, self.tree, self.findings_view],
                                     titles=("chart", "tree", "findings"))])
+        self.tabs = self.widget.children[-1]
+        for w, name in ((self.flavour, "flavour"), (self.lora_leaves, "leaves"), (self.layer_classes, "classes"),
+                        (self.size_on, "size"), (self.min_num_params, "slider"), (self.use_orig_params, "uop"),
+                        (self.status, "status"), (self.chart, "chart"), (self.chart_message, "chart-message"),
+                        (self.tree, "tree"), (self.findings_view, "findings"), (self.tabs, "tabs")):
+            w.add_class(f"lfk-{name}")                          # stable handles for a browser test
         self.plan, self.findings, self.error = None, [], None
         self.refresh()
 
