@@ -108,13 +108,13 @@ class StripReport:
 
     def plot(self, ax=None):
         "Bar chart of parameters by top-level sub-module, before and after the strip; returns the Figure."
-        import matplotlib.pyplot as plt
+        from lora_fsdp_kit.figures import new_figure
         names = [c.name for c in self.before.children]
         after = {c.name: c.params for c in self.after.children}
         before = [c.params for c in self.before.children]
         big = max(before + [1])
         div, unit = next(((d, u) for d, u in ((1e9, "B"), (1e6, "M"), (1e3, "k"), (1, "")) if big >= d), (1, ""))
-        fig = ax.figure if ax is not None else plt.figure(figsize=(7, 0.6 * len(names) + 1.6))
+        fig = ax.figure if ax is not None else new_figure(figsize=(7, 0.6 * len(names) + 1.6), layout=None)
         ax = ax or fig.add_subplot()
         y = range(len(names))
         ax.barh([i + 0.2 for i in y], [b / div for b in before], height=0.4, color="#bbbbbb", label="before")
