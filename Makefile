@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.lfk-installed
 OUT    ?= demo_out
 
-.PHONY: install demo test nbtest pytest export readme bench clean-nbs
+.PHONY: install demo test nbtest pytest export readme bench clean-nbs docs browser-deps
 
 $(STAMP): settings.ini setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,15 +22,32 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m lora_fsdp_kit demo --out $(OUT)
 
-test: $(STAMP)
+test: $(STAMP) browser-deps
 	$(VENV)/bin/nbdev_test
 	$(VENV)/bin/python -m pytest -q tests
 
 nbtest: $(STAMP)
 	$(VENV)/bin/nbdev_test
 
-pytest: $(STAMP)
+pytest: $(STAMP) browser-deps
 	$(VENV)/bin/python -m pytest -q tests
+
+# What tests/test_browser.py needs: Debian's Chromium and a font (apt, when root and missing), Voila and Playwright
+# (pip, into the venv). Never `playwright install`: it downloads a browser. Where apt cannot run, the browser test
+# says so in one line and skips (under CI=true it fails instead).
+CHROMIUM := /usr/lib/chromium/chromium
+browser-deps: $(STAMP)
+	@if [ ! -x $(CHROMIUM) ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core) \
+	    >/dev/null || echo "browser-deps: apt-get could not install chromium"; fi
+	@$(PY) -c "import voila, playwright" 2>/dev/null || $(PY) -m pip install --quiet voila playwright \
+	  || echo "browser-deps: pip could not install voila playwright"
+
+# execute every notebook in place (so they are committed with their outputs), clean their metadata, render README
+docs: $(STAMP)
+	$(PY) tools/execute_notebooks.py
+	$(VENV)/bin/nbdev_clean
+	$(PY) -m lora_fsdp_kit readme
 
 # after editing a notebook: export the library, clean the notebooks, render the README
 export: $(STAMP)

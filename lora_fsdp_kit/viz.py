@@ -315,7 +315,8 @@ def plan_text_grouped(plan:Plan,                          # the plan to report
     full = ["  " * g.depth + g.label + (f" ×{g.count}" if g.count > 1 else "") for g in groups]
     w = min(max(map(len, full)), 46)
     for label, g in zip(distinct_labels(full, w), groups):
-        lora = f"LoRA {g.n_lora // g.count}/{len(g.units[0].params)}" if g.n_lora else f"{len(g.units[0].params)} tensors"
+        n_params = len(g.units[0].params)
+        lora = f"LoRA {g.n_lora // g.count}/{n_params}" if g.n_lora else f"{n_params} tensors"
         marks = "".join(sorted({_MARK[f.severity] for f in g.findings}))
         row = f"{label:<{w}}  {fmt_bytes(g.nbytes):>10} each  {g.claimed_by:<8} {lora:<12} {marks:<3} "
         if len(row) + len(g.module_class) <= LINE_WIDTH: lines.append(row + g.module_class)
