@@ -313,7 +313,7 @@ def plan_text_grouped(plan:Plan,                          # the plan to report
     for i, pl in enumerate(f"policy{uop}: {plan.policy}".splitlines()):
         lines += _wrap(pl.strip(), indent="    ", first="" if i == 0 else "  ")
     full = ["  " * g.depth + g.label + (f" ×{g.count}" if g.count > 1 else "") for g in groups]
-    w = min(max(map(len, full)), 46)
+    w = min(max(map(len, full)), 40)      # with a 35-character class name the row is 120 wide
     for label, g in zip(distinct_labels(full, w), groups):
         n_params = len(g.units[0].params)
         lora = f"LoRA {g.n_lora // g.count}/{n_params}" if g.n_lora else f"{n_params} tensors"
@@ -328,7 +328,7 @@ def plan_text_grouped(plan:Plan,                          # the plan to report
     by_check: dict = {}
     for f in findings: by_check.setdefault((f.severity, f.check), []).append(f)
     lines.append(f"findings: ✖ {counts['error']} errors, ▲ {counts['warning']} warnings, · {counts['info']} info, "
-                 f"in {len(by_check)} kinds (one line per kind; every unit's own in plan.check())")
+                 f"in {len(by_check)} kind(s) (one entry per kind; each unit's own in plan.check())")
     for (sev, chk), fs in sorted(by_check.items(), key=lambda kv: -_SEV_RANK.get(kv[0][0], 0)):
         lines += _wrap(f"{_MARK[sev]} {sev} [{chk}] on {len(fs)} unit(s), e.g. {fs[0].unit or '<root>'}",
                        indent="      ", first="  ")
