@@ -81,14 +81,25 @@ def shorten_middle(s:str,       # the text to shorten
 def distinct_labels(labels:list[str],  # full row labels
                     n:int,             # the width to fit
                    )->list[str]:       # shortened labels, pairwise distinct where the full ones are
-    "Shorten every label from the middle; where two collide, keep more of their tail, and at worst the whole label."
-    out = list(labels)
-    for head in (n // 3, n // 6, 2, 0):
-        out = [shorten_middle(l, n, head) for l in labels]
-        if len(set(out)) == len(set(labels)): return out
+    "Shorten every label from the middle; where two collide, also keep the part where they differ (`a…b…c`)."
+    out = [shorten_middle(l, n) for l in labels]
+    groups: dict[str, list[str]] = {}
+    for s, l in zip(out, labels): groups.setdefault(s, []).append(l)
+    tail = n - n // 3 - 1                                   # the tail the first pass kept
+    for i, (s, l) in enumerate(zip(out, labels)):
+        others = [o for o in groups[s] if o != l]
+        if not others: continue
+        # where `l` first differs from the labels it collides with: show a window there, between two ellipses
+        head = len(l) - len(l.lstrip(" └"))                 # the indentation that shows the nesting
+        mid = n - head - tail - 2
+        p = min(next((k for k, (a, b) in enumerate(zip(l, o)) if a != b), min(len(l), len(o))) for o in others)
+        if p >= len(l) - (n - head - 1): out[i] = l[:head] + "…" + l[len(l) - (n - head - 1):]   # a longer tail
+        elif mid >= 4:
+            start = min(max(head + 1, p - 2), len(l) - tail - mid)
+            out[i] = l[:head] + "…" + l[start:start + mid] + "…" + l[len(l) - tail:]
     seen: dict[str, int] = {}
     for s in out: seen[s] = seen.get(s, 0) + 1
-    return [s if seen[s] == 1 else l for s, l in zip(out, labels)]
+    return [s if seen[s] == 1 else l for s, l in zip(out, labels)]   # at worst, the whole label
 
 def _fit_text_right(fig, ax, texts, lo:float):
     "Widen the log x range until every annotation ends inside the axes (none runs off the figure)."
@@ -167,6 +178,7 @@ def plot_plan(plan:Plan,                 # the plan to draw
     # the colour bar lies under the chart, beside the legend, so no annotation can run beneath it
     cb = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, location="bottom", shrink=0.35, aspect=35,
                       pad=0.02, anchor=(1.0, 1.0))
+    cb.set_ticks([0, 0.1, 0.25, 0.5, 1], labels=["0", "10%", "25%", "50%", "100%"])   # spaced on the sqrt scale
     cb.set_label("LoRA share of the unit's numel", fontsize=7.5); cb.ax.tick_params(labelsize=7)
     parts = sorted({g.claimed_by.split("+")[0] for g in shown}, key=list(PART_COLOURS).index)
     fig.legend(handles=[Patch(facecolor="white", edgecolor=PART_COLOURS[p], linewidth=1.6, label=f"claimed by {p}")
