@@ -74,7 +74,8 @@ def run_rank(layers:int, hidden:int)->dict:
             if flavour == "fsdp1":
                 pol = P.lora_wrap_policy(pm); plan = P.plan_fsdp1(pm, pol); fm = P.wrap_fsdp1(pm, pol)
             else:
-                cls = list(P.resolve_layer_classes(pm, "auto")); plan = P.plan_fsdp2(pm, cls); fm = P.wrap_fsdp2(pm, cls)
+                cls = list(P.resolve_layer_classes(pm, "auto"))
+                plan = P.plan_fsdp2(pm, cls); fm = P.wrap_fsdp2(pm, cls)
             for s in STRATEGIES[setting]:
                 if s not in GATHER_STRATEGIES: raise KeyError(f"strategy {s!r} is not in GATHER_STRATEGIES")
                 if plat.device_name != "cpu": plat.synchronize(); plat.reset_peak_memory_stats()
@@ -151,12 +152,14 @@ def plot(result:dict):
         names = STRATEGIES[s]
         rows = [by[(w, s, n)] for n in names]
         xt = range(len(names))
-        ax_t.bar([i - bw / 2 for i in xt], [q["peak_extra"] / kib for q in rows], bw, color="#1f77b4", label="peak extra")
+        ax_t.bar([i - bw / 2 for i in xt], [q["peak_extra"] / kib for q in rows], bw, color="#1f77b4",
+                 label="peak extra")
         ax_t.bar([i + bw / 2 for i in xt], [(q["predicted_peak"] or 0) / kib for q in rows], bw, color="none",
                  edgecolor="#1f77b4", hatch="//", label="plan's predicted peak")
         for i, q in enumerate(rows):
             ax_t.text(i, max(q["peak_extra"], q["predicted_peak"] or 0) / kib,
-                      f"{fmt_bytes(q['bytes_gathered'])}\n{q['seconds'] * 1e3:.0f} ms", ha="center", va="bottom", fontsize=7)
+                      f"{fmt_bytes(q['bytes_gathered'])}\n{q['seconds'] * 1e3:.0f} ms", ha="center", va="bottom",
+                      fontsize=7)
         ax_t.set_xticks(list(xt), names); ax_t.set_ylabel("KiB"); ax_t.margins(y=0.3)
         ax_t.set_title("whole gather per strategy (labels: bytes, time)", fontsize=10); ax_t.legend(fontsize=8)
     plat = result["platform"]
@@ -192,7 +195,8 @@ def main(argv=None)->int:
         t = time.perf_counter()
         try: res = launch(run_rank, layers, hidden, nprocs=w, quiet=True, timeout=a.timeout)
         except Exception as e:
-            failed.append(f"world {w}: {type(e).__name__}: {' | '.join(str(e).strip().splitlines()[-2:])}"); print("FAILED", failed[-1]); continue
+            failed.append(f"world {w}: {type(e).__name__}: {' | '.join(str(e).strip().splitlines()[-2:])}")
+            print("FAILED", failed[-1]); continue
         runs += res
         print(f"\n== world size {w} ({res[0]['backend']}, {time.perf_counter() - t:.1f} s)")
         print(f"{'setting':<7}{'strategy':<11}{'peak extra':>12}{'pred. peak':>12}{'gathered':>12}{'pred. bytes':>13}"
