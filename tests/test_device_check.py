@@ -1,0 +1,69 @@
+"""bench/device_check.py works before an accelerator is lent: run as a user runs it, on the CPU (2 gloo ranks), it
+measures every gather strategy on FSDP1 and FSDP2 and writes a JSON whose per-unit bytes equal the plan's
+prediction and whose totals are consistent with its units, and a PNG with one row per flavour; its checks flag a
+measured byte count that strays from the plan."""
+import json, os, subprocess, sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import device_check as DC
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("device_check")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "device_check.py"), "--out", str(out),
+                        "--layers", "3"], capture_output=True, text=True, timeout=400, cwd=ROOT)
+    return r, out
+
+def test_exits_ok_and_says_so(run):
+    r, _ = run
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "platform: cpu" in r.stdout and "device check: OK" in r.stdout
+
+def test_json_has_every_strategy_on_every_rank(run):
+    _, out = run
+    res = json.loads((out/"device_check.json").read_text())
+    assert res["platform"]["name"] == "cpu" and res["platform"]["backend"] == "gloo"
+    assert res["world_sizes"] == [2] and res["failed"] == [] and res["problems"] == []
+    assert res["versions"]["torch"] and res["versions"]["transformers"] and res["versions"]["peft"]
+    assert sorted(r["rank"] for r in res["runs"]) == [0, 1]
+    for run_ in res["runs"]:
+        assert run_["errors"] == []
+        got = sorted((row["setting"], row["strategy"]) for row in run_["rows"])
+        assert got == sorted((s, k) for s, ks in DC.STRATEGIES.items() for k in ks)
+
+def test_units_add_up_and_match_the_plan(run):
+    _, out = run
+    res = json.loads((out/"device_check.json").read_text())
+    for row in (row for r in res["runs"] for row in r["rows"]):
+        units = row["units"]
+        assert units and row["memory_source"].startswith("torch MemTracker")
+        assert sum(u["bytes_gathered"] for u in units) == row["bytes_gathered"]
+        assert row["bytes_gathered"] == row["predicted_bytes"], row["strategy"]
+        for u in units:
+            assert u["predicted_bytes"] is not None and u["bytes_gathered"] == u["predicted_bytes"], u
+        assert 0 < row["peak_extra"] and max(u["peak_extra"] for u in units) <= row["peak_extra"]
+        if row["strategy"] != "whole": assert row["bytes_gathered"] < row["model_bytes"]
+
+def test_png_has_a_row_per_flavour(run):
+    _, out = run
+    import matplotlib.image as mpimg
+    img = mpimg.imread(out/"device_check.png")
+    h, w = img.shape[:2]
+    assert w >= 1000 and h >= 2 * 300          # two rows (FSDP1, FSDP2) of per-unit and per-strategy panels
+    assert img[..., :3].std() > 0.05             # something is drawn
+
+def test_problems_flag_a_stray_byte_count():
+    row = dict(world_size=2, setting="fsdp1", strategy="per_unit", rank=0, predicted_bytes=1000, bytes_gathered=1100)
+    p, = DC.problems([dict(rows=[row], errors=[])])
+    assert "+10.0%" in p and "fsdp1/per_unit" in p
+    assert DC.problems([dict(rows=[dict(row, bytes_gathered=1040)], errors=[])]) == []   # within 5 %
+    err = dict(world_size=1, setting="fsdp1", rank=0, error="AttributeError: x")
+    assert DC.problems([dict(rows=[], errors=[err])]) == ["world 1 fsdp1 rank 0 failed: AttributeError: x"]
+
+def test_world_sizes():
+    assert DC.world_sizes("cpu", 1) == [2]
+    assert DC.world_sizes("cuda", 8) == [8, 1] and DC.world_sizes("npu", 1) == [1]
+    with pytest.raises(RuntimeError, match="nothing to run on"): DC.world_sizes("cuda", 0)
