@@ -54,12 +54,14 @@ if __name__ == "__main__":
             s, s2 = x["first"], x["second"]
             print(f"{x['layers']:>6}{x['r']:>5}{fmt_bytes(x['model_bytes']):>12}{fmt_bytes(s.lora_bytes):>12}"
                   f"{fmt_bytes(s.file_bytes):>12}{s.seconds * 1e3:>9.0f}{s2.seconds * 1e3:>11.0f}"
-                  f"{fmt_bytes(s.peak_extra):>12}{s.peak_extra / s.lora_bytes:>10.2f}{s.peak_extra / x['model_bytes']:>11.3f}")
+                  f"{fmt_bytes(s.peak_extra):>12}{s.peak_extra / s.lora_bytes:>10.2f}"
+                  f"{s.peak_extra / x['model_bytes']:>11.3f}")
         buckets = [2**16, 2**18, 2**20, 2**22]
         streams = launch(rank_streams, fl, 16, a.hidden, buckets, quiet=True, timeout=1200)[0]
         whole = streams[0]
         print(f"\n== merged stream, {fl}, 16 layers, 2 ranks (rank 0): {fmt_bytes(whole.stream_bytes)} in all ==")
-        print(f"{'buckets':>12}{'n':>5}{'peak extra':>12}{'bound':>12}{'peak/bound':>11}{'peak/unbucketed':>16}{'ms':>7}")
+        print(f"{'buckets':>12}{'n':>5}{'peak extra':>12}{'bound':>12}{'peak/bound':>11}{'peak/unbucketed':>16}"
+              f"{'ms':>7}")
         for p in streams:
             print(f"{p.label.replace(' buckets', ''):>12}{len(p.sizes):>5}{fmt_bytes(p.peak_extra):>12}"
                   f"{fmt_bytes(p.bound):>12}{p.peak_extra / p.bound:>11.2f}{p.peak_extra / whole.peak_extra:>16.2f}"

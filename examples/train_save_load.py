@@ -1,4 +1,4 @@
-"""Fine-tune LoRA under FSDP with torchrun, save the adapter with `save_lora`, then load it with plain peft and generate.
+"""Fine-tune LoRA under FSDP with torchrun, save it with `save_lora`, then load it with plain peft and generate.
 
     # 1. train a few steps on 2 ranks and save the adapter (every rank calls save_lora: it is a collective)
     torchrun --standalone --nproc_per_node 2 examples/train_save_load.py train runs/demo --fsdp fsdp2

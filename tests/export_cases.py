@@ -61,7 +61,8 @@ def torch_full_state(fm, setting:str)->dict:
 def _config(d:Path)->dict:
     "adapter_config.json, with the fields peft keeps as sets (written in set order) sorted."
     c = json.loads((d/E.ADAPTER_CONFIG).read_text())
-    return {k: sorted(v) if k in ("target_modules", "exclude_modules") and isinstance(v, list) else v for k, v in c.items()}
+    sets = ("target_modules", "exclude_modules")
+    return {k: sorted(v) if k in sets and isinstance(v, list) else v for k, v in c.items()}
 
 def check_saved(d:Path, ref, name:str, folder:Path)->dict:
     "Rank 0: the saved adapter against peft's own save of the unwrapped reference, and loaded with plain peft."
@@ -71,7 +72,8 @@ def check_saved(d:Path, ref, name:str, folder:Path)->dict:
     out["file_equal"] = (d/E.ADAPTER_WEIGHTS).read_bytes() == (pdir/E.ADAPTER_WEIGHTS).read_bytes()
     mine, peft_s = _config(d), _config(pdir)
     out["config_equal"] = mine == peft_s
-    out["config_diff"] = {k: (mine.get(k), peft_s.get(k)) for k in set(mine) | set(peft_s) if mine.get(k) != peft_s.get(k)}
+    out["config_diff"] = {k: (mine.get(k), peft_s.get(k)) for k in set(mine) | set(peft_s)
+                          if mine.get(k) != peft_s.get(k)}
     loaded = PeftModel.from_pretrained(tiny_model("llama"), str(d), adapter_name=name)
     out["state_equal"] = _equal(get_peft_model_state_dict(loaded, adapter_name=name),
                                 get_peft_model_state_dict(ref, adapter_name=name))
@@ -119,10 +121,12 @@ def one(folder:str, setting:str)->dict:
     lb, ls = list(E.iter_lora_buckets(fm, bucket_bytes=1536)), list(E.iter_lora(fm))
     res["lora_buckets"] = [sum(E._nbytes(t) for _, t in b) for b in lb]
     res["lora_bucket_single_over"] = all(len(b) == 1 for b in lb if sum(E._nbytes(t) for _, t in b) > 1536)
-    res["lora_concat_equal"] = _equal(dict(kv for b in lb for kv in b), dict(ls)) and \
-        [k for b in lb for k, _ in b] == [k for k, _ in ls] and _equal(dict(sorted(dict(ls).items())), dict(sorted(now.items())))
+    res["lora_concat_equal"] = (_equal(dict(kv for b in lb for kv in b), dict(ls))
+                                and [k for b in lb for k, _ in b] == [k for k, _ in ls]
+                                and _equal(dict(sorted(dict(ls).items())), dict(sorted(now.items()))))
     # merged buckets
-    mb, ms = list(E.buckets(iter_merged_weights(fm, progress=False), 65_536)), list(iter_merged_weights(fm, progress=False))
+    mb = list(E.buckets(iter_merged_weights(fm, progress=False), 65_536))
+    ms = list(iter_merged_weights(fm, progress=False))
     res["merged_buckets"] = [sum(E._nbytes(t) for _, t in b) for b in mb]
     res["merged_bucket_single_over"] = all(len(b) == 1 for b in mb if sum(E._nbytes(t) for _, t in b) > 65_536)
     res["merged_concat_equal"] = [k for b in mb for k, _ in b] == [k for k, _ in ms] and \

@@ -19,12 +19,12 @@ THREE = ("fsdp1-peft", "fsdp2")
 def results():
     out = {}
     for world, settings in ((2, TWO), (3, THREE)):
-        ranks = launch(C.run, tempfile.mkdtemp(prefix="lfk_export_"), settings, nprocs=world, quiet=True, timeout=600)
+        ranks = launch(C.run, tempfile.mkdtemp(prefix="lfk_export_"), settings, nprocs=world, quiet=True,
+                       timeout=600)
         out[world] = [row for rank in ranks for row in rank]
     return out
 
 def _rows(results): return [r for rows in results.values() for r in rows]
-def _rank0(results): return [r for rows in results.values() for r in rows[:len(rows) // max(1, len({x["world"] for x in rows}))]]
 
 def test_every_case_ran(results):
     errors = [f"{r['setting']} (world {r.get('world')}):\n{r['error']}" for r in _rows(results) if "error" in r]
@@ -39,8 +39,8 @@ def test_saved_adapter_is_peft_s(results, check):
     rows = _zero(results)
     assert len(rows) == len(TWO) + len(THREE)
     assert all(r["ref_keys_ok"] and r["b_nonzero"] for r in rows)
-    bad = [(r["setting"], r["world"], name, r[name].get("config_diff")) for r in rows for name in ("default", C.SECOND) if name in r
-           and not r[name][check]]
+    bad = [(r["setting"], r["world"], name, r[name].get("config_diff"))
+           for r in rows for name in ("default", C.SECOND) if name in r and not r[name][check]]
     assert not bad, f"{check} fails for {bad}"
 
 def test_named_adapter(results):
