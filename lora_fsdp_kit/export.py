@@ -20,8 +20,8 @@ from peft import PeftModel, get_peft_model_state_dict
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from .gather import (GatherEngine, MissingLoraError, check_collected, fsdp_flavour, gather_engine, gather_lora,
-                     iter_merged_weights)
+from .gather import (GatherEngine, MissingLoraError, check_collected, fsdp_flavour, gather_engine,
+                                  gather_lora, iter_merged_weights)
 from .models import fmt_bytes
 
 # %% auto #0
