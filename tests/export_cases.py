@@ -1,0 +1,162 @@
+"""Rank-side cases for tests/test_export.py: train under FSDP, save, compare with peft and torch, load, stream."""
+from __future__ import annotations
+
+import errno, json, time, traceback
+from pathlib import Path
+from unittest import mock
+
+import torch
+import torch.distributed as dist
+from peft import LoraConfig, PeftModel, get_peft_model_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+import lora_fsdp_kit.export as E
+from lora_fsdp_kit import plan as P
+from lora_fsdp_kit.gather import gather_lora, iter_merged_weights
+from lora_fsdp_kit.memory import AllGatherCounter
+from lora_fsdp_kit.models import tiny_model
+
+# (name, FSDP flavour, policy, use_orig_params, second adapter?)
+SETTINGS = {
+    "fsdp1-peft": ("fsdp1", "peft", False, False),        # peft's own policy: LoRA leaves are units (flat params)
+    "fsdp1-guarded": ("fsdp1", "guarded", True, False),   # lambda | layers | size, guarded: LoRA inside size units
+    "fsdp1-layers": ("fsdp1", "layer", True, True),       # decoder layers, use_orig_params=True, two adapters
+    "fsdp2": ("fsdp2", "peft", None, True),               # FSDP2 on peft's units, two adapters
+}
+SECOND = "second"
+
+def build(setting:str, perturb:bool=True):
+    "The tiny llama with LoRA (and a second, named adapter); `perturb`: the second adapter gets other values."
+    pm = P.tiny_lora_model("llama")
+    if SETTINGS[setting][3]:
+        pm.add_adapter(SECOND, LoraConfig(r=2, lora_alpha=8, target_modules=["k_proj", "o_proj"]))
+        g = torch.Generator().manual_seed(7 if perturb else 8)
+        with torch.no_grad():
+            for n, p in pm.named_parameters():
+                if f".{SECOND}." in n: p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    return pm
+
+def wrap(pm, setting:str):
+    flavour, kind, orig, _ = SETTINGS[setting]
+    pol = {"peft": lambda: P.peft_wrap_policy(pm), "guarded": lambda: P.lora_wrap_policy(pm, min_num_params=20_000),
+           "layer": lambda: P.layer_wrap_policy(pm)}[kind]()
+    return P.wrap_fsdp1(pm, pol, use_orig_params=orig) if flavour == "fsdp1" else P.wrap_fsdp2_like(pm, pol)
+
+def _equal(a:dict, b:dict)->bool: return list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+def _files(d:Path)->dict: return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+def _logits(m): 
+    with torch.no_grad(): return m(input_ids=torch.arange(12).reshape(2, 6)).logits
+
+def torch_full_state(fm, setting:str)->dict:
+    "Every parameter, full, on rank 0, gathered by torch itself (FSDP2: get_model_state_dict; FSDP1: summon)."
+    if SETTINGS[setting][0] == "fsdp2":
+        return get_model_state_dict(fm, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    # (torch's get_model_state_dict fails on these FSDP1 models, before any gather: "setStorage ... out of bounds")
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp._common_utils import clean_tensor_name
+    with FSDP.summon_full_params(fm, writeback=False, rank0_only=True):
+        if dist.get_rank() != 0: return {}
+        return {clean_tensor_name(n): p.detach().clone() for n, p in fm.named_parameters()}
+
+def _config(d:Path)->dict:
+    "adapter_config.json, with the fields peft keeps as sets (written in set order) sorted."
+    c = json.loads((d/E.ADAPTER_CONFIG).read_text())
+    sets = ("target_modules", "exclude_modules")
+    return {k: sorted(v) if k in sets and isinstance(v, list) else v for k, v in c.items()}
+
+def check_saved(d:Path, ref, name:str, folder:Path)->dict:
+    "Rank 0: the saved adapter against peft's own save of the unwrapped reference, and loaded with plain peft."
+    out = {}
+    ref.save_pretrained(str(folder), selected_adapters=[name])
+    pdir = folder if name == "default" else folder/name
+    out["file_equal"] = (d/E.ADAPTER_WEIGHTS).read_bytes() == (pdir/E.ADAPTER_WEIGHTS).read_bytes()
+    mine, peft_s = _config(d), _config(pdir)
+    out["config_equal"] = mine == peft_s
+    out["config_diff"] = {k: (mine.get(k), peft_s.get(k)) for k in set(mine) | set(peft_s)
+                          if mine.get(k) != peft_s.get(k)}
+    loaded = PeftModel.from_pretrained(tiny_model("llama"), str(d), adapter_name=name)
+    out["state_equal"] = _equal(get_peft_model_state_dict(loaded, adapter_name=name),
+                                get_peft_model_state_dict(ref, adapter_name=name))
+    ref.set_adapter(name)
+    out["logits_equal"] = torch.equal(_logits(loaded), _logits(ref))
+    ref.set_adapter("default")
+    return out
+
+def one(folder:str, setting:str)->dict:
+    rank, res, t0 = dist.get_rank(), dict(setting=setting, world=dist.get_world_size()), time.perf_counter()
+    two = SETTINGS[setting][3]
+    d = Path(folder)/setting
+    fm = wrap(build(setting), setting)
+    res["losses"] = E.train_steps(fm, 3)
+    res["save"] = E.measure_save(fm, d/"adapter")
+    if two: E.save_lora(fm, d/SECOND, adapter_name=SECOND)
+    # an independent reference: torch's own full state dict of the sharded model, in an unwrapped copy
+    full = torch_full_state(fm, setting)
+    if rank == 0:
+        ref = build(setting, perturb=False)
+        missing, unexpected = ref.load_state_dict(full, strict=False)
+        res["ref_keys_ok"] = not missing and not unexpected
+        res["default"] = check_saved(d/"adapter", ref, "default", d/"peft")
+        if two: res[SECOND] = check_saved(d/SECOND, ref, SECOND, d/"peft2")
+        res["b_nonzero"] = all(v.abs().sum() > 0 for k, v in full.items() if "lora_B.default" in k)
+    del full
+    trained = gather_lora(fm, progress=False)
+    # load into a freshly wrapped model: no collective, then equal bit for bit, then the same next steps
+    fresh = wrap(build(setting, perturb=False), setting)
+    res["differs_before"] = not _equal(gather_lora(fresh, progress=False), trained)
+    with AllGatherCounter() as c:
+        res["loaded"] = E.load_lora(fresh, d/"adapter")
+        if two: E.load_lora(fresh, d/SECOND, adapter_name=SECOND)
+    res["load_collectives"] = c.calls
+    res["load_equal"] = _equal(gather_lora(fresh, progress=False), trained)
+    if two: res["second_load_equal"] = _equal(gather_lora(fresh, progress=False, adapter_name=SECOND),
+                                              gather_lora(fm, progress=False, adapter_name=SECOND))
+    res["next"] = (E.train_steps(fm, 2, start=3), E.train_steps(fresh, 2, start=3))
+    # rank0_only buckets: rank 0 gets every tensor, the others take part and get none
+    b0 = list(E.iter_lora_buckets(fm, bucket_bytes=1536, rank0_only=True))
+    now = gather_lora(fm, progress=False)
+    res["rank0_only_ok"] = (dict(kv for b in b0 for kv in b).keys() == now.keys() and
+                            all(torch.equal(t, now[k]) for b in b0 for k, t in b)) if rank == 0 else b0 == []
+    # LoRA buckets: none over the limit, concatenated equal to the stream and to gather_lora
+    lb, ls = list(E.iter_lora_buckets(fm, bucket_bytes=1536)), list(E.iter_lora(fm))
+    res["lora_buckets"] = [sum(E._nbytes(t) for _, t in b) for b in lb]
+    res["lora_bucket_single_over"] = all(len(b) == 1 for b in lb if sum(E._nbytes(t) for _, t in b) > 1536)
+    res["lora_concat_equal"] = (_equal(dict(kv for b in lb for kv in b), dict(ls))
+                                and [k for b in lb for k, _ in b] == [k for k, _ in ls]
+                                and _equal(dict(sorted(dict(ls).items())), dict(sorted(now.items()))))
+    # merged buckets
+    mb = list(E.buckets(iter_merged_weights(fm, progress=False), 65_536))
+    ms = list(iter_merged_weights(fm, progress=False))
+    res["merged_buckets"] = [sum(E._nbytes(t) for _, t in b) for b in mb]
+    res["merged_bucket_single_over"] = all(len(b) == 1 for b in mb if sum(E._nbytes(t) for _, t in b) > 65_536)
+    res["merged_concat_equal"] = [k for b in mb for k, _ in b] == [k for k, _ in ms] and \
+        all(torch.equal(a, b) for (_, a), (_, b) in zip([kv for b in mb for kv in b], ms))
+    del mb, ms
+    res["streams"] = [E.measure_stream(fm, b) for b in (None, 65_536, 262_144)]
+    res["lora_stream"] = E.measure_stream(fm, 1536, what="lora")
+    # interrupted saves: rank 1 fails right after the gather while rank 0 writes; rank 0's disk fills up
+    before = _files(d/"adapter")
+    real = E._lora_state_dict
+    def fail_after_gather(*a, **k):
+        real(*a, **k); raise RuntimeError("injected failure on rank 1")
+    def disk_full(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"\0" * 64); raise OSError(errno.ENOSPC, "No space left on device")
+    res["interrupted"] = []
+    for who, target, fake in ((1, "_lora_state_dict", fail_after_gather), (0, "save_file", disk_full)):
+        with mock.patch.object(E, target, fake) if rank == who else mock.patch.object(E, "_rank", E._rank):
+            try: E.save_lora(fm, d/"adapter"); msg = None
+            except E.SaveError as e: msg = str(e)
+        res["interrupted"].append(dict(who=who, message=msg, intact=_files(d/"adapter") == before,
+                                       leftovers=sorted(p.name for p in d.iterdir() if p.name.startswith("."))))
+    E.save_lora(fm, d/"adapter")   # and a save that works replaces it
+    res["replaced"] = _files(d/"adapter") != before
+    res["seconds"] = time.perf_counter() - t0
+    return res
+
+def run(folder:str, settings:tuple)->list[dict]:
+    "All `settings`, in one launch."
+    out = []
+    for s in settings:
+        try: out.append(one(folder, s))
+        except Exception: out.append(dict(setting=s, error=traceback.format_exc()))
+    return out

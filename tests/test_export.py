@@ -1,0 +1,89 @@
+"""save_lora from FSDP1 (peft's policy with flat parameters, the guarded policy, decoder layers with
+use_orig_params=True) and FSDP2 after real optimizer steps writes the same adapter file as peft's own
+save_pretrained of an unwrapped copy holding torch's full state dict, which plain peft loads bit for bit;
+load_lora writes each rank's shard with no collective and resumes to the same losses; interrupted saves keep the
+old adapter and raise on every rank; buckets respect their limit, concatenate to the unbucketed stream, and keep
+the measured peak within one unit + one bucket — on 2 gloo ranks, and FSDP1/FSDP2 cases on 3."""
+import os, sys, tempfile
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # spawned ranks inherit sys.path
+import export_cases as C
+from lora_fsdp_kit.launch import launch
+
+TWO = tuple(C.SETTINGS)
+THREE = ("fsdp1-peft", "fsdp2")
+
+@pytest.fixture(scope="module")
+def results():
+    out = {}
+    for world, settings in ((2, TWO), (3, THREE)):
+        ranks = launch(C.run, tempfile.mkdtemp(prefix="lfk_export_"), settings, nprocs=world, quiet=True,
+                       timeout=600)
+        out[world] = [row for rank in ranks for row in rank]
+    return out
+
+def _rows(results): return [r for rows in results.values() for r in rows]
+
+def test_every_case_ran(results):
+    errors = [f"{r['setting']} (world {r.get('world')}):\n{r['error']}" for r in _rows(results) if "error" in r]
+    assert not errors, "\n".join(errors)
+    assert {r["setting"] for r in results[2]} == set(TWO) and {r["setting"] for r in results[3]} == set(THREE)
+    assert len(results[2]) == 2 * len(TWO) and len(results[3]) == 3 * len(THREE)
+
+def _zero(results): return [r for r in _rows(results) if "default" in r]   # rank 0 rows carry peft's checks
+
+@pytest.mark.parametrize("check", ["file_equal", "config_equal", "state_equal", "logits_equal"])
+def test_saved_adapter_is_peft_s(results, check):
+    rows = _zero(results)
+    assert len(rows) == len(TWO) + len(THREE)
+    assert all(r["ref_keys_ok"] and r["b_nonzero"] for r in rows)
+    bad = [(r["setting"], r["world"], name, r[name].get("config_diff"))
+           for r in rows for name in ("default", C.SECOND) if name in r and not r[name][check]]
+    assert not bad, f"{check} fails for {bad}"
+
+def test_named_adapter(results):
+    rows = [r for r in _zero(results) if C.SETTINGS[r["setting"]][3]]
+    assert {r["setting"] for r in rows} == {"fsdp1-layers", "fsdp2"}
+    assert all(all(v for k, v in r[C.SECOND].items() if k != "config_diff") for r in rows)
+    assert all(r["second_load_equal"] for r in _rows(results) if C.SETTINGS[r["setting"]][3])
+
+def test_load_writes_own_shard_and_resumes(results):
+    for r in _rows(results):
+        key = (r["setting"], r["world"])
+        assert r["differs_before"] and r["load_equal"], key
+        assert r["loaded"] == 8 and r["load_collectives"] == 0, key
+        assert r["next"][0] == r["next"][1], (key, r["next"])    # same loss at the next step and after it
+
+def test_rank0_only(results):
+    assert all(r["rank0_only_ok"] for r in _rows(results))
+
+def test_interrupted_save_keeps_the_old_adapter(results):
+    for r in _rows(results):
+        for i in r["interrupted"]:
+            assert i["message"] is not None, (r["setting"], i)            # every rank raised
+            assert f"failed on rank(s) [{i['who']}]" in i["message"] and "was left as it was" in i["message"], i
+            assert i["intact"] and i["leftovers"] == [], (r["setting"], i)
+        assert r["replaced"]
+
+def test_buckets(results):
+    for r in _rows(results):
+        assert r["lora_bucket_single_over"] and r["merged_bucket_single_over"], r["setting"]
+        assert r["lora_concat_equal"] and r["merged_concat_equal"], r["setting"]
+        assert len(r["merged_buckets"]) > 2 and len(r["lora_buckets"]) > 2
+
+def test_bucket_peak_within_bound(results):
+    for r in _rows(results):
+        whole, *bucketed = r["streams"]
+        for p in bucketed + [r["lora_stream"]]:
+            assert p.within_bound, (r["setting"], r["world"], p, p.bound)
+            assert p.peak_extra < whole.peak_extra, (r["setting"], p, whole)
+        assert whole.peak_extra >= whole.stream_bytes        # unbucketed: the whole model is held at once
+
+def test_save_holds_only_lora(results):
+    for r in _rows(results):
+        s = r["save"]
+        # the LoRA tensors kept on rank 0, plus one unit being gathered; never the model
+        assert s.peak_extra <= s.lora_bytes + s.largest_lora_unit, (r["setting"], r["world"], s)
+        assert s.file_bytes > s.lora_bytes
