@@ -22,6 +22,7 @@ from safetensors.torch import save_file
 
 from .gather import (GatherEngine, MissingLoraError, check_collected, fsdp_flavour, gather_engine,
                                   gather_lora, iter_merged_weights)
+from .doctor import require
 from .models import fmt_bytes
 
 # %% auto #0
@@ -124,6 +125,7 @@ def write_adapter(model:nn.Module,              # the peft model the tensors com
     cfg.inference_mode = True
     auto = None
     if cfg.task_type is None:   # peft then records the base model class, to rebuild the right PeftModel class
+        require("peft:PeftModel._get_base_model_class")   # private: checked by `doctor`
         cls = _unsharded_class(pm._get_base_model_class(is_prompt_tuning=cfg.is_prompt_learning))
         auto = {"base_model_class": cls.__name__, "parent_library": cls.__module__}
     try: cfg.save_pretrained(str(folder), auto_mapping_dict=auto)
@@ -236,6 +238,9 @@ class ShardWriter:
         else: self._write_flat(unit, op, full)                         # FSDP1
 
     def _write_flat(self, unit, op, full:torch.Tensor):
+        # FSDP1's shard bookkeeping is private: `doctor` checks it, and a missing piece raises its message here
+        require("torch.distributed.fsdp._flat_param:_ShardParamInfo",
+                "torch.distributed.fsdp._flat_param:FlatParamHandle.is_sharded")
         h = unit.module._handle
         fp = h.flat_param
         if h.uses_sharded_strategy and not h.is_sharded(fp):
@@ -457,11 +462,12 @@ def plot_streams(profiles:list[StreamProfile],  # `measure_stream` results, e.g.
                  title:str|None=None,
                 ):                              # a matplotlib Figure
     "Timeline of extra memory per stream, and peak vs bound (largest unit + one bucket) per stream."
-    import matplotlib.pyplot as plt
+    from .figures import new_figure
     if not profiles: raise ValueError("plot_streams needs at least one StreamProfile")
     top = max(max(p.peak_extra, p.bound) for p in profiles)
     unit, scale = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)) if top >= 2 * s), ("B", 1))
-    fig, (ax_t, ax_p) = plt.subplots(1, 2, figsize=(13, 4.8), layout="constrained", width_ratios=[1.6, 1])
+    fig = new_figure(figsize=(13, 4.8))   # displays itself in Jupyter (see `lora_fsdp_kit.figures`)
+    ax_t, ax_p = fig.subplots(1, 2, width_ratios=[1.6, 1])
     for i, p in enumerate(profiles):
         if not p.timeline: continue
         T = max(p.timeline[-1][0], 1e-9)
