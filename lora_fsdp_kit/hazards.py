@@ -22,7 +22,7 @@ from .platform import get_platform
 __all__ = ['SWITCH_CONFIG', 'HAZARD_MODELS', 'STATUS_ENV', 'BranchExpert', 'BranchBlock', 'BranchLM', 'branch_lora_model',
            'switch_lora_model', 'hazard_batch', 'hazard_loss', 'CollectiveOrderError', 'CollectiveEvent',
            'check_collective_order', 'hazard_case', 'hazard_cases', 'hazard_reference', 'hazard_outcome',
-           'first_divergence', 'plot_collective_orders']
+           'guard_overhead', 'first_divergence', 'plot_collective_orders']
 
 # %% ../nbs/10_hazards.ipynb #hzx00001
 class BranchExpert(nn.Module):
@@ -288,9 +288,9 @@ def _lora_after(model:nn.Module)->dict[str, torch.Tensor]:
 def hazard_case(name:str,            # "branch", "branch_drop", "switch" or "llama"
                 spec:dict,           # a plan fidelity configuration (flavour, policy, targets, ...)
                 same:bool=False,     # every rank gets rank 0's batch
-                guard:bool=False,    # run the step under `check_collective_order`
+                guard:bool=False,    # compare ranks with `check_collective_order` (the sequence is recorded anyway)
                 lr:float=0.5,        # SGD learning rate (large, so a wrong gradient shows after one step)
-                timeout:float=20.0,  # seconds a collective (and the guard) may wait before failing
+                wait:float=20.0,     # seconds a collective (and the guard) may wait before failing
                )->dict:
     "Inside a rank: one SGD step of `name` wrapped as `spec` on this rank's data; loss, LoRA after it, collectives."
     from torch.distributed.device_mesh import DeviceMesh
@@ -298,7 +298,7 @@ def hazard_case(name:str,            # "branch", "branch_drop", "switch" or "lla
     # a fresh group with a short timeout per case: a mismatching case fails instead of hanging the rest; the
     # barrier on the default group waits for a rank still failing out of the previous case
     dist.barrier()
-    pg = dist.new_group(timeout=datetime.timedelta(seconds=timeout))
+    pg = dist.new_group(timeout=datetime.timedelta(seconds=wait))
     res = dict(name=name, spec=spec, same=same, guard=guard, loss=None, lora=None, events=[], error=None,
                findings=sorted({f.check for f in plan_from_spec(_build(name), spec).check() if f.severity == "error"}),
                seconds=None, guard_seconds=0.0)
@@ -310,7 +310,7 @@ def hazard_case(name:str,            # "branch", "branch_drop", "switch" or "lla
         model = wrap_from_spec(model, spec, **kw)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
     ids = hazard_batch(_data_kind(name), rank, same)
-    g = check_collective_order(model, compare=guard, timeout=timeout)
+    g = check_collective_order(model, compare=guard is True, timeout=wait)
     try:
         t0 = time.perf_counter()
         with g:
@@ -354,6 +354,34 @@ def hazard_outcome(ranks:list[dict],   # one case's result on every rank
         if any(not torch.allclose(torch.as_tensor(r["lora"][k]), ref["lora"][k].float(), atol=atol)
                for k in ref["lora"]): return "wrong"
     return "right"
+
+# %% ../nbs/10_hazards.ipynb #hzovh001
+def guard_overhead(name:str="switch",   # a hazard model
+                   spec:dict|None=None, # its wrapping (default: LoRA leaves as FSDP1 units, the most collectives)
+                   steps:int=5,         # timed steps each way (after one warm-up step)
+                  )->dict:
+    "Inside a rank: seconds per forward+backward with and without the guard on identical data (no divergence)."
+    from torch.distributed.device_mesh import DeviceMesh
+    spec = spec or dict(policy="lora", use_orig_params=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = wrap_from_spec(_build(name), spec)
+    ids = hazard_batch(_data_kind(name), 0, same=True)
+    def step(guard):
+        with (check_collective_order(model, step=i) if guard else contextlib.nullcontext()) as g:
+            hazard_loss(model, name, ids).backward()
+        return g
+    times = {False: [], True: []}
+    n = 0
+    for i in range(1 + steps):
+        for guard in (False, True):
+            dist.barrier(); t0 = time.perf_counter(); g = step(guard); t = time.perf_counter() - t0
+            if i: times[guard].append(t)
+            if guard: n = len(g.events)
+    off, on = sorted(times[False])[steps // 2], sorted(times[True])[steps // 2]   # medians
+    return dict(model=name, collectives=n, off_s=off, on_s=on, per_collective_ms=(on - off) / max(n, 1) * 1e3,
+                ratio=on / off)
+
 
 # %% ../nbs/10_hazards.ipynb #hzx00009
 def _short(key:str)->str:
