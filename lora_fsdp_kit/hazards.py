@@ -72,7 +72,8 @@ def branch_lora_model(drop_odd:bool=False, # skip the last block on batches of o
     torch.manual_seed(0)
     return add_lora(BranchLM(drop_odd=drop_odd), r=r, alpha=2*r, target_modules=("up", "down"))
 
-SWITCH_CONFIG = dict(model_type="switch_transformers", architectures=["SwitchTransformersForConditionalGeneration"], vocab_size=128, d_model=32, d_kv=8, d_ff=32, num_layers=1,
+SWITCH_CONFIG = dict(model_type="switch_transformers", architectures=["SwitchTransformersForConditionalGeneration"],
+                     vocab_size=128, d_model=32, d_kv=8, d_ff=32, num_layers=1,
                      num_decoder_layers=1, num_heads=2, num_experts=4, expert_capacity=64, router_jitter_noise=0.0,
                      encoder_sparse_step=1, decoder_sparse_step=1, dropout_rate=0.0, decoder_start_token_id=0,
                      pad_token_id=0, eos_token_id=1)
@@ -98,7 +99,8 @@ def hazard_batch(model:str,        # "branch", "switch" or "llama"
     if model == "llama": return torch.randint(1, 500, (1, 5 + 3 * r), generator=g)   # unpadded, unequal lengths
     raise ValueError(f"unknown hazard model {model!r}; use 'branch', 'switch' or 'llama'")
 
-HAZARD_MODELS = {"branch": functools.partial(branch_lora_model), "branch_drop": functools.partial(branch_lora_model, True),
+HAZARD_MODELS = {"branch": functools.partial(branch_lora_model),
+                 "branch_drop": functools.partial(branch_lora_model, True),
                  "switch": functools.partial(switch_lora_model)}
 
 def _build(name:str)->nn.Module:
@@ -179,8 +181,8 @@ class check_collective_order:
                     full = ".".join(s for s in (mods.get(fp._module_info.module, "?"), fp._module_info.param_name) if s)
                     self._fsdp2[id(fp)] = (unit, full[len(unit) + 1:] if unit else full, fp._orig_size.numel())
         if not self._fsdp1 and not self._fsdp2:
-            raise ValueError(f"check_collective_order needs an FSDP1- or FSDP2-wrapped model; {type(self.model).__name__} "
-                             "has no FSDP units (wrap it first)")
+            raise ValueError(f"check_collective_order needs an FSDP1- or FSDP2-wrapped model; "
+                             f"{type(self.model).__name__} has no FSDP units (wrap it first)")
 
 # %% ../nbs/10_hazards.ipynb #hzx00005
 @patch

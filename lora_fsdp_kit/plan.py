@@ -360,7 +360,8 @@ def expert_modules(model:nn.Module)->list[tuple[str, str]]:
             if len(experts) < 2 or len({type(e) for e in experts}) != 1: continue
             routers = [rn for rn, r in kids if type(r) is not type(box) and len(experts) in _row_counts(r)]
             if not routers and "expert" not in (cn + type(box).__name__).lower(): continue
-            why = f"an expert of the MoE block {names[block] or '<root>'!r}" + (f", routed by {routers[0]!r}" if routers else "")
+            why = (f"an expert of the MoE block {names[block] or '<root>'!r}"
+                   + (f", routed by {routers[0]!r}" if routers else ""))
             out += [(names[e], why) for e in experts]
             found.update(m for e in experts for m in e.modules())
     return out
@@ -415,7 +416,8 @@ def check_plan(plan:Plan)->list[Finding]:
         if u.n_lora and not any(is_lora_name(n) for n in u.local_names()):
             out.append(Finding("warning", "lora-name-hidden", u.name,
                 f"its {u.n_lora} LoRA tensor(s) are named {list(u.local_names())} inside the unit: a collector that "
-                "filters a unit's own parameter names by 'lora_' (the RL framework's) skips it and returns nothing; filter "
+                "filters a unit's own parameter names by 'lora_' (the RL framework's) skips it and returns nothing; "
+                "filter "
                 "full clean names (clean_name(unit) + '.' + name) or do not wrap LoRA leaves (lora_leaves=False)"))
         # 3. LoRA tensors in the root unit
         if u.is_root and u.n_lora:
@@ -479,7 +481,8 @@ def check_plan(plan:Plan)->list[Finding]:
             if inside:
                 out.append(Finding("error", "rank-divergent-grads", u.name,
                     f"FSDP2 reduce-scatters only the parameters that got a gradient, and the trainable parameters in "
-                    f"{inside[:3]}{' …' if len(inside) > 3 else ''} get one only on ranks whose data reach them: ranks "
+                    f"{inside[:3]}{' …' if len(inside) > 3 else ''} get one only on ranks whose data reach them: "
+                    "ranks "
                     "reduce-scatter different sets (a mismatch, or gradients mixed across experts); fix: give each a "
                     "gradient on every rank every step (add 0.0 * their sum to the loss), or FSDP1 with layer units"))
     # 8. LoRA leaf units under mixed precision / DoRA (FSDP1): peft reads the adapter weights outside their forward
@@ -497,8 +500,8 @@ def check_plan(plan:Plan)->list[Finding]:
         for u in leaves:
             out.append(Finding("error", "dora-lora-leaf", u.name,
                 "DoRA reads lora_A/lora_B weights outside their own forward (for the weight norm), where FSDP1 with "
-                "use_orig_params=True shows them as shards: the first forward fails (IndexError); fix: keep LoRA inside "
-                "the layer units (lora_leaves=False), or use_orig_params=False"))
+                "use_orig_params=True shows them as shards: the first forward fails (IndexError); fix: keep LoRA "
+                "inside the layer units (lora_leaves=False), or use_orig_params=False"))
     return out
 
 # %% ../nbs/03_plan.ipynb #831629b7
