@@ -21,7 +21,7 @@ def main(argv=None):
         r = launch(H.guard_overhead, name, spec, a.steps, quiet=True, timeout=600)[0]
         print(f"{name:7s} {str(spec):55s} {r['collectives']:4d} collectives: {r['off_s']*1e3:8.1f} ms -> "
               f"{r['on_s']*1e3:8.1f} ms per step (x{r['ratio']:.2f}, {r['per_collective_ms']:.2f} ms per collective)"
-              f"  [{time.perf_counter() - t0:.0f} s]")
+              f"; one store round {r['round_ms']:.2f} ms  [{time.perf_counter() - t0:.0f} s]")
 
 
 if __name__ == "__main__":

@@ -381,8 +381,15 @@ def guard_overhead(name:str="switch",   # a hazard model
             if i: times[guard].append(t)
             if guard: n = len(g.events)
     off, on = sorted(times[False])[steps // 2], sorted(times[True])[steps // 2]   # medians
+    # the guard's own cost per collective, apart from the model's compute: one store round (publish, read the others)
+    g = check_collective_order(model, step=-1)
+    g.rank, g.world, g.prefix = dist.get_rank(), dist.get_world_size(), "lfk_order/round_trip"
+    g.store = dist.distributed_c10d._get_default_store()
+    dist.barrier(); t0 = time.perf_counter()
+    for i in range(200): g._agree(i, "x")
+    round_ms = (time.perf_counter() - t0) / 200 * 1e3
     return dict(model=name, collectives=n, off_s=off, on_s=on, per_collective_ms=(on - off) / max(n, 1) * 1e3,
-                ratio=on / off)
+                ratio=on / off, round_ms=round_ms)
 
 
 # %% ../nbs/10_hazards.ipynb #hzx00009
