@@ -23,9 +23,10 @@ from .models import fmt_bytes, fmt_count
 __all__ = ['WRAPPER_SEGMENTS', 'LORA_PREFIX', 'clean_name', 'join_name', 'is_lora_name', 'is_trainable_leaf', 'WrapPolicy',
            'module_classes_in', 'resolve_layer_classes', 'lora_wrap_policy', 'peft_wrap_policy', 'layer_wrap_policy',
            'size_wrap_policy', 'tiny_lora_model', 'dtype_itemsize', 'ParamInfo', 'Unit', 'Finding', 'Plan',
-           'check_plan', 'plan_summary', 'plan_text', 'plan_html', 'policy_parts', 'fsdp1_unit_modules', 'plan_fsdp1',
-           'resolve_targets', 'plan_fsdp2', 'wrap_fsdp1', 'wrap_fsdp2', 'wrap_fsdp2_like', 'units_of', 'planned_units',
-           'policy_from_spec', 'plan_from_spec', 'wrap_from_spec', 'fidelity_check']
+           'expert_modules', 'conditional_modules', 'mixed_precision_dtype', 'check_plan', 'plan_summary', 'plan_text',
+           'plan_html', 'policy_parts', 'fsdp1_unit_modules', 'plan_fsdp1', 'resolve_targets', 'plan_fsdp2',
+           'wrap_fsdp1', 'wrap_fsdp2', 'wrap_fsdp2_like', 'units_of', 'planned_units', 'policy_from_spec',
+           'plan_from_spec', 'wrap_from_spec', 'fidelity_check']
 
 # %% ../nbs/03_plan.ipynb #596fab4f
 WRAPPER_SEGMENTS = (FSDP_WRAPPED_MODULE, _CHECKPOINT_WRAPPED_MODULE, "_orig_mod")
@@ -46,7 +47,7 @@ def is_lora_name(name:str)->bool:
     return any(seg.startswith(LORA_PREFIX) for seg in name.split("."))
 
 def is_trainable_leaf(module:nn.Module)->bool:
-    "The lambda rule of upstream and peft: a leaf module whose `weight` requires grad (each LoRA A/B linear)."
+    "The lambda rule of the RL framework's collector and of peft: a leaf module whose `weight` requires grad (each LoRA A/B linear)."
     return (len(list(module.named_children())) == 0 and getattr(module, "weight", None) is not None
             and module.weight.requires_grad)
 
@@ -108,8 +109,8 @@ def resolve_layer_classes(model:nn.Module, layer_cls:str|Iterable[type|str]|None
 
 # %% ../nbs/03_plan.ipynb #0977ce63
 _GUARD_WHY = ("min_num_params > 0, and a lambda part together with a size part nests LoRA leaf units inside size "
-              "units (the upstream guard: with unpadded batches ranks all-gather in different orders and NCCL "
-              "deadlocks)")
+              "units, so a recursive per-unit gather all-gathers each leaf twice (the guard of the RL framework's "
+              "per-unit collector this kit was first written for)")
 
 def _lambda_part(): return functools.partial(fsdp_wrap.lambda_auto_wrap_policy, lambda_fn=is_trainable_leaf)
 def _layer_part(classes): return functools.partial(fsdp_wrap.transformer_auto_wrap_policy,
@@ -122,7 +123,7 @@ def lora_wrap_policy(model:nn.Module,                        # the (peft) model 
                      layer_cls:str|Iterable[type|str]|None="auto",  # layer classes, "auto", or None for none
                      lora_leaves:bool=True,                  # add the lambda part (LoRA leaves as units)
                     )->WrapPolicy:
-    "The FSDP1 auto-wrap policy of the upstream fix: lambda LoRA leaves | layers | size, guarded."
+    "The guarded FSDP1 auto-wrap policy of the RL framework's collector: lambda LoRA leaves | layers | size, guarded."
     if min_num_params < 0: raise ValueError(f"min_num_params must be >= 0, got {min_num_params}")
     classes = resolve_layer_classes(model, layer_cls)
     parts, left_out = [], []
@@ -185,6 +186,7 @@ def tiny_lora_model(name:str="llama",                  # a `models.tiny_model` n
                     autocast_adapter_dtype:bool=True,  # peft's default: fp32 adapters on a bf16 base
                     device:str="cpu",
                     config_overrides:dict|None=None,   # change fields of the shipped tiny config (e.g. tie_word_embeddings)
+                    lora_kwargs:dict|None=None,        # further LoraConfig fields (use_dora, modules_to_save)
                    )->nn.Module:
     "A tiny model of the kit's zoo with LoRA, for plans and fidelity runs (a picklable factory via `partial`)."
     from lora_fsdp_kit import models
@@ -192,6 +194,12 @@ def tiny_lora_model(name:str="llama",                  # a `models.tiny_model` n
         m = models.model_from_config({**models.shipped_config(name), **config_overrides}, device=device,
                                      dtype=getattr(torch, dtype))
     else: m = models.tiny_model(name, device=device, dtype=getattr(torch, dtype))
+    if lora_kwargs:   # options `models.add_lora` does not take: peft itself, seeded; lora_B stays zero (peft's init)
+        from peft import LoraConfig, get_peft_model
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            return get_peft_model(m, LoraConfig(r=r, lora_alpha=2*r, target_modules=list(target_modules), **lora_kwargs),
+                                  autocast_adapter_dtype=autocast_adapter_dtype)
     return models.add_lora(m, r=r, alpha=2*r, target_modules=tuple(target_modules), modules=modules,
                            autocast_adapter_dtype=autocast_adapter_dtype)
 
@@ -279,6 +287,9 @@ class Plan:
     units: tuple[Unit, ...]          # in creation order: children first, the root last
     ignored: tuple[str, ...] = ()    # clean names of ignored parameters
     tied: tuple[tuple[str, ...], ...] = ()  # names of one shared (tied) parameter used by more than one unit
+    mixed_precision: str|None = None # the dtype FSDP casts parameters to for compute (None: no mixed precision)
+    conditional: tuple[tuple[str, str], ...] = ()  # (module, why): modules that may not run on every rank each step
+    copied: tuple[tuple[str, str], ...] = ()       # (parameter, unit): tied parameters FSDP1 flattens again as a copy
 
     def __getitem__(self, name:str)->Unit:
         for u in self.units:
@@ -324,10 +335,66 @@ class Plan:
                     nbytes=self.nbytes, lora_numel=self.lora_numel, lora_bytes=self.lora_bytes, n_lora=self.n_lora,
                     largest_unit=self.largest_unit.name, lora_units=[u.name for u in self.lora_units],
                     gather_peak_bytes=self.gather_peak_bytes, gather_total_bytes=self.gather_total_bytes,
-                    ignored=list(self.ignored), tied=[list(t) for t in self.tied], units=[u.to_dict() for u in self.units],
+                    ignored=list(self.ignored), tied=[list(t) for t in self.tied], mixed_precision=self.mixed_precision,
+                    conditional=[list(c) for c in self.conditional], copied=[list(c) for c in self.copied],
+                    units=[u.to_dict() for u in self.units],
                     findings=[f.to_dict() for f in self.check()])
     def __repr__(self)->str: return plan_text(self, max_units=60 if len(self.units) > 80 else None)
     def _repr_html_(self)->str: return plan_html(self)
+
+# %% ../nbs/03_plan.ipynb #c0d1a002
+def _row_counts(m:nn.Module)->set[int]:
+    "First dimensions of the 2-D (non-LoRA) weights in `m` (a router's weight is experts × hidden)."
+    return {p.shape[0] for n, p in m.named_parameters() if p.dim() == 2 and not is_lora_name(n)}
+
+def expert_modules(model:nn.Module)->list[tuple[str, str]]:
+    "(clean name, why) of each expert of every mixture-of-experts block in `model`, found by structure."
+    names = {m: clean_name(n) for n, m in model.named_modules()}
+    out, found = [], set()
+    for block in model.modules():   # parents first: what is inside an expert found already is not searched again
+        if block in found: continue
+        kids = list(block.named_children())
+        for cn, box in kids:
+            if box in found: continue
+            experts = [e for e in box.children() if next(e.parameters(), None) is not None]
+            if len(experts) < 2 or len({type(e) for e in experts}) != 1: continue
+            routers = [rn for rn, r in kids if type(r) is not type(box) and len(experts) in _row_counts(r)]
+            if not routers and "expert" not in (cn + type(box).__name__).lower(): continue
+            why = (f"an expert of the MoE block {names[block] or '<root>'!r}"
+                   + (f", routed by {routers[0]!r}" if routers else ""))
+            out += [(names[e], why) for e in experts]
+            found.update(m for e in experts for m in e.modules())
+    return out
+
+def conditional_modules(model:nn.Module,                           # the model to plan
+                        marks:str|Sequence[str|nn.Module]|None=None, # name globs or modules that may not run everywhere
+                        experts:bool=True,                         # include the detected MoE experts
+                       )->tuple[tuple[str, str], ...]:
+    "(clean name, why) of the modules that may not run on every rank each step: MoE experts and marked modules."
+    out = dict(expert_modules(model)) if experts else {}
+    if isinstance(marks, (str, nn.Module)): marks = [marks]
+    names = {m: clean_name(n) for n, m in model.named_modules()}
+    for mk in marks or []:
+        if isinstance(mk, nn.Module):
+            if mk not in names: raise ValueError(f"a conditional module given is not part of {type(model).__name__}")
+            hits = [names[mk]]
+        elif isinstance(mk, str):
+            rx = _name_pattern(mk); hits = [n for n in names.values() if n and rx.match(n)]
+            if not hits: raise ValueError(f"conditional pattern {mk!r} matches no module of {type(model).__name__} "
+                                          f"(module names look like {[n for n in names.values() if n][:6]})")
+        else: raise TypeError(f"conditional marks are name patterns or modules, got {mk!r}")
+        for h in hits: out.setdefault(h, "marked conditional")
+    return tuple(sorted(out.items()))
+
+def mixed_precision_dtype(mp)->str|None:
+    "The compute dtype name of FSDP1 `MixedPrecision`, FSDP2 `MixedPrecisionPolicy`, a dtype or a dtype name."
+    if mp is None: return None
+    if hasattr(mp, "param_dtype"): mp = mp.param_dtype
+    if mp is None: return None
+    if isinstance(mp, torch.dtype): return _dtype_name(mp)
+    if isinstance(mp, str) and isinstance(getattr(torch, mp, None), torch.dtype): return mp
+    raise ValueError(f"mixed_precision must be a MixedPrecision / MixedPrecisionPolicy, a torch dtype or its name "
+                     f"(e.g. 'bfloat16'), got {mp!r}")
 
 # %% ../nbs/03_plan.ipynb #16a5f80a
 def check_plan(plan:Plan)->list[Finding]:
@@ -336,24 +403,21 @@ def check_plan(plan:Plan)->list[Finding]:
     by_name = {u.name: u for u in plan.units}
     for u in plan.units:
         parts = set(u.claimed_by.split("+"))
-        # 1. LoRA leaf units nested in another (non-root) unit
-        if "lambda" in parts and u.parent:
-            anc, outer = by_name[u.parent], []
-            while anc is not None and not anc.is_root:
-                outer.append(anc); anc = by_name.get(anc.parent) if anc.parent is not None else None
-            kinds = {k for a in outer for k in a.claimed_by.split("+")}
-            sev = "error" if "size" in kinds else "warning"
-            out.append(Finding(sev, "nested-lambda-units", u.name,
-                f"LoRA leaf unit nested in {outer[0].claimed_by} unit {outer[0].name!r}: lambda leaves mixed with "
-                + ("a size policy make ranks all-gather in different orders with unpadded batches (NCCL deadlock)"
-                   if sev == "error" else "a layer policy nest units, so a recursive per-unit gather fetches the leaf "
-                   "again inside its parent") + "; fix: lora_wrap_policy(min_num_params>0) drops the lambda part, "
-                "or lora_leaves=False, and gather with recurse=False"))
+        # 1. LoRA leaf units nested in another (non-root) unit: a recursive gather fetches them twice. Nesting alone
+        #    does not desynchronise ranks (measured: leaves | size on dense Llama with unequal unpadded batches runs
+        #    right); ranks part only where a module runs on some of them (check 7)
+        if "lambda" in parts and u.parent and not by_name[u.parent].is_root:
+            outer = by_name[u.parent]
+            out.append(Finding("warning", "nested-lambda-units", u.name,
+                f"LoRA leaf unit nested in {outer.claimed_by} unit {outer.name!r}: a recursive per-unit gather "
+                "(summon_full_params with recurse=True on the parent) all-gathers the leaf again inside its parent; "
+                "fix: gather with recurse=False, or lora_wrap_policy(min_num_params>0) / lora_leaves=False"))
         # 2. LoRA leaf units whose own names hide `lora_`
         if u.n_lora and not any(is_lora_name(n) for n in u.local_names()):
             out.append(Finding("warning", "lora-name-hidden", u.name,
                 f"its {u.n_lora} LoRA tensor(s) are named {list(u.local_names())} inside the unit: a collector that "
-                "filters a unit's own parameter names by 'lora_' (upstream's) skips it and returns nothing; filter "
+                "filters a unit's own parameter names by 'lora_' (the RL framework's) skips it and returns nothing; "
+                "filter "
                 "full clean names (clean_name(unit) + '.' + name) or do not wrap LoRA leaves (lora_leaves=False)"))
         # 3. LoRA tensors in the root unit
         if u.is_root and u.n_lora:
@@ -395,6 +459,49 @@ def check_plan(plan:Plan)->list[Finding]:
                    f"{', '.join(names[1:])} from another unit: the forward fails once the owner has resharded it "
                    "(size mismatch); fix: put the modules that share it in one unit (or leave them to a common parent)")
         out.append(Finding("error", "tied-param-split", owner, msg))
+    for pname, unit in plan.copied:
+        out.append(Finding("warning", "tied-param-copied", unit,
+            f"{pname} is tied to a parameter another unit already flattened: FSDP1 (use_orig_params=False) flattens "
+            "it again here as a separate copy, so the tie is broken (trainable copies drift apart) and its memory is "
+            "held twice; fix: put the modules that share it in one unit (or leave them to a common parent)"))
+    # 7. units that not every rank runs: MoE experts, marked branches
+    cond = dict(plan.conditional)
+    def region(name:str)->str|None:
+        return next((c for c in cond if name == c or name.startswith(c + ".")), None)
+    for u in plan.units:
+        c = region(u.name) if u.name else None
+        if c is not None:
+            out.append(Finding("error", "rank-divergent-unit", u.name,
+                f"inside {c!r} ({cond[c]}), which runs only on ranks whose data reach it: ranks then all-gather "
+                "different units in different orders (a collective mismatch, a hang, or same-sized units paired and "
+                "silently wrong training); fix: make the whole block or decoder layer one unit (layer_wrap_policy, "
+                f"lora_wrap_policy(lora_leaves=False), FSDP2 targets the layers), nothing inside {c!r}"))
+        elif plan.flavour == "fsdp2":
+            inside = sorted({r for p in u.params if p.requires_grad and (r := region(p.name))})
+            if inside:
+                out.append(Finding("error", "rank-divergent-grads", u.name,
+                    f"FSDP2 reduce-scatters only the parameters that got a gradient, and the trainable parameters in "
+                    f"{inside[:3]}{' …' if len(inside) > 3 else ''} get one only on ranks whose data reach them: "
+                    "ranks "
+                    "reduce-scatter different sets (a mismatch, or gradients mixed across experts); fix: give each a "
+                    "gradient on every rank every step (add 0.0 * their sum to the loss), or FSDP1 with layer units"))
+    # 8. LoRA leaf units under mixed precision / DoRA (FSDP1): peft reads the adapter weights outside their forward
+    leaves = [u for u in plan.units if is_lora_name(u.name) and u.n_lora]
+    if plan.flavour == "fsdp1" and plan.mixed_precision:
+        for u in leaves:
+            dts = sorted({p.dtype for p in u.params} - {plan.mixed_precision})
+            if dts: out.append(Finding("error", "mixed-precision-lora-leaf", u.name,
+                f"FSDP1 casts this LoRA leaf to {plan.mixed_precision} only inside its own forward, but peft casts the "
+                f"layer input to lora_A's dtype before that, from the sharded {dts[0]} weight: the first forward fails "
+                "(\"expected m1 and m2 to have the same dtype\"); fix: keep LoRA inside the layer units "
+                "(lora_wrap_policy(lora_leaves=False) or layer_wrap_policy)"))
+    if plan.flavour == "fsdp1" and plan.use_orig_params and any("lora_magnitude_vector" in p.name
+                                                                 for u in plan.units for p in u.params):
+        for u in leaves:
+            out.append(Finding("error", "dora-lora-leaf", u.name,
+                "DoRA reads lora_A/lora_B weights outside their own forward (for the weight norm), where FSDP1 with "
+                "use_orig_params=True shows them as shards: the first forward fails (IndexError); fix: keep LoRA "
+                "inside the layer units (lora_leaves=False), or use_orig_params=False"))
     return out
 
 # %% ../nbs/03_plan.ipynb #831629b7
@@ -527,7 +634,7 @@ def _post_order(model:nn.Module)->list[nn.Module]:
 
 # %% ../nbs/03_plan.ipynb #514242b8
 def _build_plan(model:nn.Module, unit_claims:dict[nn.Module, str], flavour:str, policy:str, use_orig_params:bool,
-                ignored_params:set)->Plan:
+                ignored_params:set, mixed_precision:str|None=None, conditional:tuple=())->Plan:
     names = {}
     for n, m in model.named_modules(remove_duplicate=True): names.setdefault(m, clean_name(n))
     unit_mods = list(unit_claims)                 # creation order, root last
@@ -536,6 +643,7 @@ def _build_plan(model:nn.Module, unit_claims:dict[nn.Module, str], flavour:str, 
     owned: dict[nn.Module, list] = {}
     holders: dict[int, list[str]] = {}            # id(param) -> its names in the units that hold or use it
     owner: dict[int, nn.Module] = {}              # id(param) -> the unit that holds it (the last one, for FSDP2)
+    copies: dict[tuple[int, nn.Module], str] = {} # (id(param), unit) -> name of an FSDP1 copy of a tied parameter
     for um in unit_mods:
         ps = []
         if flavour == "fsdp2": claimed = set()    # fully_shard replaces only its own modules' parameters: a tied
@@ -545,7 +653,15 @@ def _build_plan(model:nn.Module, unit_claims:dict[nn.Module, str], flavour:str, 
                 full = clean_name(join_name(prefix, pn))
                 if p in ignored_params: continue
                 if p in claimed:
-                    if owner[id(p)] is not um and full not in holders[id(p)]:
+                    if owner[id(p)] is um: continue
+                    if flavour == "fsdp1" and not use_orig_params:
+                        # the first unit replaced the parameter only in its own modules: this unit still holds the
+                        # original nn.Parameter and flattens it again, as a copy (measured: the head gets its own)
+                        if (id(p), um) not in copies:
+                            copies[(id(p), um)] = full
+                            ps.append(ParamInfo(full, p.numel(), _dtype_name(p.dtype), bool(p.requires_grad),
+                                                is_lora_name(full)))
+                    elif full not in holders[id(p)]:
                         holders[id(p)].append(full)   # FSDP1: used here, but it lives in another unit's flat param
                     continue
                 claimed.add(p); owner[id(p)] = um
@@ -579,7 +695,9 @@ def _build_plan(model:nn.Module, unit_claims:dict[nn.Module, str], flavour:str, 
     base = model.get_base_model() if hasattr(model, "get_base_model") else None   # a peft model: name what it wraps
     model_class = f"{type(base).__name__} (peft)" if isinstance(base, nn.Module) and base is not model else type(model).__name__
     tied = tuple(sorted(tuple(v) for v in holders.values() if len(v) > 1))
-    return Plan(flavour, model_class, policy, use_orig_params, units, ign, tied)
+    copied = tuple(sorted((n, names[um]) for (_, um), n in copies.items()))
+    return Plan(flavour, model_class, policy, use_orig_params, units, ign, tied, mixed_precision, tuple(conditional),
+                copied)
 
 def _refuse_wrapped(model:nn.Module, fn:str):
     "A plan is of the model *before* FSDP: planning an already wrapped one would describe wrappers, not units."
@@ -595,6 +713,9 @@ def plan_fsdp1(model:nn.Module,                  # the model as it will be passe
                use_orig_params:bool=False,       # FSDP1's use_orig_params (decides the requires_grad check)
                ignored_modules:Iterable[nn.Module]|None=None,  # FSDP1's ignored_modules
                allow_root_only:bool=False,       # accept a policy that wraps nothing but the root
+               mixed_precision=None,             # FSDP1's MixedPrecision (or its param dtype / dtype name)
+               conditional:str|Sequence|None=None,  # modules (name globs) that may not run on every rank each step
+               detect_experts:bool=True,         # also treat detected MoE experts as conditional
               )->Plan:
     "The units FSDP1 will create for `model` under `policy`, from torch's own wrapping decisions."
     if not isinstance(model, nn.Module): raise TypeError(f"plan_fsdp1 needs an nn.Module, got {type(model).__name__}")
@@ -605,7 +726,8 @@ def plan_fsdp1(model:nn.Module,                  # the model as it will be passe
         raise ValueError(f"the policy wraps nothing in {type(model).__name__}: only the root unit would exist "
                          f"(policy: {policy!r}); lower min_num_params, add layer classes or LoRA leaves, or pass "
                          f"allow_root_only=True")
-    return _build_plan(model, claims, "fsdp1", repr(policy), use_orig_params, ign_params)
+    return _build_plan(model, claims, "fsdp1", repr(policy), use_orig_params, ign_params,
+                       mixed_precision_dtype(mixed_precision), conditional_modules(model, conditional, detect_experts))
 
 # %% ../nbs/03_plan.ipynb #9094cff0
 def _name_pattern(pattern:str)->re.Pattern:
@@ -650,13 +772,18 @@ def _targets_repr(targets)->str:
 
 def plan_fsdp2(model:nn.Module,                        # the model as it will be sharded (meta or real)
                targets:type|str|Sequence[type|str],    # module classes and/or dotted-name globs
+               *,
+               mp_policy=None,                         # FSDP2's MixedPrecisionPolicy (or its param dtype)
+               conditional:str|Sequence|None=None,     # modules (name globs) that may not run on every rank each step
+               detect_experts:bool=True,               # also treat detected MoE experts as conditional
               )->Plan:
     "The units `fully_shard` creates when applied to `targets` child-first, then to the root."
     _refuse_wrapped(model, "plan_fsdp2")
     hits = resolve_targets(model, targets)
     claims = {m: "target" for _, m in hits}
     claims[model] = "root"
-    return _build_plan(model, claims, "fsdp2", _targets_repr(targets), True, set())
+    return _build_plan(model, claims, "fsdp2", _targets_repr(targets), True, set(), mixed_precision_dtype(mp_policy),
+                       conditional_modules(model, conditional, detect_experts))
 
 # %% ../nbs/03_plan.ipynb #c067c861
 def wrap_fsdp1(model:nn.Module,                 # the model to wrap (inside a process group)
@@ -730,20 +857,33 @@ def policy_from_spec(model:nn.Module, spec:dict)->Callable:
     kind = spec.get("policy", "lora")
     if kind == "peft": return peft_wrap_policy(model, spec.get("layer_cls"))
     if kind == "lora": return lora_wrap_policy(model, min_num_params=spec.get("min_num_params", 0),
-                                               lora_leaves=spec.get("lora_leaves", True))
+                                               lora_leaves=spec.get("lora_leaves", True),
+                                               layer_cls=spec.get("layer_cls", "auto"))
     if kind == "layer": return layer_wrap_policy(model, spec.get("layer_cls", "auto"))
     if kind == "size": return size_wrap_policy(spec["min_num_params"])
-    raise ValueError(f"unknown policy {kind!r}; use one of 'peft', 'lora', 'layer', 'size'")
+    if kind == "leaves+size":   # the combination lora_wrap_policy guards against, built on purpose
+        n = spec["min_num_params"]
+        return WrapPolicy("leaves+size", (("lambda", _lambda_part()), ("size", _size_part(n))), (), (), int(n))
+    raise ValueError(f"unknown policy {kind!r}; use one of 'peft', 'lora', 'layer', 'size', 'leaves+size'")
 
 def plan_from_spec(model:nn.Module, spec:dict)->Plan:
     "The plan a fidelity configuration describes."
-    if spec.get("flavour", "fsdp1") == "fsdp2": return plan_fsdp2(model, spec["targets"])
-    return plan_fsdp1(model, policy_from_spec(model, spec), use_orig_params=spec.get("use_orig_params", False))
+    cond = spec.get("conditional")
+    if spec.get("flavour", "fsdp1") == "fsdp2":
+        return plan_fsdp2(model, spec["targets"], mp_policy=spec.get("mixed_precision"), conditional=cond)
+    return plan_fsdp1(model, policy_from_spec(model, spec), use_orig_params=spec.get("use_orig_params", False),
+                      mixed_precision=spec.get("mixed_precision"), conditional=cond)
 
-def wrap_from_spec(model:nn.Module, spec:dict)->nn.Module:
-    "Wrap `model` for real as a fidelity configuration says."
-    if spec.get("flavour", "fsdp1") == "fsdp2": return wrap_fsdp2(model, spec["targets"])
-    return wrap_fsdp1(model, policy_from_spec(model, spec), use_orig_params=spec.get("use_orig_params", False))
+def wrap_from_spec(model:nn.Module, spec:dict, **kw)->nn.Module:
+    "Wrap `model` for real as a fidelity configuration says (`mixed_precision`: the compute dtype's name; `kw` to FSDP)."
+    mp = spec.get("mixed_precision")
+    if spec.get("flavour", "fsdp1") == "fsdp2":
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+        if mp: kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, mp))
+        return wrap_fsdp2(model, spec["targets"], **kw)
+    from torch.distributed.fsdp import MixedPrecision
+    if mp: kw["mixed_precision"] = MixedPrecision(param_dtype=getattr(torch, mp))
+    return wrap_fsdp1(model, policy_from_spec(model, spec), use_orig_params=spec.get("use_orig_params", False), **kw)
 
 def _wrapped_module_names(model:nn.Module)->set[str]:
     "Clean names of the modules FSDP1 or FSDP2 has turned into units so far (also after a failed wrap)."
@@ -771,9 +911,12 @@ def fidelity_check(cases:Sequence[tuple[Callable[[], nn.Module], dict]],  # (pic
                 warnings.simplefilter("ignore")
                 wrapped = wrap_from_spec(model, spec)
                 r["wrapped"] = units_of(wrapped)
-                if spec.get("forward", forward):
+                if spec.get("forward", forward):   # a forward and a backward: some failures show only there
                     r["stage"] = "forward"
-                    wrapped(input_ids=torch.zeros(1, 4, dtype=torch.long, device=get_platform().torch_device()))
+                    ids = torch.arange(1, 5, device=get_platform().torch_device())[None]
+                    out = wrapped(input_ids=ids, labels=ids)
+                    r["stage"] = "backward"
+                    out.loss.backward()
         except Exception as e:
             r["error"] = f"{type(e).__name__}: {e}"
             if r["stage"] == "wrap":

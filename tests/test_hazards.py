@@ -1,0 +1,116 @@
+"""Units that not every rank runs, on 2 gloo ranks against a single-process reference of the same step (losses and
+LoRA after one SGD step): the plan's error findings fire exactly on the wrappings that really train wrong, mismatch or
+hang, and not on those that run right; the collective-order guard raises on every rank exactly where the ranks part
+and passes the correct runs (identical-data MoE included); a hang is killed at the launcher's timeout and the rank
+status names the unit where the ranks parted."""
+import os, tempfile, time
+
+import pytest
+
+from lora_fsdp_kit import hazards as H
+from lora_fsdp_kit.launch import launch, LaunchError
+
+L1 = dict(policy="lora", use_orig_params=True)            # LoRA leaves as FSDP1 units (peft's preset)
+LAYER = dict(policy="layer", use_orig_params=True)        # decoder layers (blocks) as FSDP1 units
+F2_LAYER = dict(flavour="fsdp2", targets="**.blocks.*")
+F2_LEAVES = dict(flavour="fsdp2", targets=["**.lora_A.*", "**.lora_B.*", "**.blocks.*"])
+RIGHT, WRONG = "right", "wrong"
+# (case, what really happens with different data per rank); the expectation is asserted, and compared with the plan
+CASES = [
+    (dict(name="branch", spec=L1), WRONG),                 # expert 0's leaf paired with expert 1's: silent
+    (dict(name="branch", spec=L1, same=True), RIGHT),      # identical data hides it
+    (dict(name="branch", spec=LAYER), RIGHT),              # FSDP1 layer units: the flat parameter runs everywhere
+    (dict(name="branch", spec=F2_LAYER), WRONG),           # FSDP2 reduce-scatters only the grads it got
+    (dict(name="branch", spec=F2_LEAVES), WRONG),
+    (dict(name="llama", spec=dict(policy="leaves+size", min_num_params=3000, use_orig_params=True)), RIGHT),
+    (dict(name="switch", spec=LAYER), RIGHT),              # a real transformers MoE, layer units
+    (dict(name="switch", spec=L1, same=True), RIGHT),
+]
+GUARDED = [   # (case, the guard raises)
+    (dict(name="branch", spec=L1, guard=True), True),
+    (dict(name="branch", spec=F2_LAYER, guard=True), True),
+    (dict(name="switch", spec=L1, guard=True), True),      # unguarded, gloo dies: see the notebook
+    (dict(name="branch_drop", spec=dict(LAYER, conditional="**.blocks.1"), guard=True), True),  # a dropped layer
+    (dict(name="branch", spec=LAYER, guard=True), False),
+    (dict(name="switch", spec=L1, same=True, guard=True), False),
+    (dict(name="switch", spec=LAYER, guard=True), False),
+]
+
+
+@pytest.fixture(scope="module")
+def runs():
+    cases = [c for c, _ in CASES + GUARDED]
+    t0 = time.perf_counter()
+    res = launch(H.hazard_cases, cases, quiet=True, timeout=400)
+    print(f"{len(cases)} hazard cases on 2 ranks in {time.perf_counter() - t0:.1f} s")
+    refs = {}
+    for c in cases:
+        k = (c["name"], c.get("same", False))
+        if k not in refs and c["name"] != "branch_drop": refs[k] = H.hazard_reference(*k[:1], same=k[1])
+    return cases, [[r[i] for r in res] for i in range(len(cases))], refs
+
+
+def _label(c): return f"{c['name']} {c['spec']} same={c.get('same', False)} guard={c.get('guard', False)}"
+
+
+def test_real_outcomes(runs):
+    cases, ranks, refs = runs
+    for (c, want), rk in zip(CASES, ranks):
+        assert H.hazard_outcome(rk, refs[(c["name"], c.get("same", False))]) == want, _label(c)
+
+
+def test_finding_fires_exactly_where_the_run_goes_wrong(runs):
+    "Wrapping-level prediction: with different data per rank, an error finding of the hazard checks iff not right."
+    cases, ranks, refs = runs
+    hazard = {"rank-divergent-unit", "rank-divergent-grads"}
+    for (c, want), rk in zip(CASES, ranks):
+        if c.get("same"): continue   # identical data runs right whatever the wrapping; the guard covers it
+        fired = bool(hazard & set(rk[0]["findings"]))
+        assert fired == (want != RIGHT), (_label(c), rk[0]["findings"])
+    # the dense Llama of the old deadlock claim: no error at all, only the double-gather warning remains
+    llama = next(rk for (c, _), rk in zip(CASES, ranks) if c["name"] == "llama")
+    assert llama[0]["findings"] == [] and llama[0]["events"] == llama[1]["events"]
+
+
+def test_guard_raises_on_every_rank_where_ranks_part(runs):
+    cases, ranks, refs = runs
+    for (c, raises), rk in zip(GUARDED, ranks[len(CASES):]):
+        errs = [r["error"] for r in rk]
+        if not raises:
+            assert errs == [None, None], (_label(c), errs)
+            assert H.hazard_outcome(rk, refs[(c["name"], c.get("same", False))]) == RIGHT, _label(c)
+            continue
+        assert all(e and e.startswith("CollectiveOrderError: step 0: ranks part at FSDP collective #") for e in errs), errs
+        assert errs[0] == errs[1], errs                                     # the same divergence named on both
+        i = H.first_divergence([r["events"] for r in rk])
+        assert f"collective #{i}:" in errs[0] and all(len(r["events"]) == i + 1 for r in rk), (_label(c), i, errs[0])
+    # what each rank did is named: FSDP1 expert leaves; FSDP2 the parameter sets of one reduce-scatter
+    e = dict((_label(c), rk[0]["error"]) for (c, _), rk in zip(GUARDED, ranks[len(CASES):]))
+    assert "experts.0.up.lora_A" in e[_label(GUARDED[0][0])] and "experts.1.up.lora_A" in e[_label(GUARDED[0][0])]
+    assert "reduce_scatter base_model.model.blocks.1" in e[_label(GUARDED[1][0])]
+    assert "rank 0: all_gather base_model.model.blocks.1 " in e[_label(GUARDED[3][0])]
+
+
+def test_unguarded_recording_shows_where_ranks_part(runs):
+    "The silent case: both ranks issue the same number of same-sized collectives, only the units differ."
+    cases, ranks, refs = runs
+    rk = ranks[0]
+    a, b = rk[0]["events"], rk[1]["events"]
+    i = H.first_divergence([a, b])
+    assert len(a) == len(b) and i is not None and "experts.0" in a[i] and "experts.1" in b[i]
+    assert a[i].split("(")[1] == b[i].split("(")[1]   # same size: gloo cannot tell
+    fig = H.plot_collective_orders([a, b], "branch, LoRA leaves")
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["rank 0", "rank 1"]
+
+
+def test_hang_is_killed_at_the_timeout_and_the_status_names_the_unit(monkeypatch):
+    "A layer that one rank drops, layer units: both ranks wait forever; the launcher kills them at its timeout."
+    status = tempfile.mkdtemp(prefix="lfk_status_")
+    monkeypatch.setenv(H.STATUS_ENV, status)   # the launcher may set its own; then its message carries the text
+    t0 = time.perf_counter()
+    with pytest.raises(LaunchError) as e:
+        launch(H.hazard_case, "branch_drop", LAYER, guard="record", wait=600, quiet=True, timeout=60)
+    assert time.perf_counter() - t0 < 120
+    text = str(e.value) + "".join(open(os.path.join(status, f)).read() for f in os.listdir(status))
+    assert "did not finish within 60" in str(e.value) or "timed out" in str(e.value).lower(), str(e.value)
+    assert "all_gather base_model.model.blocks.1" in text, text
