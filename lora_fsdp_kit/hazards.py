@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from fastcore.basics import patch
 
+from .doctor import require
 from .plan import clean_name, is_lora_name, wrap_from_spec, plan_from_spec
 from .platform import get_platform
 
@@ -190,6 +191,11 @@ def _patch_fsdp(self:check_collective_order):
     "Put a recording wrapper in front of the four functions that issue FSDP1/FSDP2 unshards and reduce-scatters."
     # these are the narrowest points torch calls for each collective: FSDP1's handle all-gather and gradient
     # reduction, FSDP2's per-group foreach all-gather and foreach reduce (called as module globals, so replaceable)
+    require("torch.distributed.fsdp._flat_param:FlatParamHandle._all_gather_flat_param",
+            "torch.distributed.fsdp._runtime_utils:_reduce_grad",
+            "torch.distributed.fsdp._fully_shard._fsdp_param_group:foreach_all_gather",
+            "torch.distributed.fsdp._fully_shard._fsdp_param_group:foreach_reduce",
+            "torch.distributed.distributed_c10d:_get_default_store")   # private: checked by `doctor`
     from torch.distributed.fsdp import _runtime_utils as ru, _flat_param as fp1
     from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg2
     g = self
@@ -411,16 +417,18 @@ def plot_collective_orders(seqs:Sequence[Sequence[str]],   # each rank's collect
                            max_rows:int=40,                # show at most this many collectives
                           ):
     "Each rank's FSDP collectives side by side, one row per collective; where they part is marked."
-    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+    from .figures import new_figure
     n = min(max(map(len, seqs), default=0), max_rows)
     if n == 0: raise ValueError("no collectives to plot: record a step with check_collective_order first")
     cut = first_divergence(seqs)
-    fig, ax = plt.subplots(figsize=(4.2 * len(seqs), 0.26 * n + 1.2))
+    fig = new_figure(figsize=(4.2 * len(seqs), 0.26 * n + 1.2), layout=None)   # displays itself in Jupyter
+    ax = fig.add_subplot()
     for r, s in enumerate(seqs):
         for i in range(n):
             if i >= len(s): continue
             bad = cut is not None and i >= cut
-            ax.add_patch(plt.Rectangle((r + 0.02, i - 0.45), 0.96, 0.9, color="#ffcdd2" if bad else "#e3f2fd"))
+            ax.add_patch(Rectangle((r + 0.02, i - 0.45), 0.96, 0.9, color="#ffcdd2" if bad else "#e3f2fd"))
             ax.text(r + 0.05, i, _short(s[i]), va="center", fontsize=7, family="monospace")
     if cut is not None and cut < n:
         ax.axhline(cut - 0.5, color="#c62828", lw=2)

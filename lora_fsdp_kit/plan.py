@@ -13,9 +13,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 from torch.distributed.fsdp import wrap as fsdp_wrap
-from torch.distributed.fsdp._common_utils import FSDP_WRAPPED_MODULE
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import _CHECKPOINT_WRAPPED_MODULE
 
+from .doctor import require
 from .platform import get_platform
 from .models import fmt_bytes, fmt_count
 
@@ -29,7 +28,9 @@ __all__ = ['WRAPPER_SEGMENTS', 'LORA_PREFIX', 'clean_name', 'join_name', 'is_lor
            'plan_from_spec', 'wrap_from_spec', 'fidelity_check']
 
 # %% ../nbs/03_plan.ipynb #596fab4f
-WRAPPER_SEGMENTS = (FSDP_WRAPPED_MODULE, _CHECKPOINT_WRAPPED_MODULE, "_orig_mod")
+# torch's FSDP_WRAPPED_MODULE, _CHECKPOINT_WRAPPED_MODULE and compile's prefix, spelled out so that importing
+# the kit never fails on a moved private constant; `doctor` checks these values against torch's own
+WRAPPER_SEGMENTS = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod")
 
 def clean_name(name:str)->str:
     "`name` without wrapper segments (`_fsdp_wrapped_module`, `_checkpoint_wrapped_module`, `_orig_mod`)."
@@ -600,6 +601,9 @@ def _ignored_sets(model:nn.Module, ignored_modules)->tuple[set, set]:
 
 def fsdp1_unit_modules(model:nn.Module, policy:Callable, ignored_modules=None)->dict[nn.Module, str]:
     "The modules FSDP1 wraps under `policy` (root last), each with the policy part that claimed it."
+    require("torch.distributed.fsdp.wrap:_recursive_wrap", "torch.distributed.fsdp.wrap:_Policy._run_policy",
+            "torch.distributed.fsdp._init_utils:_get_ignored_modules",
+            "torch.distributed.fsdp._init_utils:_get_ignored_params")   # private: checked by `doctor`
     ign_mods, ign_params = _ignored_sets(model, ignored_modules)
     claims: dict[nn.Module, str] = {}
     if isinstance(policy, fsdp_wrap._Policy):
