@@ -462,7 +462,7 @@ def plot_streams(profiles:list[StreamProfile],  # `measure_stream` results, e.g.
                  title:str|None=None,
                 ):                              # a matplotlib Figure
     "Timeline of extra memory per stream, and peak vs bound (largest unit + one bucket) per stream."
-    from .figures import new_figure
+    from lora_fsdp_kit.figures import new_figure
     if not profiles: raise ValueError("plot_streams needs at least one StreamProfile")
     top = max(max(p.peak_extra, p.bound) for p in profiles)
     unit, scale = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)) if top >= 2 * s), ("B", 1))

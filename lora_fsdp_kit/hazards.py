@@ -418,7 +418,7 @@ def plot_collective_orders(seqs:Sequence[Sequence[str]],   # each rank's collect
                           ):
     "Each rank's FSDP collectives side by side, one row per collective; where they part is marked."
     from matplotlib.patches import Rectangle
-    from .figures import new_figure
+    from lora_fsdp_kit.figures import new_figure
     n = min(max(map(len, seqs), default=0), max_rows)
     if n == 0: raise ValueError("no collectives to plot: record a step with check_collective_order first")
     cut = first_divergence(seqs)
