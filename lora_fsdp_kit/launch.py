@@ -74,7 +74,7 @@ def check_main_guard()->None:
         raise LaunchError(f"launch() was called while a rank was starting: {_GUARD_FIX}")
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    if not path or _in_interactive_main() or not str(path).endswith(".py"): return
+    if not path or _in_interactive_main(): return
     line, f = None, sys._getframe(1)
     while f is not None:   # the outermost frame that runs the script's own top-level code
         if f.f_code.co_name == "<module>" and f.f_globals is vars(main): line = f.f_lineno
