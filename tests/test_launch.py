@@ -62,7 +62,7 @@ def test_nothing_outlives_the_launcher(tmp_path, sig, code):
         assert p.returncode == code, (p.returncode, out)
         gone, alive = psutil.wait_procs(family, timeout=30)
         assert not alive, [" ".join(c.cmdline())[:80] for c in alive]
-        _wait_until(lambda: not list((tmp_path/"t").iterdir()), 15, "the launch folder to be removed")
+        _wait_until(lambda: not list((tmp_path/"t").glob("lfk_launch_*")), 15, "the launch folder to be removed")
     finally:
         if p.poll() is None: p.kill()
         p.wait()
@@ -83,7 +83,7 @@ def test_unguarded_script_is_refused(tmp_path):
     assert f"{script} calls launch() at line 6 outside `if __name__ == \"__main__\":`" in last, r.stderr
     assert "put the code that calls `launch` under" in last
     assert r.stdout.count("before") == 1        # refused before any rank started (a rank would print it again)
-    assert not list((tmp_path/"t").iterdir())   # and before the launch folder was made
+    assert not list((tmp_path/"t").glob("lfk_launch_*"))   # and before the launch folder was made
     # the same script, guarded, runs
     script.write_text(script.read_text().replace("main()  ", 'if __name__ == "__main__": print(main())  '))
     r = subprocess.run([sys.executable, str(script)], env=_env(tmp_path), capture_output=True, text=True, timeout=300)
