@@ -1,9 +1,9 @@
 """Wall time of the kit's launcher, and its reliability under load.
 
 Timing: an empty 2-rank launch (spawn, init, destroy) and a 2-rank all_reduce of 64 MiB.
-Stress (`--stress N`): N rounds of the launches that used to fail on a loaded machine (a function without any collective on 2
-and 3 ranks, whose ranks leave at once, and a 2-rank all_reduce), with `--burners` busy-looping processes beside them;
-prints the pass count and every failure.
+Stress (`--stress N`): N rounds of the launches that used to fail on a loaded machine (a function without any
+collective on 2 and 3 ranks, whose ranks leave at once, and a 2-rank all_reduce), with `--burners` busy-looping
+processes beside them; prints the pass count and every failure.
 
 Run: .venv/bin/python bench/launch.py [--repeat 3]
      .venv/bin/python bench/launch.py --stress 30 --burners 2
@@ -32,8 +32,8 @@ def stress(rounds:int, burners:int):
             print(f"round {i + 1}/{rounds}: {ok} passed, {time.perf_counter() - t0:.0f} s", flush=True)
     finally:
         for b in burn: b.kill(); b.wait()
-    print(f"stress: {ok}/{rounds} rounds passed (3 launches each: 2 and 3 ranks without collectives, 2-rank all_reduce) "
-          f"beside {burners} CPU burners, load average {os.getloadavg()[0]:.1f}, {time.perf_counter() - t0:.0f} s")
+    print(f"stress: {ok}/{rounds} rounds passed (3 launches each: 2 and 3 ranks without collectives, "
+          f"2-rank all_reduce) beside {burners} CPU burners, load average {os.getloadavg()[0]:.1f}, {time.perf_counter() - t0:.0f} s")
     for f in fails: print(f)
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ def _cmd_readme(a)->int:
 def _cmd_plan(a)->int:
     from lora_fsdp_kit.demo import check_output_path
     for flag, path in (("--png", a.png), ("--json", a.json)):
-        if path is not None: check_output_path(path, what=flag)   # before any work: one line, not a traceback at the end
+        if path is not None: check_output_path(path, what=flag)   # before any work, not a traceback at the end
     from lora_fsdp_kit.viz import plan_command
     print(plan_command(model=a.model, config=a.config, lora_r=a.lora_r, targets=a.targets,
                        min_num_params=a.min_num_params, fsdp=a.fsdp, png=a.png, json_path=a.json,

@@ -86,7 +86,8 @@ def check_output_path(path:str|Path,     # where something will be written
                      )->Path:
     "Refuse, with one line, an output path that cannot be written (a file where a folder is needed, under a file...)."
     p = Path(path)
-    if folder and p.exists() and not p.is_dir(): raise ValueError(f"{what} {path} is a file, not a folder: give a folder")
+    if folder and p.exists() and not p.is_dir():
+        raise ValueError(f"{what} {path} is a file, not a folder: give a folder")
     if not folder and p.is_dir(): raise ValueError(f"{what} {path} is a folder: give a file name")
     for a in p.parents:   # the nearest existing ancestor must be a folder we may write in
         if not a.exists(): continue
@@ -127,7 +128,8 @@ def _check_demo_args(model, config, nprocs, r, out)->tuple:
     if model is not None and model not in model_names():
         raise ValueError(f"unknown model {model!r}; available: {', '.join(model_names())}")
     for k, v in (("nprocs", nprocs), ("r", r)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"{k} must be an integer >= 1, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{k} must be an integer >= 1, got {v!r}")
     out = check_output_path(out, folder=True, what="out")
     from lora_fsdp_kit.models import _as_config
     return out, (None if config is None else _as_config(config))   # a missing or malformed config fails here
@@ -248,7 +250,8 @@ def demo_summary_text(s:dict)->str:
                          f"{w['bytes_gathered'] / best['bytes_gathered']:.1f}× the bytes of the kit's gather")
         for k, v in s.get("exact", {}).items(): L.append(f"  {k}: {v}")
     up = s.get("startup_seconds")
-    L.append(f"  total {s['seconds']:.1f} s" + (f" ({up:.1f} s of it starting up: Python, imports, checks)" if up else ""))
+    L.append(f"  total {s['seconds']:.1f} s"
+             + (f" ({up:.1f} s of it starting up: Python, imports, checks)" if up else ""))
     return "\n".join(L)
 
 def demo_report_md(s:dict, text:str)->str:

@@ -64,8 +64,9 @@ def _as_config(cfg:Any):
             except UnicodeDecodeError as e: raise ValueError(f"{p} is not a JSON text file ({e.reason})") from None
         elif isinstance(cfg, str) and "/" not in cfg and not cfg.endswith(".json"): cfg = shipped_config(cfg)
         else: raise FileNotFoundError(f"no config file at {str(cfg)!r}")
-    if not isinstance(cfg, dict): raise TypeError(f"expected a config, a dict, a path or a name, got {type(cfg).__name__}"
-                                                  + (f" in {src}" if src != "config dict" else ""))
+    if not isinstance(cfg, dict):
+        raise TypeError(f"expected a config, a dict, a path or a name, got {type(cfg).__name__}"
+                        + (f" in {src}" if src != "config dict" else ""))
     if "model_type" not in cfg: raise ValueError(f"{src} has no 'model_type' (keys: {', '.join(sorted(cfg)[:12])})")
     cfg = dict(cfg)
     mt = cfg.pop("model_type")

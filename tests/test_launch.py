@@ -26,8 +26,8 @@ if __name__ == "__main__":
 
 def _env(tmp:Path, **extra)->dict:
     "The test's environment with a private temp folder (the launch folder goes there) and the case module importable."
-    return {**os.environ, "TMPDIR": str(tmp/"t"), "PYTHONPATH": os.pathsep.join([str(tmp), os.environ.get("PYTHONPATH", "")]),
-            **extra}
+    path = os.pathsep.join([str(tmp), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "TMPDIR": str(tmp/"t"), "PYTHONPATH": path, **extra}
 
 def _wait_until(cond, timeout:float, what:str):
     end = time.monotonic() + timeout
