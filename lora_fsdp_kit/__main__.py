@@ -35,6 +35,13 @@ def _repo_root()->Path:
     raise FileNotFoundError("not inside the lora_fsdp_kit project (no settings.ini above the current folder)")
 
 # %% ../nbs/90_cli.ipynb #b4325047
+def _process_start()->float:
+    "When this process started (`time.time()` scale), so that totals include Python's start-up and the imports."
+    try:
+        import psutil
+        return psutil.Process().create_time()
+    except Exception: return time.time()
+
 def _cmd_detect(a)->int:
     from lora_fsdp_kit.platform import detect_platform
     print(detect_platform(smi_timeout=a.smi_timeout))
@@ -58,6 +65,9 @@ def _cmd_readme(a)->int:
 
 # %% ../nbs/90_cli.ipynb #d676464a
 def _cmd_plan(a)->int:
+    from lora_fsdp_kit.demo import check_output_path
+    for flag, path in (("--png", a.png), ("--json", a.json)):
+        if path is not None: check_output_path(path, what=flag)   # before any work, not a traceback at the end
     from lora_fsdp_kit.viz import plan_command
     print(plan_command(model=a.model, config=a.config, lora_r=a.lora_r, targets=a.targets,
                        min_num_params=a.min_num_params, fsdp=a.fsdp, png=a.png, json_path=a.json,
@@ -66,14 +76,16 @@ def _cmd_plan(a)->int:
 
 def _cmd_demo(a)->int:
     from lora_fsdp_kit.demo import run_demo
-    run_demo(out=a.out, model=a.model, config=a.config, nprocs=a.nprocs)
+    run_demo(out=a.out, model=a.model, config=a.config, nprocs=a.nprocs, started=_process_start())
     return 0
 
 def parser()->argparse.ArgumentParser:
     "The argument parser of `python -m lora_fsdp_kit`."
     p = argparse.ArgumentParser(prog="python -m lora_fsdp_kit",
                                 description="See which FSDP units a LoRA model gets, what per-unit gathers cost, "
-                                            "and which known failure a configuration would hit.")
+                                            "and which known failure a configuration would hit.",
+                                epilog="exit codes: 0 done; 1 a rank failed or a result is wrong; 2 bad input "
+                                       "(one line on stderr); 130 Ctrl-C; 128+N stopped by signal N (143: SIGTERM)")
     sub = p.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("detect", help="print the platform detection report")
     d.add_argument("--smi-timeout", type=float, default=10.0, help="seconds each SMI probe may take")
@@ -94,7 +106,8 @@ def parser()->argparse.ArgumentParser:
     pl.add_argument("--json", default=None, help="write the plan as JSON here")
     pl.set_defaults(fn=_cmd_plan)
     de = sub.add_parser("demo", help="the end-to-end tour: strip, LoRA, plan, FSDP1/FSDP2 gathers, plots, report")
-    de.add_argument("--out", default="demo_out", help="folder for the figures and the report")
+    de.add_argument("--out", default="demo_out", help="folder for the figures and the report (the previous demo's "
+                    "files in it are replaced at the end; other files stay)")
     g2 = de.add_mutually_exclusive_group()
     g2.add_argument("--model", default=None, help="a tiny model shipped with the kit (default: qwen3_omni)")
     g2.add_argument("--config", default=None, help="a transformers config.json (meta: plan + strip only)")
@@ -107,15 +120,20 @@ def parser()->argparse.ArgumentParser:
 def main(argv:list[str]|None=None)->int:
     "Entry point of `python -m lora_fsdp_kit` and the `lfk` script; bad input is one line on stderr and exit code 2."
     a = parser().parse_args(argv)
-    from lora_fsdp_kit.platform import PlatformError
+    from lora_fsdp_kit.platform import PlatformError, load_plugins
     from lora_fsdp_kit.launch import LaunchError
-    try: return a.fn(a)
-    except (ValueError, TypeError, FileNotFoundError, PlatformError) as e:   # the kit's errors for bad input
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except LaunchError as e:   # a rank failed: its traceback is the useful part
+    try:
+        load_plugins()   # every command, first: a broken plugin is the same one line whatever the command
+        return a.fn(a)
+    except LaunchError as e:   # a rank failed: its traceback and every rank's status are the useful part
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except (ValueError, TypeError, OSError, PlatformError) as e:   # the kit's errors for bad input, and paths
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 # %% ../nbs/90_cli.ipynb #e925d924
 #| eval: false

@@ -5,7 +5,7 @@
 # %% ../nbs/08_tour.ipynb #f9c4b82b
 from __future__ import annotations
 
-import json, re, time
+import json, os, re, shutil, tempfile, time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,14 +13,14 @@ import torch
 from torch import nn
 
 from .platform import detect_platform, get_platform
-from .launch import launch
+from .launch import launch, _SignalsToExit
 from .models import tiny_model, model_from_config, add_lora, model_names, summarize_model, fmt_bytes, fmt_count
 from .strip import strip_submodules, strip_names_for, StripReport
 from . import plan as P
 
 # %% auto #0
-__all__ = ['DEMO_MODEL', 'DEMO_TARGETS', 'build_demo_model', 'demo_plans', 'findings_summary', 'demo_rank', 'run_demo',
-           'demo_summary_text', 'demo_report_md']
+__all__ = ['DEMO_MODEL', 'DEMO_TARGETS', 'build_demo_model', 'demo_plans', 'findings_summary', 'demo_rank', 'check_output_path',
+           'run_demo', 'demo_summary_text', 'demo_report_md']
 
 # %% ../nbs/08_tour.ipynb #62a5d5e5
 DEMO_MODEL = "qwen3_omni"          # the embedded default
@@ -37,7 +37,7 @@ def build_demo_model(name:str|None=DEMO_MODEL,  # a tiny model of the kit (`mode
                      strip:bool=True,           # strip multi-stage models (talker, vocoder) first
                     )->tuple[nn.Module, StripReport|None]:
     "The demo's model: built (seeded), stripped when it is multi-stage, with LoRA (on the thinker if it has one)."
-    base = model_from_config(config, device="meta") if config else tiny_model(name or DEMO_MODEL)
+    base = model_from_config(config, device="meta") if config is not None else tiny_model(name or DEMO_MODEL)
     report = strip_submodules(base) if strip and _strippable(base) else None
     scope = "thinker" if hasattr(base, "thinker") else None
     return add_lora(base, r=r, alpha=2 * r, target_modules=DEMO_TARGETS, modules=scope), report
@@ -80,6 +80,22 @@ def demo_rank(name:str|None=DEMO_MODEL,  # the tiny model
     return out
 
 # %% ../nbs/08_tour.ipynb #307b3db8
+def check_output_path(path:str|Path,     # where something will be written
+                      folder:bool=False,  # True: a folder (made if missing); False: a file
+                      what:str="output",  # how the message names it, e.g. "--out"
+                     )->Path:
+    "Refuse, with one line, an output path that cannot be written (a file where a folder is needed, under a file...)."
+    p = Path(path)
+    if folder and p.exists() and not p.is_dir():
+        raise ValueError(f"{what} {path} is a file, not a folder: give a folder")
+    if not folder and p.is_dir(): raise ValueError(f"{what} {path} is a folder: give a file name")
+    for a in p.parents:   # the nearest existing ancestor must be a folder we may write in
+        if not a.exists(): continue
+        if not a.is_dir(): raise ValueError(f"{what} {path}: {a} is a file, so nothing can be written under it")
+        if not os.access(a, os.W_OK | os.X_OK): raise ValueError(f"{what} {path}: no permission to write in {a}")
+        break
+    return p
+
 def _forget_previous_demo(out:Path):
     "Remove the figures and report an earlier demo wrote to `out` (listed in its summary.json) — nothing else."
     old = out/"summary.json"
@@ -90,6 +106,13 @@ def _forget_previous_demo(out:Path):
         p = out/f
         if p.parent == out and p.is_file(): p.unlink()
 
+def _swap_in(new:Path, out:Path):
+    "Replace the previous demo's files in `out` by the files in `new` (other files in `out` stay)."
+    out.mkdir(exist_ok=True)
+    _forget_previous_demo(out)
+    for f in sorted(new.iterdir(), key=lambda f: f.name == "summary.json"):   # summary.json last: it lists the rest
+        os.replace(f, out/f.name)
+
 class _Steps:
     "Prints numbered steps with their wall time, so a long demo shows where it is."
     def __init__(self, n:int): self.n, self.i, self.t = n, 0, None
@@ -99,32 +122,55 @@ class _Steps:
     def done(self):
         if self.t is not None: print(f"      done in {time.perf_counter() - self.t:.1f} s", flush=True); self.t = None
 
-def run_demo(out:str|Path="demo_out",  # folder for the figures and report.md
+def _check_demo_args(model, config, nprocs, r, out)->tuple:
+    "Every input of `run_demo`, checked before anything is written: (out, parsed config or None)."
+    if model is not None and config is not None: raise ValueError("give either model= or config=, not both")
+    if model is not None and model not in model_names():
+        raise ValueError(f"unknown model {model!r}; available: {', '.join(model_names())}")
+    for k, v in (("nprocs", nprocs), ("r", r)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{k} must be an integer >= 1, got {v!r}")
+    out = check_output_path(out, folder=True, what="out")
+    from lora_fsdp_kit.models import _as_config
+    return out, (None if config is None else _as_config(config))   # a missing or malformed config fails here
+
+def run_demo(out:str|Path="demo_out",  # folder for the figures and report.md (other files in it are kept)
              model:str|None=None,      # a tiny model name (default: the embedded Qwen3-Omni)
              config:str|None=None,     # a transformers config.json or shipped full-size name: meta, plan + strip only
              nprocs:int=2,             # ranks for the FSDP part
              r:int=8,                  # LoRA rank
+             started:float|None=None,  # `time.time()` the total counts from (the CLI: its process start)
             )->dict:                   # the summary (also written to summary.json)
     "The tour as a script: platform, strip, LoRA, plans and findings, FSDP1/FSDP2 gathers on `nprocs` ranks, plots, report."
-    import matplotlib; matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    t_call = time.time()
+    out, cfg = _check_demo_args(model, config, nprocs, r, out)
+    # everything is written to a fresh folder beside `out` and moved in at the end: a failure, Ctrl-C or SIGTERM on the
+    # way leaves the previous results as they were
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        with _SignalsToExit():
+            summary = _demo_steps(work, model, config, cfg, nprocs, r, started if started is not None else t_call)
+            _swap_in(work, out)
+    finally: shutil.rmtree(work, ignore_errors=True)
+    print(f"\nwrote {out/'report.md'} and {len(summary['figures'])} figures to {out}/")
+    return summary
+
+def _demo_steps(out:Path, model, config, cfg, nprocs:int, r:int, t_all:float)->dict:
+    "The demo's steps, writing into `out`."
+    import matplotlib.pyplot as plt   # no backend switch: a notebook calling this keeps showing its charts
     from lora_fsdp_kit.viz import plot_plan
     from lora_fsdp_kit.memory import plot_gather
-    if model is not None and config is not None: raise ValueError("give either model= or config=, not both")
-    if model is not None and model not in model_names():
-        raise ValueError(f"unknown model {model!r}; available: {', '.join(model_names())}")
-    out = Path(out); out.mkdir(parents=True, exist_ok=True)
-    _forget_previous_demo(out)
     meta = config is not None
     steps = _Steps(5 if meta else 6)
-    t_all = time.perf_counter()
     summary: dict = {"model": config or model or DEMO_MODEL, "figures": {}}
+    summary["startup_seconds"] = time.time() - t_all   # before the first step: Python, imports, argument checks
 
     steps("detecting the platform")
     rep = detect_platform(); print(rep); summary["platform"] = rep.name
 
     steps(f"building {summary['model']}{' on meta' if meta else ''}, stripping, adding LoRA (r={r})")
-    pm, sr = build_demo_model(model, config=config, r=r)
+    pm, sr = build_demo_model(model, config=cfg, r=r)
     sm = summarize_model(pm)
     if sr is not None:
         print(sr)
@@ -153,10 +199,11 @@ def run_demo(out:str|Path="demo_out",  # folder for the figures and report.md
         steps("stopping before FSDP: a config without weights is planned on meta only")
         summary["profiles"] = {}
     else:
-        steps(f"launching {nprocs} ranks: FSDP1 + FSDP2, gathering LoRA unit by unit, measuring every strategy")
+        steps(f"launching {nprocs} rank{'s' if nprocs > 1 else ''}: FSDP1 + FSDP2, gathering LoRA unit by unit, "
+              f"measuring every strategy")
         t0 = time.perf_counter()
         ranks = launch(demo_rank, model or DEMO_MODEL, r=r, nprocs=nprocs, quiet=True)
-        print(f"  {nprocs} ranks finished in {time.perf_counter() - t0:.1f} s")
+        print(f"  {nprocs} rank{'s' if nprocs > 1 else ''} finished in {time.perf_counter() - t0:.1f} s")
         bad = {i: ok for i, rk in enumerate(ranks) for ok in [rk["exact"]] if not all(v[0] for v in ok.values())}
         if bad: raise RuntimeError(f"gathered LoRA differs from peft's state dict on ranks {sorted(bad)}: {bad}")
         profs = ranks[0]["profiles"]
@@ -170,13 +217,13 @@ def run_demo(out:str|Path="demo_out",  # folder for the figures and report.md
             f = plot_gather({k.split(" · ")[1]: p for k, p in profs.items() if k.startswith(fl)})
             f.savefig(out/f"gather_{fl}.png", dpi=110, bbox_inches="tight"); plt.close(f)
             summary["figures"][f"gather: {fl}"] = f"gather_{fl}.png"
-    steps.done()
-    summary["seconds"] = time.perf_counter() - t_all
+    steps("writing the summary and report.md")
+    summary["seconds"] = time.time() - t_all
     text = demo_summary_text(summary)
-    print("\n" + text)
-    (out/"summary.json").write_text(json.dumps(summary, indent=1, default=str))
     (out/"report.md").write_text(demo_report_md(summary, text))
-    print(f"\nwrote {out/'report.md'} and {len(summary['figures'])} figures to {out}/")
+    (out/"summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    steps.done()
+    print("\n" + text)
     return summary
 
 # %% ../nbs/08_tour.ipynb #1d25aab1
@@ -202,7 +249,9 @@ def demo_summary_text(s:dict)->str:
                 L.append(f"  {fl}: whole-model gather needs {w['peak_extra'] / best['peak_extra']:.1f}× the memory and moves "
                          f"{w['bytes_gathered'] / best['bytes_gathered']:.1f}× the bytes of the kit's gather")
         for k, v in s.get("exact", {}).items(): L.append(f"  {k}: {v}")
-    L.append(f"  total {s['seconds']:.1f} s")
+    up = s.get("startup_seconds")
+    L.append(f"  total {s['seconds']:.1f} s"
+             + (f" ({up:.1f} s of it starting up: Python, imports, checks)" if up else ""))
     return "\n".join(L)
 
 def demo_report_md(s:dict, text:str)->str:

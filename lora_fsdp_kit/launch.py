@@ -5,8 +5,10 @@
 # %% ../nbs/01_launch.ipynb #d7e5ba19
 from __future__ import annotations
 
-import collections, datetime, importlib, io, multiprocessing as mp, os, socket, sys, tempfile, time, traceback
+import ast, collections, ctypes, datetime, importlib, io, multiprocessing as mp, os, shutil, signal, socket, subprocess
+import sys, tempfile, threading, time, traceback, warnings
 from multiprocessing.connection import wait as _mp_wait
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -15,7 +17,8 @@ import torch.distributed as dist
 from .platform import get_platform
 
 # %% auto #0
-__all__ = ['NOTEBOOK_ENV', 'LaunchError', 'check_importable', 'launched_from_notebook', 'launch', 'smoke']
+__all__ = ['STATUS_ENV', 'NOTEBOOK_ENV', 'LaunchError', 'check_importable', 'check_main_guard', 'report_status',
+           'launched_from_notebook', 'launch', 'smoke']
 
 # %% ../nbs/01_launch.ipynb #06879aa3
 class LaunchError(RuntimeError):
@@ -54,6 +57,55 @@ def check_importable(fn:Callable)->tuple[str, str]:
                           f"notebook?); {fix}")
     return mod, qual
 
+# %% ../nbs/01_launch.ipynb #a1c0de02
+_GUARD_FIX = ('put the code that calls `launch` under `if __name__ == "__main__":` (spawned ranks import the script '
+              'that started them, so an unguarded `launch()` would start ranks again in every rank)')
+
+def _is_main_test(node)->bool:
+    "Whether `node` is the test `__name__ == '__main__'` (either way round)."
+    if not (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq)): return False
+    sides = [node.left, node.comparators[0]]
+    return (any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
+
+def check_main_guard()->None:
+    "Raise a `LaunchError` when a script calls `launch` from top-level code not under `if __name__ == '__main__':`."
+    if getattr(mp.current_process(), "_inheriting", False):   # a spawned child, re-running the script's top level
+        raise LaunchError(f"launch() was called while a rank was starting: {_GUARD_FIX}")
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path or _in_interactive_main(): return
+    line, f = None, sys._getframe(1)
+    while f is not None:   # the outermost frame that runs the script's own top-level code
+        if f.f_code.co_name == "<module>" and f.f_globals is vars(main): line = f.f_lineno
+        f = f.f_back
+    if line is None: return
+    try: tree = ast.parse(Path(path).read_text(), path)
+    except (OSError, SyntaxError, ValueError): return           # cannot read the script: multiprocessing will say it
+    if not any(isinstance(n, ast.If) and _is_main_test(n.test) and n.body[0].lineno <= line <= n.body[-1].end_lineno
+               for n in ast.walk(tree)):
+        raise LaunchError(f"{path} calls launch() at line {line} outside `if __name__ == \"__main__\":`; {_GUARD_FIX}")
+
+# %% ../nbs/01_launch.ipynb #a1c0de05
+STATUS_ENV = "LFK_RANK_STATUS_DIR"
+
+def report_status(text:str,  # what this rank is doing now, e.g. "waiting in all_gather of unit 3"
+                 )->None:
+    "Record this rank's current state; `launch` shows the last one of each rank when ranks fail or hang."
+    d = os.environ.get(STATUS_ENV)
+    if not d: return                         # not under `launch`: nothing to report to
+    path = os.path.join(d, f"rank{os.environ.get('RANK', '0')}.txt")
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with open(tmp, "w") as f: f.write(str(text))
+        os.replace(tmp, path)                 # atomic: the launcher never reads half a status
+    except OSError: pass                      # the launcher is gone and its folder with it: nothing left to tell
+
+def _read_status(d:str, rank:int)->str|None:
+    "The last status text rank `rank` wrote under `d`, or None."
+    try: return Path(d, f"rank{rank}.txt").read_text()
+    except OSError: return None
+
 # %% ../nbs/01_launch.ipynb #f8aabaf1
 def _free_port()->int:
     "A TCP port on 127.0.0.1 that is free right now, for a one-process group (`launch` holds its own port instead)."
@@ -67,39 +119,119 @@ def launched_from_notebook()->bool:
     "True in a notebook (or IPython), and in ranks that `launch` started from one: progress bars default on there."
     return os.environ.get(NOTEBOOK_ENV) == "1" or _in_interactive_main()
 
+def _die_with_parent(parent_pid:int)->None:
+    "Have the kernel SIGKILL this process when its parent dies (Linux `PR_SET_PDEATHSIG`); exit if it already has."
+    if sys.platform.startswith("linux"):
+        try: ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)   # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError): pass   # no prctl: the launcher's janitor still stops this rank
+    if os.getppid() != parent_pid: os._exit(1)   # the parent died before the line above took effect
+
+def _store_barrier(store, name:str, rank:int, world:int, timeout:float)->None:
+    "Wait until every rank has reached `name`, through the launcher's store (not the process group)."
+    store.set(f"lfk/{name}/{rank}", "1")
+    store.wait([f"lfk/{name}/{r}" for r in range(world)], datetime.timedelta(seconds=timeout))
+
 def _rank_main(rank:int, world:int, port:int, backend:str|None, pg_timeout:float, fn_ref:tuple[str,str],
-               args:tuple, kwargs:dict, log_path:str, conn, from_notebook:bool=False)->None:
+               args:tuple, kwargs:dict, log_path:str, conn, from_notebook:bool=False, parent_pid:int|None=None)->None:
     "Entry point of one spawned rank."
+    if parent_pid is not None: _die_with_parent(parent_pid)
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(fd, 1); os.dup2(fd, 2); os.close(fd)
     sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), line_buffering=True)
     sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", buffering=0), line_buffering=True)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **{STATUS_ENV: os.path.dirname(log_path)})
     if from_notebook: os.environ[NOTEBOOK_ENV] = "1"   # so rank code can show progress the notebook will see
+    name = f"{fn_ref[0]}.{fn_ref[1]}"
+    def send(msg):
+        sys.stdout.flush(); sys.stderr.flush()
+        try: conn.send(msg)
+        except Exception:  # the result could not be pickled: say so instead of dying silently
+            conn.send(("error", f"rank {rank}: the return value could not be sent back:\n{traceback.format_exc()}",
+                       time.monotonic()))
     # the process group's own timeout is longer than the launcher's, so a hang is reported by `launch`
-    msg: tuple
+    store = None
     try:
+        report_status("joining the process group")
         plat = get_platform()
         plat.set_device(rank)
         # the rendezvous store is the launcher's (see `launch`): connect to it as a client
         store = dist.TCPStore("127.0.0.1", port, None, False, timeout=datetime.timedelta(seconds=pg_timeout))
-        dist.init_process_group(backend or plat.communication_backend_name(), store=store, rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=pg_timeout))
-        try:
-            obj = importlib.import_module(fn_ref[0])
-            for part in fn_ref[1].split("."): obj = getattr(obj, part)
-            res = obj(*args, **kwargs)
-        finally:
-            dist.destroy_process_group()
-        msg = ("ok", res)
+        dist.init_process_group(backend or plat.communication_backend_name(), store=store, rank=rank,
+                                world_size=world, timeout=datetime.timedelta(seconds=pg_timeout))
+        store.set(f"lfk/joined/{rank}", "1")   # the launcher starts the clock of `timeout` when all ranks are here
+        report_status(f"running {name}")
+        obj = importlib.import_module(fn_ref[0])
+        for part in fn_ref[1].split("."): obj = getattr(obj, part)
+        res = obj(*args, **kwargs)
     except BaseException:
-        msg = ("error", traceback.format_exc())
-    sys.stdout.flush(); sys.stderr.flush()
-    try: conn.send(msg)
-    except Exception:  # the result could not be pickled: say so instead of dying silently
-        conn.send(("error", f"rank {rank}: the return value could not be sent back:\n{traceback.format_exc()}"))
+        # the error goes out first, stamped with the time it happened: a peer that fails later *because* this rank
+        # left (its collective loses the connection) is not mistaken for the cause
+        send(("error", traceback.format_exc(), time.monotonic()))
+        if dist.is_initialized(): dist.destroy_process_group()
+        conn.close(); return
+    send(("ok", res, time.monotonic()))
+    # Nobody leaves the group before everybody has finished: a rank that closed its gloo connections while a peer was
+    # still connecting (`connectFullMesh`) or still reading the last bytes of a collective made that peer fail with
+    # "Connection closed by peer" (gloo closes with SO_LINGER 0, which resets the connection and drops unread data).
+    report_status(f"{name} returned; waiting for the other ranks to finish before leaving the group")
+    _store_barrier(store, "done", rank, world, pg_timeout)
+    dist.destroy_process_group()
     conn.close()
+
+# %% ../nbs/01_launch.ipynb #a1c0de07
+# The janitor: a tiny process in its own session that outlives the launcher by a moment. It reads rank pids from a pipe
+# the launcher holds; the pipe closes when the launcher dies, however it dies (SIGKILL included), and then the janitor
+# kills the ranks that are left and removes the launch folder. A clean end writes "done" and it just exits.
+_JANITOR = r"""
+import os, shutil, signal, sys
+def started(pid):
+    try: return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19]
+    except OSError: return None
+ranks = {}
+for line in sys.stdin:
+    line = line.strip()
+    if line == "done": sys.exit(0)
+    if line: ranks[int(line)] = started(int(line))
+for pid, t in ranks.items():
+    if t is not None and started(pid) == t:   # the same process, not a new one that got its pid
+        try: os.kill(pid, signal.SIGKILL)
+        except OSError: pass
+shutil.rmtree(sys.argv[1], ignore_errors=True)
+"""
+
+class _Janitor:
+    "Stops the ranks and removes the launch folder if the launcher dies without cleaning up itself."
+    def __init__(self, folder:str):
+        self.p = subprocess.Popen([sys.executable, "-I", "-S", "-c", _JANITOR, folder], stdin=subprocess.PIPE,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    def watch(self, pid:int): self.p.stdin.write(f"{pid}\n".encode()); self.p.stdin.flush()
+    def done(self):
+        try: self.p.stdin.write(b"done\n"); self.p.stdin.close()
+        except OSError: pass
+        self.p.wait()
+
+class _SignalExit(SystemExit):
+    "SIGTERM/SIGHUP in the launcher, as an exception: `finally` blocks (the launcher's, the caller's) clean up first."
+    def __init__(self, signum:int): super().__init__(128 + signum); self.signum = signum
+
+class _SignalsToExit:
+    "In a launch in the main thread, SIGTERM and SIGHUP (when nobody else handles them) raise `_SignalExit`."
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+    def __enter__(self):
+        self.old = {}
+        if threading.current_thread() is not threading.main_thread(): return self
+        for s in self.SIGNALS:
+            if signal.getsignal(s) is signal.SIG_DFL: self.old[s] = signal.signal(s, self._handle)
+        return self
+    def _restore(self):
+        for s, h in self.old.items(): signal.signal(s, h)
+        self.old = {}
+    def _handle(self, signum, frame): self._restore(); raise _SignalExit(signum)
+    def __exit__(self, typ, e, tb):
+        self._restore()
+        if isinstance(e, _SignalExit) and _in_interactive_main():
+            os.kill(os.getpid(), e.signum)   # a kernel told to stop stops (after the cleanup), as without the handler
 
 # %% ../nbs/01_launch.ipynb #eb77007d
 def _newest(segment:bytes)->str:
@@ -137,71 +269,116 @@ class _LogTail:
         self.pump(final=True)
         return "\n".join(self.last)
 
+def _statuses(folder:str, ranks)->str:
+    "One line per rank with its last status (see `report_status`)."
+    return "\n".join(f"  rank {r}: {_read_status(folder, r) or '(no status yet: the rank was still starting)'}"
+                     for r in ranks)
+
+def _check_args(nprocs, **timeouts):
+    "Refuse a bad `nprocs` or timeout before anything starts."
+    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
+        raise ValueError(f"nprocs must be an integer >= 1, got {nprocs!r}")
+    for k, v in timeouts.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"{k} must be a number of seconds > 0, got {v!r}")
+
 def launch(fn:Callable,             # an importable function (defined in a module, not in the notebook)
            *args,                   # positional arguments, sent to every rank (must pickle)
-           nprocs:int=2,            # number of ranks
+           nprocs:int|None=None,    # number of ranks (default 2); under torchrun the group's size is used
            backend:str|None=None,   # process-group backend; default: the platform's (gloo on CPU)
-           timeout:float=300,       # seconds before unfinished ranks are killed
+           timeout:float=300,       # seconds `fn` may run, from when every rank has joined the group (> 0)
+           start_timeout:float=300, # seconds the ranks may take to start and join the group (> 0)
            quiet:bool=False,        # do not echo the ranks' output
            **kwargs,                # keyword arguments, sent to every rank
-          )->list:                  # each rank's return value, in rank order
+          )->list:                  # each rank's return value, in rank order (under torchrun: this rank's only)
     "Run `fn(*args, **kwargs)` on `nprocs` ranks of a fresh process group; return every rank's result."
-    if dist.is_available() and dist.is_initialized():
-        return [fn(*args, **kwargs)]   # already a rank (torchrun): run in place
-    if nprocs < 1: raise ValueError(f"nprocs must be >= 1, got {nprocs}")
+    _check_args(2 if nprocs is None else nprocs, timeout=timeout, start_timeout=start_timeout)
+    if dist.is_available() and dist.is_initialized():   # already a rank (torchrun): run in place
+        if nprocs is not None and nprocs != dist.get_world_size():
+            warnings.warn(f"launch(nprocs={nprocs}) inside a process group of {dist.get_world_size()} ranks: runs "
+                          f"in place on the existing group; each rank gets only its own result", stacklevel=2)
+        return [fn(*args, **kwargs)]
+    nprocs = 2 if nprocs is None else nprocs
+    check_main_guard()
     fn_ref = check_importable(fn)
     ctx = mp.get_context("spawn")
     # the target must be the package's function even when this code runs from the notebook that defines it
     from lora_fsdp_kit.launch import _rank_main as target
     # The launcher hosts the ranks' rendezvous store on a port the OS picks, and holds it for the whole run: no
     # other process (notebooks run in parallel under nbdev_test) can take the port between choosing and using it.
-    store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=datetime.timedelta(seconds=timeout + 60),
+    pg_timeout = start_timeout + timeout + 60   # longer than the launcher's limits: a hang is reported by `launch`
+    store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=datetime.timedelta(seconds=pg_timeout),
                           wait_for_workers=False)
     port, out = store.port, sys.stdout
-    logdir = tempfile.mkdtemp(prefix="lfk_launch_")
-    procs, conns, tails = [], {}, []
-    try:
-        for r in range(nprocs):
-            recv, send = ctx.Pipe(duplex=False)
-            path = os.path.join(logdir, f"rank{r}.log")
-            p = ctx.Process(target=target, name=f"lfk-rank{r}", daemon=True,
-                            args=(r, nprocs, port, backend, timeout + 60, fn_ref, args, kwargs, path, send,
-                                  launched_from_notebook()))
-            p.start(); send.close()
-            procs.append(p); conns[r] = recv; tails.append(_LogTail(r, path, out, quiet))
-        results, errors, deadline = {}, {}, time.monotonic() + timeout
-        pending = set(range(nprocs))
-        while pending and not errors:
-            left = deadline - time.monotonic()
-            if left <= 0: break
-            ready = _mp_wait([conns[r] for r in pending] + [procs[r].sentinel for r in pending], timeout=min(left, 0.2))
-            for t in tails: t.pump()
-            for r in list(pending):
-                if conns[r] in ready or conns[r].poll():
-                    try: kind, val = conns[r].recv()
-                    except EOFError: kind, val = "error", None
-                    if kind == "ok": results[r] = val
-                    else: errors[r] = val or f"rank {r} closed its pipe without a result; its last output:\n{tails[r].tail_text()}"
-                    pending.discard(r)
-                elif procs[r].sentinel in ready and not procs[r].is_alive() and not conns[r].poll():
-                    errors[r] = (f"rank {r} exited with code {procs[r].exitcode} without a result; its last output:\n"
-                                 f"{tails[r].tail_text()}")
-                    pending.discard(r)
-        unfinished = sorted(pending)
-    finally:
-        for p in procs:
-            if p.is_alive(): p.kill()
-        for p in procs: p.join(10)
-        for t in tails: t.pump(final=True)
-        for c in conns.values(): c.close()
-        import shutil; shutil.rmtree(logdir, ignore_errors=True)
+    logdir = tempfile.mkdtemp(prefix="lfk_launch_")   # rank logs and status files
+    procs, conns, tails, janitor = [], {}, [], None
+    results, errors, pending, joined = {}, {}, set(range(nprocs)), False
+    with _SignalsToExit():
+        try:
+            janitor = _Janitor(logdir)
+            for r in range(nprocs):
+                recv, send = ctx.Pipe(duplex=False)
+                path = os.path.join(logdir, f"rank{r}.log")
+                p = ctx.Process(target=target, name=f"lfk-rank{r}", daemon=True,
+                                args=(r, nprocs, port, backend, pg_timeout, fn_ref, args, kwargs, path, send,
+                                      launched_from_notebook(), os.getpid()))
+                p.start(); send.close(); janitor.watch(p.pid)
+                procs.append(p); conns[r] = recv; tails.append(_LogTail(r, path, out, quiet))
+            # start-up (spawn, imports, rendezvous) is slow and varies with the machine's load: `timeout` counts from
+            # when every rank has joined the group, so it bounds `fn` alone
+            deadline, joined_keys = time.monotonic() + start_timeout, [f"lfk/joined/{r}" for r in range(nprocs)]
+            while pending and not errors:
+                if not joined and store.check(joined_keys):
+                    joined, deadline = True, time.monotonic() + timeout
+                left = deadline - time.monotonic()
+                if left <= 0: break
+                ready = _mp_wait([conns[r] for r in pending] + [procs[r].sentinel for r in pending],
+                                 timeout=min(left, 0.2))
+                for t in tails: t.pump()
+                for r in sorted(pending):
+                    if conns[r] in ready or conns[r].poll():
+                        try: kind, val, t = conns[r].recv()
+                        except EOFError: kind, val, t = "error", None, time.monotonic()
+                        if kind == "ok": results[r] = val
+                        else: errors[r] = (t, val or f"rank {r} closed its pipe without a result; its last output:\n"
+                                                     f"{tails[r].tail_text()}")
+                        pending.discard(r)
+                    elif procs[r].sentinel in ready and not procs[r].is_alive() and not conns[r].poll():
+                        started = os.path.exists(tails[r].path)
+                        why = ("" if started else " before reaching the kit's rank code (did importing the script "
+                               "that called launch() fail? its error went to the terminal)")
+                        errors[r] = (time.monotonic(), f"rank {r} exited with code {procs[r].exitcode} without a "
+                                                        f"result{why}; its last output:\n{tails[r].tail_text()}")
+                        pending.discard(r)
+            status = _statuses(logdir, range(nprocs))   # read before the folder goes
+        finally:
+            if not errors and not pending:            # all results in: let the ranks leave the group on their own
+                end = time.monotonic() + 10
+                for p in procs: p.join(max(0.0, end - time.monotonic()))
+            for p in procs:
+                if p.is_alive(): p.kill()
+            for p in procs: p.join(10)
+            for t in tails: t.pump(final=True)
+            for c in conns.values(): c.close()
+            shutil.rmtree(logdir, ignore_errors=True)
+            if janitor is not None: janitor.done()
     if errors:
-        r0 = min(errors)
-        extra = f" (stopped ranks {unfinished})" if unfinished else ""
-        raise LaunchError(f"rank {r0} failed{extra}:\n{errors[r0]}", sorted(errors), errors)
-    if unfinished:
-        raise LaunchError(f"ranks {unfinished} did not finish within {timeout} s and were killed "
-                          f"(a rank waiting in a collective that another rank skipped?)", unfinished)
+        r0 = min(errors, key=lambda r: errors[r][0])   # the first to fail; later failures are usually its consequence
+        others = sorted(set(errors) - {r0})
+        extra = (f"; ranks {others} failed after it" if others else "") + (f"; ranks {sorted(pending)} were "
+                                                                            f"stopped" if pending else "")
+        raise LaunchError(f"rank {r0} failed{extra}:\n{errors[r0][1]}\nlast status of each rank:\n{status}",
+                          sorted(errors), {r: v[1] for r, v in errors.items()})
+    if pending:
+        done = sorted(set(range(nprocs)) - pending)
+        if not joined:
+            raise LaunchError(f"ranks {sorted(pending)} did not start and join the process group within "
+                              f"{start_timeout} s and were killed (start_timeout)\nlast status of each rank:\n{status}",
+                              sorted(pending))
+        raise LaunchError(f"ranks {sorted(pending)} did not finish within {timeout} s and were killed"
+                          + (f" (ranks {done} had finished and were waiting for them)" if done else "")
+                          + f"; a rank waiting in a collective that another rank skipped?\n"
+                          f"last status of each rank:\n{status}", sorted(pending))
     return [results[r] for r in range(nprocs)]
 
 # %% ../nbs/01_launch.ipynb #974e9785

@@ -5,7 +5,7 @@
 # %% ../nbs/02_models.ipynb #d3fc2207
 from __future__ import annotations
 
-import contextlib, html, importlib.resources, json, re, warnings
+import contextlib, difflib, html, importlib.resources, json, re, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -51,16 +51,31 @@ def _as_config(cfg:Any):
     "A transformers `PretrainedConfig` from a config object, a dict with `model_type`, a path, or a shipped name."
     from transformers import AutoConfig, PretrainedConfig
     if isinstance(cfg, PretrainedConfig): return cfg
+    from transformers import CONFIG_MAPPING
+    src = "config dict"
     if isinstance(cfg, (str, Path)):
         p = Path(cfg)
         if p.is_dir(): p = p/"config.json"
-        if p.is_file(): cfg = json.loads(p.read_text())
+        if p.is_file():
+            src = str(p)
+            try: cfg = json.loads(p.read_text())
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{p} is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
+            except UnicodeDecodeError as e: raise ValueError(f"{p} is not a JSON text file ({e.reason})") from None
         elif isinstance(cfg, str) and "/" not in cfg and not cfg.endswith(".json"): cfg = shipped_config(cfg)
         else: raise FileNotFoundError(f"no config file at {str(cfg)!r}")
-    if not isinstance(cfg, dict): raise TypeError(f"expected a config, a dict, a path or a name, got {type(cfg).__name__}")
-    if "model_type" not in cfg: raise ValueError(f"config dict has no 'model_type' (keys: {', '.join(sorted(cfg)[:12])})")
+    if not isinstance(cfg, dict):
+        raise TypeError(f"expected a config, a dict, a path or a name, got {type(cfg).__name__}"
+                        + (f" in {src}" if src != "config dict" else ""))
+    if "model_type" not in cfg: raise ValueError(f"{src} has no 'model_type' (keys: {', '.join(sorted(cfg)[:12])})")
     cfg = dict(cfg)
-    return AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    mt = cfg.pop("model_type")
+    if mt not in CONFIG_MAPPING:   # transformers' own error lists all ~400 model types: name the closest instead
+        close = difflib.get_close_matches(str(mt), list(CONFIG_MAPPING.keys()), n=5, cutoff=0.5)
+        raise ValueError(f"unknown model_type {mt!r} in {src}; "
+                         + (f"closest known: {', '.join(close)}" if close else "no known type is close")
+                         + f" (this transformers knows {len(CONFIG_MAPPING)} types)")
+    return AutoConfig.for_model(mt, **cfg)
 
 def _model_class(config):
     "The model class for `config`: its `architectures[0]`, else the causal-LM auto class, else the base auto class."

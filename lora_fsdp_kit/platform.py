@@ -121,6 +121,11 @@ class PlatformBase(abc.ABC):
         "Whether torch can use this device in this process."
 
     @classmethod
+    def why_unavailable(cls)->str:
+        "Why torch cannot use this device here, in words (asked only when `is_available()` is False)."
+        return f"torch reports no {cls.device_name} device"
+
+    @classmethod
     def is_platform_available(cls, use_smi_check:bool=False, smi_timeout:float=10.0)->bool:
         "Availability, optionally checking the vendor SMI command first."
         return cls.probe(use_smi_check=use_smi_check, smi_timeout=smi_timeout).available
@@ -137,7 +142,7 @@ class PlatformBase(abc.ABC):
         try: ok, why = bool(cls.is_available()), ""
         except Exception as e: ok, why = False, f"{type(e).__name__}: {e}"
         parts = [str(smi)] if smi else []
-        parts.append(f"{cls.device_name} available" if ok else (why or f"torch reports no {cls.device_name} device"))
+        parts.append(f"{cls.device_name} available" if ok else (why or cls.why_unavailable()))
         checked = f"{cls.smi_command}, torch module" if smi else "torch module"
         return PlatformProbe(cls.name, checked, ok, "; ".join(parts), time.perf_counter()-t0, smi)
 
@@ -222,6 +227,11 @@ class NvidiaPlatform(PlatformBase):
     def device_module(self): return torch.cuda
     @classmethod
     def is_available(cls)->bool: return torch.cuda.is_available()
+    @classmethod
+    def why_unavailable(cls)->str:
+        if torch.version.cuda is None: return f"this torch ({torch.__version__}) is built without CUDA"
+        vis = os.environ.get(cls.visible_env)
+        return "torch finds no CUDA device" + (f" ({cls.visible_env}={vis!r})" if vis is not None else "")
 
 def _torch_npu()->ModuleType:
     "Import torch_npu lazily; its absence is an ordinary 'not available'."
@@ -240,6 +250,11 @@ class HuaweiPlatform(PlatformBase):
         try: m = _torch_npu()
         except ImportError: return False
         return bool(m.npu.is_available())
+    @classmethod
+    def why_unavailable(cls)->str:
+        try: _torch_npu()
+        except ImportError as e: return f"torch_npu cannot be imported ({e})"
+        return "torch_npu finds no NPU device"
 
 # %% ../nbs/00_platform.ipynb #e27f12b6
 @PlatformRegistry.register("cpu")
@@ -318,16 +333,19 @@ def load_plugins(env:str|None=None,            # comma-separated modules; defaul
     "Import plugin modules (env var, then entry points); return the names loaded by this call."
     from importlib.metadata import entry_points as _eps
     spec = os.environ.get(PLUGINS_ENV, "") if env is None else env
-    todo: list[tuple[str, Callable[[], Any]]] = [(m, lambda m=m: importlib.import_module(m))
-                                                 for m in (s.strip() for s in spec.split(",")) if m]
+    src = f"${PLUGINS_ENV}" if env is None else "env="
+    todo: list[tuple[str, str, Callable[[], Any]]] = [(m, src, lambda m=m: importlib.import_module(m))
+                                                      for m in (s.strip() for s in spec.split(",")) if m]
     if entry_points:
-        todo += [(f"{ep.name} ({ep.value})", ep.load) for ep in _eps().select(group=PLUGIN_GROUP)]
+        todo += [(f"{ep.name} ({ep.value})", f"the {PLUGIN_GROUP} entry points", ep.load)
+                 for ep in _eps().select(group=PLUGIN_GROUP)]
     loaded = []
-    for name, load in todo:
+    for name, where, load in todo:
         if name in _loaded_plugins: continue
         try: mod = load()
         except Exception as e:
-            raise PlatformError(f"plugin {name!r} failed to load: {type(e).__name__}: {e}") from e
+            raise PlatformError(f"plugin {name!r} (from {where}) failed to load: {type(e).__name__}: {e}; "
+                                f"install it or remove it from {where}") from e
         _loaded_plugins[name] = mod
         loaded.append(name)
         log.info("loaded lora_fsdp_kit plugin %s", name)
@@ -345,6 +363,12 @@ def detect_platform(smi_timeout:float=10.0,  # seconds each SMI probe may take
         if forced.lower() not in PlatformRegistry.names():
             raise PlatformError(f"{PLATFORM_ENV}={forced!r} is not a registered platform; "
                                 f"registered: {', '.join(PlatformRegistry.names())}")
+        cls = PlatformRegistry.get(forced.lower())
+        try: ok, why = bool(cls.is_available()), ""
+        except Exception as e: ok, why = False, f"{type(e).__name__}: {e}"
+        if not ok:
+            raise PlatformError(f"{PLATFORM_ENV}={forced!r}: the {forced.lower()} platform is not available here "
+                                f"({why or cls.why_unavailable()}); unset {PLATFORM_ENV} to detect the platform")
         p = PlatformProbe(forced.lower(), f"env {PLATFORM_ENV}", True, f"{PLATFORM_ENV}={forced}", 0.0)
         return DetectionReport(forced.lower(), (p,), "env", loaded)
     probes = []

@@ -1,0 +1,59 @@
+"""`python -m lora_fsdp_kit demo` as a user runs it: on one rank (how people debug), and stopped with SIGTERM while its
+ranks run — then no process or temporary folder is left and the previous results in `--out` are intact."""
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+
+import psutil
+
+def _env(tmp:Path)->dict:
+    "The environment with a private temp folder, so the launch folder can be found and checked."
+    (tmp/"t").mkdir(exist_ok=True)
+    return {**os.environ, "TMPDIR": str(tmp/"t")}
+
+def _demo(tmp:Path, *args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "lora_fsdp_kit", "demo", "--model", "llama", *args], env=_env(tmp),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+def _previous_demo(out:Path)->dict:
+    "A folder holding an earlier demo's results; returns its files' contents."
+    out.mkdir()
+    (out/"old.png").write_bytes(b"\x89PNG old"); (out/"report.md").write_text("# the old report\n")
+    (out/"summary.json").write_text(json.dumps({"figures": {"old": "old.png"}}))
+    return {p.name: p.read_bytes() for p in out.iterdir()}
+
+def test_demo_on_one_rank(tmp_path):
+    p = _demo(tmp_path, "--nprocs", "1", "--out", str(tmp_path/"out"))
+    out = p.communicate(timeout=900)[0]
+    assert p.returncode == 0, out
+    assert "[4/6] launching 1 rank:" in out and "[6/6] writing the summary and report.md" in out and "[7/" not in out
+    assert "s of it starting up" in out
+    s = json.loads((tmp_path/"out"/"summary.json").read_text())
+    assert set(s["exact"]) == {"fsdp1", "fsdp2"} and s["seconds"] > s["startup_seconds"] > 0
+    assert not list((tmp_path/"t").glob("lfk_launch_*"))
+
+def test_demo_sigterm_keeps_previous_results(tmp_path):
+    out = tmp_path/"out"
+    before = _previous_demo(out)
+    p = _demo(tmp_path, "--out", str(out), start_new_session=True)
+    try:
+        end = time.monotonic() + 600
+        def ranks_running():
+            runs = list((tmp_path/"t").glob("lfk_launch_*"))
+            return runs and all((runs[0]/f"rank{r}.txt").exists() for r in (0, 1))
+        while not ranks_running():
+            assert p.poll() is None, p.stdout.read()
+            assert time.monotonic() < end, "the demo's ranks did not start"
+            time.sleep(0.2)
+        family = psutil.Process(p.pid).children(recursive=True)
+        assert sum("spawn_main" in " ".join(c.cmdline()) for c in family) == 2
+        p.send_signal(signal.SIGTERM)
+        log = p.communicate(timeout=60)[0]
+        assert p.returncode == 128 + signal.SIGTERM, log
+        gone, alive = psutil.wait_procs(family, timeout=30)
+        assert not alive, [" ".join(c.cmdline())[:80] for c in alive]
+        assert {f.name: f.read_bytes() for f in out.iterdir()} == before          # the old results, untouched
+        assert {f.name for f in tmp_path.iterdir()} == {"out", "t"}                # no work folder beside --out
+        assert not list((tmp_path/"t").glob("lfk_launch_*"))                     # the launch folder is gone
+    finally:
+        if p.poll() is None: p.kill()
+        p.wait()

@@ -1,0 +1,91 @@
+"""The launcher with real processes: whatever stops the process that called `launch` (SIGTERM, SIGINT, SIGHUP, SIGKILL),
+no rank, janitor or resource tracker survives it and its `lfk_launch_*` folder is gone; a script that calls `launch()`
+outside `if __name__ == "__main__":` is refused with the fix in the message."""
+import os, signal, subprocess, sys, textwrap, time
+from pathlib import Path
+
+import psutil
+import pytest
+
+# Each rank reports a status and then sleeps: the parent is stopped while its ranks are running.
+CASES = '''
+import time
+from lora_fsdp_kit.launch import report_status
+def wait_forever():
+    report_status("ready")
+    time.sleep(600)
+'''
+
+PARENT = '''
+import sys
+from lora_fsdp_kit.launch import launch
+import lfk_signal_cases
+if __name__ == "__main__":
+    launch(lfk_signal_cases.wait_forever, nprocs=2, quiet=True)
+'''
+
+def _env(tmp:Path, **extra)->dict:
+    "The test's environment with a private temp folder (the launch folder goes there) and the case module importable."
+    path = os.pathsep.join([str(tmp), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "TMPDIR": str(tmp/"t"), "PYTHONPATH": path, **extra}
+
+def _wait_until(cond, timeout:float, what:str):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond(): return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+def _ready(tmp:Path)->bool:
+    "Both ranks have reported 'ready' in the launch folder."
+    runs = list((tmp/"t").glob("lfk_launch_*"))
+    return len(runs) == 1 and all((runs[0]/f"rank{r}.txt").exists() and (runs[0]/f"rank{r}.txt").read_text() == "ready"
+                                  for r in (0, 1))
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 128 + 15), (signal.SIGINT, -signal.SIGINT),
+                                       (signal.SIGHUP, 128 + 1), (signal.SIGKILL, -signal.SIGKILL)])
+def test_nothing_outlives_the_launcher(tmp_path, sig, code):
+    (tmp_path/"t").mkdir()
+    (tmp_path/"lfk_signal_cases.py").write_text(CASES); (tmp_path/"parent.py").write_text(PARENT)
+    p = subprocess.Popen([sys.executable, str(tmp_path/"parent.py")], env=_env(tmp_path), start_new_session=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        _wait_until(lambda: _ready(tmp_path) or p.poll() is not None, 240, "both ranks to report 'ready'")
+        assert p.poll() is None, p.stdout.read().decode()
+        family = psutil.Process(p.pid).children(recursive=True)
+        names = sorted(" ".join(c.cmdline()) for c in family)
+        assert sum("spawn_main" in n for n in names) == 2, names                # the two ranks
+        assert sum("resource_tracker" in n for n in names) == 1, names          # multiprocessing's tracker
+        assert sum("shutil" in n for n in names) == 1, names                    # the janitor
+        p.send_signal(sig)
+        out = p.communicate(timeout=60)[0].decode()
+        assert p.returncode == code, (p.returncode, out)
+        gone, alive = psutil.wait_procs(family, timeout=30)
+        assert not alive, [" ".join(c.cmdline())[:80] for c in alive]
+        _wait_until(lambda: not list((tmp_path/"t").glob("lfk_launch_*")), 15, "the launch folder to be removed")
+    finally:
+        if p.poll() is None: p.kill()
+        p.wait()
+
+def test_unguarded_script_is_refused(tmp_path):
+    (tmp_path/"t").mkdir()
+    script = tmp_path/"train.py"
+    script.write_text(textwrap.dedent('''
+        import os
+        from lora_fsdp_kit.launch import launch
+        def main(): return launch(os.getpid)
+        print("before")
+        main()                       # line 6: at the top level, no __main__ guard
+    '''))
+    r = subprocess.run([sys.executable, str(script)], env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1
+    last = r.stderr.strip().splitlines()[-1]
+    assert f"{script} calls launch() at line 6 outside `if __name__ == \"__main__\":`" in last, r.stderr
+    assert "put the code that calls `launch` under" in last
+    assert r.stdout.count("before") == 1        # refused before any rank started (a rank would print it again)
+    assert not list((tmp_path/"t").glob("lfk_launch_*"))   # and before the launch folder was made
+    # the same script, guarded, runs
+    script.write_text(script.read_text().replace("main()  ", 'if __name__ == "__main__": print(main())  '))
+    r = subprocess.run([sys.executable, str(script)], env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("before") == 3        # the parent and each rank (spawn imports the script in each rank)
