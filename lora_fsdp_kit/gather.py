@@ -56,7 +56,8 @@ class GatherUnit:
     gather_bytes: int                  # bytes all-gathered to unshard it (padding included)
     @property
     def param_names(self)->tuple[str, ...]: return tuple(p.name for p in self.params)
-    def __repr__(self): return f"GatherUnit({self.name or '<root>'!r}, {len(self.params)} params, {self.gather_bytes:,} B)"
+    def __repr__(self):
+        return f"GatherUnit({self.name or '<root>'!r}, {len(self.params)} params, {self.gather_bytes:,} B)"
 
 # %% ../nbs/05_gather.ipynb #dac55db4
 class MissingLoraError(RuntimeError):
@@ -342,7 +343,8 @@ class Fsdp2GatherEngine(GatherEngine):
                                 * per_row) for r in range(world))
                 local = getattr(p.module, p.attr).to_local().reshape(-1)
                 if local.numel() != pieces[rank][1]:
-                    raise RuntimeError(f"{p.name}: local shard has {local.numel()} elements, expected {pieces[rank][1]}")
+                    raise RuntimeError(f"{p.name}: local shard has {local.numel()} elements, "
+                                       f"expected {pieces[rank][1]}")
                 out.append(TensorShards(p.name, p.shape, p.dtype, mi.shard_process_group if world > 1 else None,
                                         pieces, local))
         return out

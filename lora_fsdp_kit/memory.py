@@ -88,7 +88,8 @@ class MemoryMeter:
     def __init__(self, engine:GatherEngine):
         self.platform = get_platform()
         self.on_cpu = self.platform.device_name == "cpu"
-        self.source = "torch MemTracker (CPU tensor storages)" if self.on_cpu else f"{self.platform.device_name} allocator"
+        self.source = ("torch MemTracker (CPU tensor storages)" if self.on_cpu
+                       else f"{self.platform.device_name} allocator")
         self.engine, self.t0, self.current, self.unit_peak = engine, time.perf_counter(), 0, 0
         self.timeline: list[tuple[float, int]] = []
         self._stack = contextlib.ExitStack()
@@ -177,19 +178,24 @@ class GatherProfile:
         rows = [f"{'unit':<48}{'predicted':>12}{'measured':>12}{'dev':>8}{'peak extra':>12}{'ms':>8}"]
         for u in self.units:
             dev = f"{u.bytes_gathered / u.predicted_bytes - 1:+.1%}" if u.predicted_bytes else "–"
-            rows.append(f"{(u.name or '<root>')[-48:]:<48}{fmt_bytes(u.predicted_bytes):>12}{fmt_bytes(u.bytes_gathered):>12}"
+            rows.append(f"{(u.name or '<root>')[-48:]:<48}{fmt_bytes(u.predicted_bytes):>12}"
+                        f"{fmt_bytes(u.bytes_gathered):>12}"
                         f"{dev:>8}{fmt_bytes(u.peak_extra):>12}{u.seconds * 1e3:>8.1f}")
         return "\n".join(rows)
 
     def _rows(self):
         pred = lambda p, m: f"{fmt_bytes(p)} ({m / p - 1:+.1%})" if p else "–"
         dev = self.unit_deviation
-        return [("bytes all-gathered", fmt_bytes(self.bytes_gathered), f"{self.bytes_ratio:.2f} × minimum ({fmt_bytes(self.min_bytes)})"),
-                ("peak extra memory", fmt_bytes(self.peak_extra), f"{self.peak_ratio:.2f} × (largest LoRA unit + LoRA output)"),
-                ("predicted bytes / peak", pred(self.predicted_bytes, self.bytes_gathered), pred(self.predicted_peak, self.peak_extra)),
+        return [("bytes all-gathered", fmt_bytes(self.bytes_gathered),
+                 f"{self.bytes_ratio:.2f} × minimum ({fmt_bytes(self.min_bytes)})"),
+                ("peak extra memory", fmt_bytes(self.peak_extra),
+                 f"{self.peak_ratio:.2f} × (largest LoRA unit + LoRA output)"),
+                ("predicted bytes / peak", pred(self.predicted_bytes, self.bytes_gathered),
+                 pred(self.predicted_peak, self.peak_extra)),
                 ("per-unit bytes vs plan", "–" if dev is None else f"max deviation {dev:+.1%}",
                  f"{sum(u.predicted_bytes is not None for u in self.units)} units predicted (see unit_table())"),
-                ("units gathered", f"{self.units_gathered} of {len(self.units)} visited", f"{sum(u.collectives for u in self.units)} all-gathers"),
+                ("units gathered", f"{self.units_gathered} of {len(self.units)} visited",
+                 f"{sum(u.collectives for u in self.units)} collectives"),
                 ("time", f"{self.seconds * 1e3:.1f} ms", f"world size {self.world_size}; memory: {self.memory_source}")]
 
     def __repr__(self):
@@ -198,7 +204,8 @@ class GatherProfile:
 
     def _repr_html_(self):
         e = html.escape
-        rows = "".join(f"<tr><td>{e(a)}</td><td style='text-align:right'>{e(b)}</td><td>{e(c)}</td></tr>" for a, b, c in self._rows())
+        rows = "".join(f"<tr><td>{e(a)}</td><td style='text-align:right'>{e(b)}</td><td>{e(c)}</td></tr>"
+                       for a, b, c in self._rows())
         return (f"<b>GatherProfile</b> <code>{e(self.strategy)}</code> on {e(self.flavour)}, {len(self.units)} units"
                 f"<table>{rows}</table>")
 
@@ -219,7 +226,8 @@ def gather_per_unit(engine:GatherEngine, names:list[str], on_unit)->dict[str, to
 
 def gather_lora_only(engine:GatherEngine, names:list[str], on_unit)->dict[str, torch.Tensor]:
     "FSDP2: one `full_tensor()` per LoRA DTensor, unit by unit (the per-tensor path); base weights never move."
-    if engine.flavour != "fsdp2": raise ValueError(f"strategy 'lora_only' needs an FSDP2 model; this one is {engine.flavour}")
+    if engine.flavour != "fsdp2":
+        raise ValueError(f"strategy 'lora_only' needs an FSDP2 model; this one is {engine.flavour}")
     return engine.collect_per_unit(names, on_unit=on_unit)
 
 def gather_packed_lora(engine:GatherEngine, names:list[str], on_unit)->dict[str, torch.Tensor]:
@@ -331,7 +339,7 @@ def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft mo
                    plan=None,               # a `lora_fsdp_kit.plan.Plan` of the unwrapped model, for predictions
                    adapter_name:str="default",
                   )->GatherProfile:
-    "Gather the model's LoRA tensors with `strategy`, measuring bytes all-gathered, peak extra memory and time per unit."
+    "Gather the model's LoRA tensors with `strategy`, measuring bytes moved, peak extra memory and time per unit."
     if strategy not in GATHER_STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(GATHER_STRATEGIES)}")
     engine = gather_engine(model)
@@ -413,14 +421,17 @@ def plot_gather(profiles,               # GatherProfiles (a list, or a dict labe
     ax_t.set_ylim(0, max(max(p.peak_extra for _, p in items), ref.model_bytes) / scale * 1.12)
     x = range(len(items)); w = 0.38
     def bars(ax, meas, pred, ttl, extra=None):
-        ax.bar([i - w/2 for i in x], [v / scale for v in meas], w, color=[color(k, i) for i, (k, _) in enumerate(items)], label="measured")
-        ax.bar([i + w/2 for i in x], [(v or 0) / scale for v in pred], w, color="none", edgecolor="k", hatch="//", label="predicted (plan)")
+        ax.bar([i - w/2 for i in x], [v / scale for v in meas], w,
+               color=[color(k, i) for i, (k, _) in enumerate(items)], label="measured")
+        ax.bar([i + w/2 for i in x], [(v or 0) / scale for v in pred], w, color="none", edgecolor="k", hatch="//",
+               label="predicted (plan)")
         for i, v in enumerate(meas): ax.text(i - w/2, v / scale, fmt_bytes(v), ha="center", va="bottom", fontsize=8)
         if extra: extra(ax)
         ax.set_xticks(list(x), [k for k, _ in items]); ax.set_title(ttl); ax.set_ylabel(unit)
         ax.legend(fontsize=8, loc="best"); ax.margins(y=0.25)
     bars(ax_p, [p.peak_extra for _, p in items], [p.predicted_peak for _, p in items], "peak extra memory")
-    bars(ax_b, [p.bytes_gathered for _, p in items], [p.predicted_bytes for _, p in items], "bytes all-gathered (per rank)",
+    bars(ax_b, [p.bytes_gathered for _, p in items], [p.predicted_bytes for _, p in items],
+         "bytes all-gathered (per rank)",
          lambda ax: [ax.hlines(p.min_bytes / scale, i - 0.45, i + 0.45, color="k", lw=1.5,
                                label="minimum (LoRA-bearing units / LoRA tensors)" if i == 0 else None)
                      for i, (_, p) in enumerate(items)])
@@ -441,6 +452,7 @@ def profile_strategies(model_name:str="llama",    # a tiny model of `lora_fsdp_k
     out = {}
     pm = build(); pol = P.lora_wrap_policy(pm); plan = P.plan_fsdp1(pm, pol); fm = P.wrap_fsdp1(pm, pol)
     for s in ("whole", "per_unit", "packed"): out[("fsdp1", s)] = measure_gather(fm, s, plan=plan)
-    pm = build(); cls = list(P.resolve_layer_classes(pm, "auto")); plan = P.plan_fsdp2(pm, cls); fm = P.wrap_fsdp2(pm, cls)
+    pm = build(); cls = list(P.resolve_layer_classes(pm, "auto"))
+    plan = P.plan_fsdp2(pm, cls); fm = P.wrap_fsdp2(pm, cls)
     for s in ("whole", "per_unit", "lora_only", "packed"): out[("fsdp2", s)] = measure_gather(fm, s, plan=plan)
     return out

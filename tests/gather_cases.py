@@ -17,8 +17,11 @@ SETTINGS = ("fsdp1", "fsdp1-orig", "fsdp2")
 VARIANTS = [dict(tied=True), dict(second_adapter=True, adapter_name="second"), dict(modules_to_save=("lm_head",)),
             dict(tied=True, head_lora=True)]
 
-def variant_cases(settings=SETTINGS, policies=("peft", "layer"))->list[dict]:
-    return [dict(model="llama", setting=s, policy=k, **v) for v in VARIANTS for s in settings for k in policies]
+def variant_cases(settings=SETTINGS)->list[dict]:
+    """Each variant on each setting: peft's policy for FSDP1 use_orig_params=False (it refuses mixed requires_grad
+    units), decoder layers as units otherwise."""
+    return [dict(model="llama", setting=s, policy="peft" if s == "fsdp1" else "layer", **v) for v in VARIANTS
+            for s in settings]
 
 class PriorArtEngine(Fsdp1GatherEngine):
     """The unit filter of the RL framework this kit was first written for: a unit counts only if its own (local)
@@ -61,9 +64,30 @@ def bucketed(setting:str="fsdp1-orig")->dict:
     return dict(equal=list(got) == list(whole) and all(torch.equal(got[k], whole[k]) for k in whole),
                 collectives=c.calls, bytes=c.bytes, lora_bytes=sum(t.nbytes for t in whole.values()))
 
-def run_matrix(cases:list[dict], extras:bool=False)->dict:
-    "Every case; with `extras`, the error and bucket checks too. Per-case results (no tensors) for the parent."
+def profiles(sharding:str|None=None)->list[dict]:
+    "measure_gather('packed') with the plan of the unwrapped model: measured vs predicted bytes and peak."
+    from lora_fsdp_kit import plan as P
+    from lora_fsdp_kit.memory import measure_gather
+    import dataclasses
+    out = []
+    for setting, policy in (("fsdp1", "peft"), ("fsdp1-orig", "layer"), ("fsdp2", "layer")):
+        pm = case_model("llama", r=1)   # r=1: dim-0 padding is the largest share of FSDP2's shards
+        from lora_fsdp_kit.testing import case_policy
+        plan = P.plan_fsdp1(pm, case_policy(pm, policy), use_orig_params=setting == "fsdp1-orig")
+        if setting == "fsdp2": plan = dataclasses.replace(plan, flavour="fsdp2")
+        fm = case_wrap(pm, policy, setting, "HYBRID" if sharding and setting == "fsdp2" else sharding)
+        for strategy in ("packed",) + (("lora_only",) if setting == "fsdp2" else ()):
+            p = measure_gather(fm, strategy, plan=plan)
+            out.append(dict(setting=setting, policy=policy, strategy=strategy, bytes=p.bytes_gathered,
+                            predicted_bytes=p.predicted_bytes, peak=p.peak_extra, predicted_peak=p.predicted_peak,
+                            lora_bytes=p.lora_bytes, collectives=sum(u.collectives for u in p.units)))
+    return out
+
+def run_matrix(cases:list[dict], extras:bool=False, profile:str|bool=False)->dict:
+    """Every case; with `extras`, the error and bucket checks; with `profile`, measured vs predicted (a sharding name
+    or True). Per-case results (no tensors) for the parent."""
     res = dict(rows=[gather_case(**c) for c in cases], rank=dist.get_rank(), world=dist.get_world_size())
+    if profile: res["profiles"] = profiles(profile if isinstance(profile, str) else None)
     if extras:
         res.update(missing=missing_lora_error(), bad_adapter=bad_adapter_errors(),
                    buckets={s: bucketed(s) for s in ("fsdp1-orig", "fsdp2")})
