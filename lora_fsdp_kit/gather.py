@@ -331,7 +331,10 @@ class Fsdp2GatherEngine(GatherEngine):
         for u in self.units:
             for p in u.params:
                 if p.name not in want: continue
-                if u.module is None: out.append(_whole_local(p)); continue
+                # not sharded by FSDP, or unsharded right now (e.g. reshard_after_forward=False after a forward, on
+                # every rank alike): this rank holds it whole
+                if u.module is None or not isinstance(getattr(p.module, p.attr), DTensor):
+                    out.append(_whole_local(p)); continue
                 fp = self._fsdp_params[p.name]
                 if fp.fsdp_placement.dim != 0:
                     raise NotImplementedError(f"{p.name} is sharded on dim {fp.fsdp_placement.dim}; the packed "
