@@ -419,12 +419,17 @@ def _gather_bucket(bucket:list[TensorShards], group, rank0_only:bool)->dict[str,
     keep = not rank0_only or dist.get_rank() == 0
     sizes = [sum(t.piece_bytes(r) for t in bucket) for r in range(world)]
     even, width = _evenly(sizes), max(sizes)
-    send, pos = torch.empty(width if even else sizes[me], dtype=torch.uint8, device=bucket[0].local.device), 0
+    # the all-to-all sends this rank's pieces once to each receiving rank: pack once, then copy the packed block
+    copies = 1 if even else (world if not rank0_only else 1)
+    send = torch.empty(copies * (width if even else sizes[me]), dtype=torch.uint8, device=bucket[0].local.device)
+    pos = 0
     for t in bucket:
         n = t.piece_bytes(me)
         if n: send[pos:pos + n].copy_(_as_bytes(t.local))
         pos += n
-    send[pos:].zero_()
+    if even: send[pos:].zero_()
+    else:
+        for c in range(1, copies): send[c * pos:(c + 1) * pos].copy_(send[:pos])
     if even:   # nearly even pieces: one all-gather (or gather to rank 0) of equal, zero-padded buffers
         recv = torch.empty(world * width if keep else 0, dtype=torch.uint8, device=send.device)
         if rank0_only:   # in the shard group of rank 0, group rank 0 is global rank 0
@@ -439,7 +444,7 @@ def _gather_bucket(bucket:list[TensorShards], group, rank0_only:bool)->dict[str,
         out_splits = [n if keep else 0 for n in sizes]
         in_splits = [sizes[me] if r in dst else 0 for r in range(world)]
         recv = torch.empty(sum(out_splits), dtype=torch.uint8, device=send.device)
-        dist.all_to_all_single(recv, send.repeat(len(dst)), out_splits, in_splits, group=group)
+        dist.all_to_all_single(recv, send, out_splits, in_splits, group=group)
         starts = list(accumulate([0] + sizes[:-1]))
     del send
     if not keep: return None

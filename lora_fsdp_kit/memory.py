@@ -317,8 +317,8 @@ def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the 
         me = per_rank[(dist.get_rank() if rank is None and dist.is_initialized() else rank or 0) % world]
         if world * width <= 1.05 * total:   # the all-gather of equal padded buffers (gather_packed's `_evenly`)
             return world * width, max(width * (world + 1), world * width + lora_bytes)
-        # the all-to-all with exact split sizes: this rank's pieces, sent once per rank, beside the receive buffer
-        return total, max(me * (world + 1) + total, total + lora_bytes)
+        # the all-to-all with exact split sizes: this rank's pieces, packed once per rank, beside the receive buffer
+        return total, max(me * world + total, total + lora_bytes)
     return None, None
 
 def predict_unit(plan,                # a `Plan` of the unwrapped model (or None)

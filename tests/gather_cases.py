@@ -34,7 +34,7 @@ class PriorArtEngine(Fsdp1GatherEngine):
         return super().shards([n for n in names if n in keep])
 
 def missing_lora_error()->str:
-    "Plug the prior-art unit filter in through the EngineRegistry; gather_lora must raise, naming what is missing."
+    "Plug that unit filter in through the EngineRegistry; gather_lora must raise, naming what is missing."
     fm = case_wrap(case_model("llama"), "peft", "fsdp1")
     EngineRegistry.register("fsdp1", "cpu")(PriorArtEngine)
     try:

@@ -74,5 +74,7 @@ def test_plan_predicts_packed_bytes_and_peak(world, request):
     for res in request.getfixturevalue(world):
         for p in res["profiles"]:
             assert abs(p["bytes"] / p["predicted_bytes"] - 1) <= 0.05, p
-            assert abs(p["peak"] / p["predicted_peak"] - 1) <= 0.05, p
+            # (r=1 keeps these buffers at a few KiB: one stray 512 B allocation seen by the tracker on a rank is
+            # already 7 %, hence the 1 KiB floor)
+            assert abs(p["peak"] - p["predicted_peak"]) <= max(0.05 * p["predicted_peak"], 1024), p
             if p["strategy"] == "packed": assert p["collectives"] == 1, p
