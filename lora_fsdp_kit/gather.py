@@ -5,9 +5,10 @@
 # %% ../nbs/05_gather.ipynb #a09cde96
 from __future__ import annotations
 
-import contextlib, sys
+import contextlib, copy, math, sys
 from collections import OrderedDict
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Callable, ClassVar, Iterator
 
 import torch
@@ -27,8 +28,8 @@ from .launch import launched_from_notebook
 
 # %% auto #0
 __all__ = ['unwrapped_name', 'OwnedParam', 'GatherUnit', 'MissingLoraError', 'GatherEngine', 'Fsdp1GatherEngine',
-           'Fsdp2GatherEngine', 'fsdp_flavour', 'gather_engine', 'gather_lora', 'check_collected', 'plain_name',
-           'iter_merged_weights', 'compare_with_peft', 'compare_cases']
+           'Fsdp2GatherEngine', 'TensorShards', 'gather_packed', 'fsdp_flavour', 'gather_engine', 'gather_lora',
+           'check_collected', 'plain_name', 'iter_merged_weights']
 
 # %% ../nbs/05_gather.ipynb #21664c23
 def unwrapped_name(*parts:str)->str:
@@ -55,14 +56,15 @@ class GatherUnit:
     gather_bytes: int                  # bytes all-gathered to unshard it (padding included)
     @property
     def param_names(self)->tuple[str, ...]: return tuple(p.name for p in self.params)
-    def __repr__(self): return f"GatherUnit({self.name or '<root>'!r}, {len(self.params)} params, {self.gather_bytes:,} B)"
+    def __repr__(self):
+        return f"GatherUnit({self.name or '<root>'!r}, {len(self.params)} params, {self.gather_bytes:,} B)"
 
 # %% ../nbs/05_gather.ipynb #dac55db4
 class MissingLoraError(RuntimeError):
     "Some LoRA tensors of the model were not collected."
 
 class GatherEngine:
-    "Lists the FSDP units of a wrapped peft model and unshards them one at a time."
+    "Lists the FSDP units of a wrapped peft model, where each rank's shard of a parameter lies, and unshards units."
     flavour: ClassVar[str] = ""
 
     def __init__(self, model:nn.Module):
@@ -70,9 +72,17 @@ class GatherEngine:
         self.units: list[GatherUnit] = self.find_units()
         self.by_name: dict[str, OwnedParam] = {p.name: p for u in self.units for p in u.params}
         self.unit_of: dict[str, GatherUnit] = {p.name: u for u in self.units for p in u.params}
+        # tied (shared) parameters: a second name for a parameter some unit already owns -> (its owner, that name)
+        self.aliases: dict[str, tuple[OwnedParam, str]] = self.find_aliases()
 
     # --- to implement per flavour -------------------------------------------------------------------------
-    def find_units(self)->list[GatherUnit]: raise NotImplementedError
+    def find_units(self)->list[GatherUnit]:
+        "The units, children first; may set `self._aliases` (tied parameters' second names)."
+        raise NotImplementedError
+    def find_aliases(self)->dict[str, tuple[OwnedParam, str]]: return getattr(self, "_aliases", {})
+    def shards(self, names:list[str])->list[TensorShards]:
+        "Where the pieces of each of `names` lie across its shard group, and this rank's piece."
+        raise NotImplementedError
     @contextlib.contextmanager
     def unsharded(self, unit:GatherUnit, rank0_only:bool=False)->Iterator[dict[str, torch.Tensor]]:
         "Unshard `unit` alone (never its children); yield its own parameters, full, by unwrapped name."
@@ -94,20 +104,33 @@ class GatherEngine:
             if isinstance(m, PeftModel): return m
         raise TypeError(f"no peft PeftModel inside {type(self.model).__name__}; wrap a `get_peft_model(...)` model")
 
+    def owner(self, name:str)->OwnedParam:
+        "The `OwnedParam` for a parameter name, tied second names included."
+        return self.by_name[name] if name in self.by_name else self.aliases[name][0]
+
+    def primary(self, name:str)->str:
+        "The name under which a unit owns `name` (itself, or the first name of a tied parameter)."
+        return self.aliases[name][1] if name in self.aliases else name
+
     def param_order(self)->list[str]:
-        "Every parameter name in the order `named_parameters()` of the unwrapped model gives them."
+        "Every parameter name (tied second names too) in the order of `named_parameters()` of the unwrapped model."
         pos = {id(m): i for i, m in enumerate(self.model.modules())}
-        # a module's own parameters always sit together, in registration order, in one unit
-        return [p.name for p in sorted(self.by_name.values(), key=lambda p: pos.get(id(p.module), -1))]
+        # a module's own parameters always sit together, in registration order, in one unit; tied second names too
+        every = [*self.by_name.values(), *(p for p, _ in self.aliases.values())]
+        return [p.name for p in sorted(every, key=lambda p: pos.get(id(p.module), -1))]
 
     def lora_names(self, adapter_name:str="default")->OrderedDict[str, str]:
         "{unwrapped parameter name: key in peft's adapter state dict}, decided by peft itself."
+        pm = self.peft_model()
+        if adapter_name not in pm.peft_config:
+            raise ValueError(f"this model has no adapter {adapter_name!r}; its adapters: "
+                             f"{', '.join(map(repr, pm.peft_config))} (pass one of them as adapter_name)")
         names = self.param_order()
         # peft decides which entries belong to the adapter and how they are renamed; we hand it the unwrapped
         # names with placeholder values and read back which placeholder went where
         marks = {n: torch.empty(0) for n in names}
         back = {id(t): n for n, t in marks.items()}
-        sd = get_peft_model_state_dict(_UnwrappedView(self.peft_model()), state_dict=marks, adapter_name=adapter_name)
+        sd = get_peft_model_state_dict(_UnwrappedView(pm, names), state_dict=marks, adapter_name=adapter_name)
         out = OrderedDict((back[id(t)], k) for k, t in sd.items())
         if not out:
             raise MissingLoraError(f"peft finds no parameters of adapter {adapter_name!r} among the {len(names)} "
@@ -120,12 +143,21 @@ class GatherEngine:
         res = [(u, [n for n in u.param_names if n in want]) for u in self.units]
         return [(u, ns) for u, ns in res if ns]
 
-    def collect(self, names, *, rank0_only:bool=False, progress:bool=False,
-                on_unit:Callable|None=None)->dict[str, torch.Tensor]:
-        "Gather the units that own `names`, one at a time; full detached copies, own storage, on the CPU."
+    def collect(self, names, *, rank0_only:bool=False, bucket_bytes:int|None=None,
+                progress:bool=False)->dict[str, torch.Tensor]:
+        "Gather `names` in packed collectives (one per shard group and bucket): full CPU tensors with own storage."
+        # a tied weight is gathered once, under the name its unit owns it by, and handed out under every name
+        prims = list(dict.fromkeys(self.primary(n) for n in names))
+        got = gather_packed(self.shards(prims), rank0_only=rank0_only, bucket_bytes=bucket_bytes,
+                            progress=progress, desc=f"gather LoRA ({self.flavour})")
+        return {n: got[self.primary(n)] for n in names if self.primary(n) in got}
+
+    def collect_per_unit(self, names, *, rank0_only:bool=False, progress:bool=False,
+                         on_unit:Callable|None=None)->dict[str, torch.Tensor]:
+        "Gather the units that own `names`, one at a time (the per-unit path `measure_gather` compares with)."
         keep = not rank0_only or dist.get_rank() == 0
         todo, got = self.lora_units(names), {}
-        for u, ns in _progress_bar(todo, progress, f"gather LoRA ({self.flavour})"):
+        for u, ns in _progress_bar(todo, progress, f"gather LoRA per unit ({self.flavour})"):
             with (on_unit(u) if on_unit else contextlib.nullcontext()):
                 for n, t in self.full_lora(u, ns, rank0_only):
                     if keep: got[n] = t
@@ -134,14 +166,34 @@ class GatherEngine:
 class _UnwrappedView:
     "A PeftModel whose `named_modules()` gives unwrapped names: peft finds its LoRA layers by module name."
     # Under FSDP1, module names carry `_fsdp_wrapped_module.` segments in the middle; peft only strips a leading
-    # one, which is why its `get_peft_model_state_dict` returns 0 keys under nested units (CONTEXT.md).
-    def __init__(self, model:nn.Module): self._model = model
+    # one, which is why its own `get_peft_model_state_dict` returns 0 keys under nested FSDP1 units.
+    def __init__(self, model:nn.Module, names:list[str]): self._model, self._names = model, names
     def named_modules(self, *args, **kw):
-        seen = set()
+        mods = {}
         for n, m in self._model.named_modules(*args, **kw):
-            n = unwrapped_name(n)
-            if n not in seen: seen.add(n); yield n, m
+            n = unwrapped_name(n)   # a wrapper and the module it wraps share a name: the module itself wins
+            if n not in mods or isinstance(mods[n], (FSDP, FSDPModule)) and not isinstance(m, FSDP): mods[n] = m
+        for n, m in mods.items():
+            yield n, (_KeysOnlyWrapper.of(m, n, self._names) if isinstance(m, ModulesToSaveWrapper) else m)
     def __getattr__(self, name): return getattr(self._model, name)
+
+class _StateDictKeys:
+    "Stands in for a module whose `state_dict()` peft reads only for its keys."
+    def __init__(self, keys:list[str]): self._keys = keys
+    def state_dict(self, *a, **kw): return dict.fromkeys(self._keys)
+
+class _KeysOnlyWrapper:
+    """peft's `ModulesToSaveWrapper.adapter_state_dict` lists keys with `modules_to_save[adapter].state_dict()`, which
+    under FSDP1 runs FSDP's full-state-dict hook: an all-gather of the head's copy just to learn its keys. A
+    shallow copy of the wrapper whose copies answer with their parameter names instead (no collective)."""
+    @staticmethod
+    def of(m:ModulesToSaveWrapper, name:str, names:list[str])->ModulesToSaveWrapper:
+        view = copy.copy(m)
+        keys = {a: [n[len(f"{name}.modules_to_save.{a}."):] for n in names
+                    if n.startswith(f"{name}.modules_to_save.{a}.")] for a in m.modules_to_save}
+        object.__setattr__(view, "__dict__", dict(m.__dict__, modules_to_save={a: _StateDictKeys(k)
+                                                                               for a, k in keys.items()}))
+        return view
 
 def _own_cpu_copy(t:torch.Tensor)->torch.Tensor:
     "A detached CPU tensor with its own storage holding exactly `t` (on the CPU, `.cpu()` does not copy)."
@@ -155,10 +207,24 @@ def _fresh_or_copy(t:torch.Tensor)->torch.Tensor:
            and t.untyped_storage().nbytes() == t.numel() * t.element_size())
     return t.detach() if own else _own_cpu_copy(t)
 
-def _progress_bar(items, show:bool, desc:str):
+def _progress_bar(items, show:bool, desc:str, unit:str="unit"):
     if not show: return items
     from tqdm.auto import tqdm  # notebook-aware
-    return tqdm(items, desc=desc, unit="unit", leave=False)
+    return tqdm(items, desc=desc, unit=unit, leave=False)
+
+def _free_params(model:nn.Module, units:list[GatherUnit], managed:set,
+                 )->tuple[GatherUnit|None, dict[str, tuple[OwnedParam, str]]]:
+    "Parameters no unit manages (a `module=None` unit read in place), and second names of tied managed ones."
+    first = {id(getattr(p.module, p.attr, None)): p for u in reversed(units) for p in u.params}
+    free, aliases = [], {}
+    for mn, m in model.named_modules():
+        for pn, p in m._parameters.items():
+            if p is None or isinstance(p, FlatParameter) or (id(m), pn) in managed: continue
+            op = OwnedParam(unwrapped_name(mn, pn), m, pn, tuple(p.shape), p.dtype)
+            hit = first.get(id(p))   # the same object as a parameter a unit owns: a tied weight's second name
+            if hit is not None: aliases.setdefault(op.name, (op, hit.name))
+            else: free.append(op)
+    return (GatherUnit("<not sharded>", None, tuple(free), 0) if free else None), aliases
 
 # %% ../nbs/05_gather.ipynb #bb867eca
 def _fsdp1_root(model:nn.Module)->FSDP:
@@ -168,28 +234,60 @@ def _fsdp1_root(model:nn.Module)->FSDP:
 
 @EngineRegistry.register("fsdp1")
 class Fsdp1GatherEngine(GatherEngine):
-    "FSDP1 (`FullyShardedDataParallel`), `use_orig_params` False or True."
+    "FSDP1 (`FullyShardedDataParallel`), `use_orig_params` False or True, any sharding strategy."
     flavour = "fsdp1"
 
     def find_units(self):
         from torch.distributed.fsdp._runtime_utils import _lazy_init
         root = _fsdp1_root(self.model)
         _lazy_init(root, root)
-        units, managed = [], set()
+        units, managed, shared = [], set(), {}
         for name, m in self.model.named_modules():
             if not isinstance(m, FSDP) or m._handle is None: continue
-            fp, prefix = m._handle.flat_param, unwrapped_name(name)
+            h, prefix = m._handle, unwrapped_name(name)
+            fp = h.flat_param
             ps = tuple(OwnedParam(unwrapped_name(prefix, pi.module_name, pi.param_name), pi.module, pi.param_name,
                                   tuple(shape), fp.dtype)
                        for pi, shape in zip(fp._param_infos, fp._shapes))
             managed |= {(id(p.module), p.attr) for p in ps}
-            units.append(GatherUnit(prefix, m, ps, fp._padded_unsharded_size.numel() * fp.element_size()))
-        free = tuple(OwnedParam(unwrapped_name(mn, pn), m, pn, tuple(p.shape), p.dtype)
-                     for mn, m in self.model.named_modules() if not isinstance(m, FSDP)
-                     for pn, p in m._parameters.items()
-                     if p is not None and not isinstance(p, FlatParameter) and (id(m), pn) not in managed)
-        if free: units.append(GatherUnit("<not sharded>", None, free, 0))
-        return units
+            for si in fp._shared_param_infos:   # tied weights: FSDP keeps one copy, under the first name
+                own = next(p for p in ps if p.module is si.prim_module and p.attr == si.prim_param_name)
+                alias = OwnedParam(unwrapped_name(prefix, si.module_name, si.param_name), si.module, si.param_name,
+                                   own.shape, own.dtype)
+                shared[alias.name] = (alias, own.name); managed.add((id(si.module), si.param_name))
+            # NO_SHARD (and FSDP1 on one rank, which switches to it) keeps every parameter whole: nothing to gather
+            nbytes = fp._padded_unsharded_size.numel() * fp.element_size() if h.uses_sharded_strategy else 0
+            units.append(GatherUnit(prefix, m, ps, nbytes))
+        free, self._aliases = _free_params(self.model, units, managed)
+        self._aliases.update(shared)
+        return units + ([free] if free else [])
+
+    def shards(self, names):
+        want, out = set(names), []
+        for u in self.units:
+            idx = [i for i, p in enumerate(u.params) if p.name in want]
+            if not idx: continue
+            if u.module is None: out += [_whole_local(u.params[i]) for i in idx]; continue
+            h = u.module._handle
+            fp = h.flat_param
+            sharded = h.uses_sharded_strategy
+            world, rank = (h.world_size, h.rank) if sharded else (1, 0)
+            local = fp._local_shard if sharded else fp.detach()   # this rank's flat shard (the padded chunk)
+            total = fp._unpadded_unsharded_size.numel()
+            chunk = math.ceil(total / world)   # FSDP1 chunks the padded-free flat parameter with torch.chunk
+            # each original parameter's [start, end) in the unsharded flat parameter, alignment padding skipped
+            ends = list(accumulate(fp._numels_with_padding))
+            spans = [(e - n, e) for e, n, pad in zip(ends, fp._numels_with_padding, fp._is_padding_mask) if not pad]
+            for i in idx:
+                s, e = spans[i]
+                pieces = tuple((min(max(s, r * chunk), e) - s,
+                                max(0, min(e, (r + 1) * chunk, total) - max(s, r * chunk))) for r in range(world))
+                first, n = pieces[rank]
+                off = s + first - rank * chunk
+                p = u.params[i]
+                out.append(TensorShards(p.name, p.shape, p.dtype, h.process_group if sharded else None, pieces,
+                                        local[off:off + n] if n else local[:0]))
+        return out
 
     @contextlib.contextmanager
     def unsharded(self, unit, rank0_only=False):
@@ -205,12 +303,12 @@ class Fsdp1GatherEngine(GatherEngine):
 # %% ../nbs/05_gather.ipynb #7df734af
 @EngineRegistry.register("fsdp2")
 class Fsdp2GatherEngine(GatherEngine):
-    "FSDP2 (`fully_shard`): parameters are DTensors on their own modules."
+    "FSDP2 (`fully_shard`): parameters are DTensors on their own modules, dim-0 shards padded to the world size."
     flavour = "fsdp2"
 
     def find_units(self):
         names = {id(m): n for n, m in self.model.named_modules()}
-        units, managed = [], set()
+        units, managed, self._fsdp_params = [], set(), {}
         for name, m in self.model.named_modules():
             if not isinstance(m, FSDPModule): continue
             group = m._get_fsdp_state()._fsdp_param_group
@@ -218,18 +316,44 @@ class Fsdp2GatherEngine(GatherEngine):
             ps, nbytes = [], 0
             for fp in group.fsdp_params:
                 mod, attr = fp._module_info.module, fp._module_info.param_name
-                ps.append(OwnedParam(unwrapped_name(names[id(mod)], attr), mod, attr, tuple(fp._orig_size), fp.sharded_param.dtype))
+                p = OwnedParam(unwrapped_name(names[id(mod)], attr), mod, attr, tuple(fp._orig_size),
+                               fp.sharded_param.dtype)
+                ps.append(p); self._fsdp_params[p.name] = fp
                 world = fp.mesh_info.shard_mesh_size
                 nbytes += fp.padded_sharded_param_size.numel() * world * fp.sharded_param.dtype.itemsize
                 managed.add((id(mod), attr))
             units.append(GatherUnit(unwrapped_name(name), m, tuple(ps), nbytes))
-        free = tuple(OwnedParam(unwrapped_name(mn, pn), m, pn, tuple(p.shape), p.dtype)
-                     for mn, m in self.model.named_modules()
-                     for pn, p in m._parameters.items() if p is not None and (id(m), pn) not in managed)
-        if free: units.append(GatherUnit("<not sharded>", None, free, 0))
-        return units
+        free, self._aliases = _free_params(self.model, units, managed)   # tied weights: the same DTensor
+        return units + ([free] if free else [])
+
+    def shards(self, names):
+        want, out = set(names), []
+        for u in self.units:
+            for p in u.params:
+                if p.name not in want: continue
+                # not sharded by FSDP, or unsharded right now (e.g. reshard_after_forward=False after a forward, on
+                # every rank alike): this rank holds it whole
+                if u.module is None or not isinstance(getattr(p.module, p.attr), DTensor):
+                    out.append(_whole_local(p)); continue
+                fp = self._fsdp_params[p.name]
+                if fp.fsdp_placement.dim != 0:
+                    raise NotImplementedError(f"{p.name} is sharded on dim {fp.fsdp_placement.dim}; the packed "
+                                              f"gather handles FSDP2's default dim-0 sharding (no shard_placement_fn)")
+                mi = fp.mesh_info
+                world, rank, rows = mi.shard_mesh_size, mi.shard_mesh_rank, p.shape[0] if p.shape else 1
+                per_row, chunk = math.prod(p.shape[1:]), math.ceil(rows / world)   # torch.chunk on dim 0
+                pieces = tuple((min(r * chunk, rows) * per_row, (min((r + 1) * chunk, rows) - min(r * chunk, rows))
+                                * per_row) for r in range(world))
+                local = getattr(p.module, p.attr).to_local().reshape(-1)
+                if local.numel() != pieces[rank][1]:
+                    raise RuntimeError(f"{p.name}: local shard has {local.numel()} elements, "
+                                       f"expected {pieces[rank][1]}")
+                out.append(TensorShards(p.name, p.shape, p.dtype, mi.shard_process_group if world > 1 else None,
+                                        pieces, local))
+        return out
 
     def full_lora(self, unit, names, rank0_only=False):
+        "One `full_tensor()` per LoRA tensor (the per-tensor path `measure_gather` compares with)."
         with torch.no_grad():
             for n in names:
                 p = self.by_name[n]
@@ -252,6 +376,110 @@ class Fsdp2GatherEngine(GatherEngine):
         finally:
             for m in mods: m.reshard()
 
+# %% ../nbs/05_gather.ipynb #pack0001
+@dataclass(frozen=True, eq=False)
+class TensorShards:
+    "Where the pieces of one full tensor lie across the ranks of its shard group, and this rank's piece."
+    name: str                                # unwrapped parameter name
+    shape: tuple[int, ...]                   # full shape
+    dtype: torch.dtype
+    group: object                            # process group of the shards; None: this rank holds it whole
+    pieces: tuple[tuple[int, int], ...]      # per group rank: (first element, numel) of the flattened full tensor
+    local: torch.Tensor                      # this rank's piece, 1-D, `pieces[group rank][1]` elements
+    @property
+    def nbytes(self)->int: return math.prod(self.shape) * self.dtype.itemsize
+    def piece_bytes(self, rank:int)->int: return self.pieces[rank][1] * self.dtype.itemsize
+
+def _whole_local(p:OwnedParam)->TensorShards:
+    "A parameter no collective is needed for (not sharded by FSDP): its one piece is itself."
+    t = getattr(p.module, p.attr).detach()
+    return TensorShards(p.name, p.shape, p.dtype, None, ((0, t.numel()),), t.reshape(-1))
+
+def _buckets(shards:list[TensorShards], world:int, cap:int|None)->list[list[TensorShards]]:
+    "Split `shards` in order so that no rank's packed pieces exceed `cap` bytes (a larger tensor goes alone)."
+    if not cap: return [shards]
+    out, cur, size = [], [], [0] * world
+    for t in shards:
+        add = [t.piece_bytes(r) for r in range(world)]
+        if cur and max(a + b for a, b in zip(size, add)) > cap: out.append(cur); cur, size = [], [0] * world
+        cur.append(t); size = [a + b for a, b in zip(size, add)]
+    return out + ([cur] if cur else [])
+
+def _as_bytes(t:torch.Tensor)->torch.Tensor:
+    "A 1-D uint8 view of a tensor's elements (a copy only when it is not contiguous)."
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+def _evenly(sizes:list[int])->bool:
+    "Pad every rank's buffer to the largest and all-gather (True), or exchange exact sizes all-to-all (False)?"
+    return len(sizes) * max(sizes) <= 1.05 * sum(sizes)
+
+def _gather_bucket(bucket:list[TensorShards], group, rank0_only:bool)->dict[str, torch.Tensor]|None:
+    "One collective for `bucket` within `group`; full tensors (None on ranks that keep nothing)."
+    world, me = dist.get_world_size(group), dist.get_rank(group)
+    keep = not rank0_only or dist.get_rank() == 0
+    sizes = [sum(t.piece_bytes(r) for t in bucket) for r in range(world)]
+    even, width = _evenly(sizes), max(sizes)
+    # the all-to-all sends this rank's pieces once to each receiving rank: pack once, then copy the packed block
+    copies = 1 if even else (world if not rank0_only else 1)
+    send = torch.empty(copies * (width if even else sizes[me]), dtype=torch.uint8, device=bucket[0].local.device)
+    pos = 0
+    for t in bucket:
+        n = t.piece_bytes(me)
+        if n: send[pos:pos + n].copy_(_as_bytes(t.local))
+        pos += n
+    if even: send[pos:].zero_()
+    else:
+        for c in range(1, copies): send[c * pos:(c + 1) * pos].copy_(send[:pos])
+    if even:   # nearly even pieces: one all-gather (or gather to rank 0) of equal, zero-padded buffers
+        recv = torch.empty(world * width if keep else 0, dtype=torch.uint8, device=send.device)
+        if rank0_only:   # in the shard group of rank 0, group rank 0 is global rank 0
+            dist.gather(send, list(recv.chunk(world)) if keep else None, dst=0, group=group)
+        else: dist.all_gather_into_tensor(recv, send, group=group)
+        starts = [r * width for r in range(world)]
+    else:
+        # uneven pieces (FSDP1 units whose LoRA sits in one rank's part of the flat parameter): padding every rank
+        # to the largest would move up to world x the LoRA bytes; an all-to-all with split sizes moves exactly
+        # them (each rank sends its pieces to every rank that keeps the result)
+        dst = list(range(world)) if not rank0_only else [0]
+        out_splits = [n if keep else 0 for n in sizes]
+        in_splits = [sizes[me] if r in dst else 0 for r in range(world)]
+        recv = torch.empty(sum(out_splits), dtype=torch.uint8, device=send.device)
+        dist.all_to_all_single(recv, send, out_splits, in_splits, group=group)
+        starts = list(accumulate([0] + sizes[:-1]))
+    del send
+    if not keep: return None
+    out = {}
+    for t in bucket:
+        full = torch.empty(t.nbytes, dtype=torch.uint8)
+        for r, (first, n) in enumerate(t.pieces):
+            n *= t.dtype.itemsize
+            if n: full[first * t.dtype.itemsize:][:n].copy_(recv[starts[r]:starts[r] + n])
+            starts[r] += n
+        out[t.name] = full.view(t.dtype).view(t.shape)
+    return out
+
+def gather_packed(shards:list[TensorShards],      # from `GatherEngine.shards`
+                  *,
+                  rank0_only:bool=False,          # only rank 0 receives (`dist.gather`); others return {}
+                  bucket_bytes:int|None=None,     # cap on one rank's packed buffer; None: one collective per group
+                  progress:bool=False,            # tqdm bar over collectives
+                  desc:str="gather",
+                 )->dict[str, torch.Tensor]:      # name -> full detached CPU tensor with its own storage
+    "Full tensors from their shards: one packed collective per shard group (and bucket), LoRA bytes only."
+    keep = not rank0_only or (dist.get_rank() if dist.is_initialized() else 0) == 0
+    out, groups = {}, {}
+    for t in shards:
+        if t.group is None or dist.get_world_size(t.group) == 1:   # whole on this rank: a copy, no collective
+            if keep: out[t.name] = _own_cpu_copy(t.local.view(t.shape))
+        else: groups.setdefault(id(t.group), (t.group, []))[1].append(t)
+    jobs = [(g, b) for g, ts in groups.values() for b in _buckets(ts, dist.get_world_size(g), bucket_bytes)
+            if not rank0_only or 0 in dist.get_process_group_ranks(g)]
+    with torch.no_grad():
+        for g, b in _progress_bar(jobs, progress, desc, "collective"):
+            got = _gather_bucket(b, g, rank0_only)
+            if got is not None: out.update(got)
+    return {t.name: out[t.name] for t in shards if t.name in out}
+
 # %% ../nbs/05_gather.ipynb #c3c5e987
 def fsdp_flavour(model:nn.Module)->str:
     "'fsdp1' or 'fsdp2', from the wrappers found in `model`; `TypeError` if it is not FSDP-wrapped."
@@ -268,18 +496,19 @@ def gather_engine(model:nn.Module,            # an FSDP1- or FSDP2-wrapped peft 
     return EngineRegistry.get(fsdp_flavour(model), device)(model)
 
 # %% ../nbs/05_gather.ipynb #8da5fbd6
-def gather_lora(model:nn.Module,            # an FSDP1- or FSDP2-wrapped peft model
+def gather_lora(model:nn.Module,              # an FSDP1- or FSDP2-wrapped peft model
                 *,
-                rank0_only:bool=False,      # only rank 0 keeps the tensors (others return an empty dict)
-                progress:bool|None=None,    # tqdm bar over units; None: on in a notebook on rank 0
-                adapter_name:str="default", # which adapter
+                rank0_only:bool=False,        # only rank 0 receives the tensors (others return an empty dict)
+                progress:bool|None=None,      # tqdm bar over collectives; None: on in a notebook on rank 0
+                adapter_name:str="default",   # which adapter
+                bucket_bytes:int|None=None,   # cap on each rank's packed buffer; None: one collective
                )->OrderedDict[str, torch.Tensor]: # peft's adapter state dict keys -> full CPU tensors
-    "Collect the LoRA tensors of an FSDP-sharded peft model unit by unit, as peft's adapter state dict."
+    "Collect the LoRA tensors of an FSDP-sharded peft model in one packed collective, as peft's adapter state dict."
     engine = gather_engine(model)
     wanted = engine.lora_names(adapter_name)
     rank = dist.get_rank() if dist.is_initialized() else 0
     show = (launched_from_notebook() and rank == 0) if progress is None else bool(progress)
-    got = engine.collect(list(wanted), rank0_only=rank0_only, progress=show)
+    got = engine.collect(list(wanted), rank0_only=rank0_only, bucket_bytes=bucket_bytes, progress=show)
     if rank0_only and rank != 0: return OrderedDict()
     check_collected(wanted, got, engine)
     return OrderedDict((key, got[src]) for src, key in wanted.items())
@@ -296,22 +525,26 @@ def check_collected(wanted, got:dict, engine:GatherEngine|None=None):
 def plain_name(name:str, adapter_name:str="default")->str:
     "The name a parameter has in the plain transformers model (no `base_model.model.`, `base_layer`, wrappers)."
     name = unwrapped_name(name).removeprefix("base_model.model.")
-    name = name.replace(f".modules_to_save.{adapter_name}.", ".")
+    name = name.replace(f".modules_to_save.{adapter_name}.", ".").replace(".original_module.", ".")
     return name.replace(".base_layer.", ".").removeprefix("base_layer.")
 
-def _adapter_layers(engine:GatherEngine)->tuple[dict[str, nn.Module], set[str]]:
+def _adapter_layers(engine:GatherEngine, adapter_name:str)->tuple[dict[str, nn.Module], set[str]]:
     "({unwrapped name of each LoRA layer: layer}, names of parameters a merged model does not have)."
-    layers, drop = {}, set()
+    layers, drop, names = {}, set(), list(engine.by_name) + list(engine.aliases)
     for mn, m in engine.model.named_modules():
         n = unwrapped_name(mn)
         if isinstance(m, LoraLayer): layers[n] = m
-        if isinstance(m, ModulesToSaveWrapper): drop |= {p for p in engine.by_name if p.startswith(n + ".original_module.")}
+        if isinstance(m, ModulesToSaveWrapper):   # keep the adapter's own copy (or the original when it has none)
+            keep = (f"{n}.modules_to_save.{adapter_name}." if adapter_name in m.modules_to_save
+                    else f"{n}.original_module.")
+            drop |= {p for p in names if p.startswith(n + ".") and not p.startswith(keep)}
     for ln in layers:   # everything under a LoRA layer except its base layer is adapter state
-        drop |= {p for p in engine.by_name if p.startswith(ln + ".") and not p.startswith(ln + ".base_layer.")}
+        drop |= {p for p in names if p.startswith(ln + ".") and not p.startswith(ln + ".base_layer.")}
     return layers, drop
 
-def _peft_merge(layer:nn.Module, lname:str, tensors:dict[str, torch.Tensor], engine:GatherEngine)->dict[str, torch.Tensor]:
-    "Run peft's own `layer.merge()` on copies of the base weights; return {base param name: merged copy}."
+def _peft_merge(layer:nn.Module, lname:str, tensors:dict[str, torch.Tensor], engine:GatherEngine,
+                adapter_name:str)->dict[str, torch.Tensor]:
+    "Run peft's own `layer.merge()` of one adapter on copies of the base weights; {base param name: merged copy}."
     base = {n: t.detach().clone() for n, t in tensors.items() if n.startswith(lname + ".base_layer.")}
     swaps = {**tensors, **base}
     saved = []
@@ -320,10 +553,10 @@ def _peft_merge(layer:nn.Module, lname:str, tensors:dict[str, torch.Tensor], eng
         with torch.no_grad():
             # point the real owners of these parameters (not FSDP wrappers) at the full tensors, merge, put back
             for n, t in swaps.items():
-                p = engine.by_name[n]
+                p = engine.owner(n)
                 saved.append((p.module, p.attr, swap_tensor(p.module, p.attr, t)))
             layer.merged_adapters = []
-            layer.merge(safe_merge=False)
+            layer.merge(safe_merge=False, adapter_names=[adapter_name])
     finally:
         for mod, attr, orig in reversed(saved): swap_tensor(mod, attr, orig)
         layer.merged_adapters = merged_before
@@ -333,63 +566,41 @@ def _peft_merge(layer:nn.Module, lname:str, tensors:dict[str, torch.Tensor], eng
 def iter_merged_weights(model:nn.Module,            # an FSDP1- or FSDP2-wrapped peft model
                         *,
                         progress:bool|None=None,    # tqdm bar over units; None: on in a notebook on rank 0
-                        adapter_name:str="default",
+                        adapter_name:str="default", # the adapter to merge (peft's `merge(adapter_names=[...])`)
                        )->Iterator[tuple[str, torch.Tensor]]: # (plain transformers name, merged full CPU tensor)
-    "Yield every base weight with its LoRA delta merged (peft's merge), unit by unit, under plain model names."
+    "Yield every base weight with one adapter's LoRA delta merged (peft's merge), unit by unit, under plain names."
     engine = gather_engine(model)
-    layers, drop = _adapter_layers(engine)
-    lora_of = {ln: [n for n in engine.by_name if n.startswith(ln + ".") and n in drop] for ln in layers}
-    home = {ln: engine.unit_of.get(ln + ".base_layer.weight") for ln in layers}
-    away = [n for ln, ns in lora_of.items() for n in ns if engine.unit_of[n] is not home[ln]]
+    engine.lora_names(adapter_name)   # an unknown adapter is an error naming the model's adapters
+    layers, drop = _adapter_layers(engine, adapter_name)
+    every = list(engine.by_name) + list(engine.aliases)
+    lora_of = {ln: [n for n in every if n.startswith(ln + ".") and n in drop] for ln in layers}
+    home = {ln: engine.unit_of.get(engine.primary(ln + ".base_layer.weight")) for ln in layers}
+    away = [n for ln, ns in lora_of.items() for n in ns if engine.unit_of.get(engine.primary(n)) is not home[ln]]
     rank = dist.get_rank() if dist.is_initialized() else 0
     show = (launched_from_notebook() and rank == 0) if progress is None else bool(progress)
-    other = engine.collect(away) if away else {}       # LoRA tensors held by units other than their layer's
+    # LoRA tensors held by other units than their layer's: one packed collective before the walk
+    other = engine.collect(sorted({engine.primary(n) for n in away})) if away else {}
+    second = {}   # primary name -> its tied second names
+    for a, (_, prim) in engine.aliases.items(): second.setdefault(prim, []).append(a)
     seen = set()
-    for u in _progress_bar([u for u in engine.units if any(n not in drop for n in u.param_names)], show,
-                           f"merged weights ({engine.flavour})"):
+    walk = [u for u in engine.units if any(n not in drop for n in u.param_names)]
+    for u in _progress_bar(walk, show, f"merged weights ({engine.flavour})"):
         with engine.unsharded(u) as full:
+            full = dict(full)
+            for prim in list(full):
+                for a in second.get(prim, ()): full[a] = full[prim]
             merged = {}
             for ln, m in layers.items():
                 if home[ln] is u:
                     ts = {n: t for n, t in full.items() if n.startswith(ln + ".base_layer.")}
-                    ts.update({n: (full[n] if n in full else other[n]) for n in lora_of[ln]})
-                    merged.update(_peft_merge(m, ln, ts, engine))
-            for n in u.param_names:
+                    ts.update({n: (full[n] if n in full else other[engine.primary(n)]) for n in lora_of[ln]})
+                    merged.update(_peft_merge(m, ln, ts, engine, adapter_name))
+            # a tied weight is one tensor: peft's merge into either name changes both
+            for a in [a for a in merged if a in engine.aliases]: merged[engine.aliases[a][1]] = merged[a]
+            for prim in [p for p in merged if p in second]: merged.update({a: merged[prim] for a in second[prim]})
+            for n in [*u.param_names, *(a for p in u.param_names for a in second.get(p, ()))]:
                 if n in drop: continue
                 pn = plain_name(n, adapter_name)
                 if pn in seen: continue
                 seen.add(pn)
-                yield pn, (merged.pop(n) if n in merged else _own_cpu_copy(full[n]))
-
-# %% ../nbs/05_gather.ipynb #6a54390c
-def compare_with_peft(model_name:str="llama",    # a tiny model of `lora_fsdp_kit.models`
-                      setting:str="fsdp1",       # "fsdp1", "fsdp1-orig" (use_orig_params=True) or "fsdp2"
-                      policy:str="peft",         # "peft" (peft's own policy) or "root" (everything in the root unit)
-                     )->dict:
-    "Rank function: wrap a tiny LoRA model, gather its LoRA and merged weights, compare with peft on an unwrapped copy."
-    import copy
-    from lora_fsdp_kit import plan as P
-    from lora_fsdp_kit.memory import AllGatherCounter
-    from lora_fsdp_kit.models import add_lora, tiny_model
-    pm = add_lora(tiny_model(model_name))
-    ref = {k: v.detach().clone() for k, v in get_peft_model_state_dict(pm).items()}
-    merged_ref = {n: p.detach().clone() for n, p in copy.deepcopy(pm).merge_and_unload().named_parameters()}
-    pol = P.peft_wrap_policy(pm) if policy == "peft" else P.size_wrap_policy(10**9)
-    if setting.startswith("fsdp1"): fm = P.wrap_fsdp1(pm, pol, use_orig_params=setting == "fsdp1-orig")
-    else: fm = P.wrap_fsdp2_like(pm, pol)
-    with AllGatherCounter() as counter: got = gather_lora(fm)
-    merged = dict(iter_merged_weights(fm))
-    eng = gather_engine(fm)
-    todo = eng.lora_units(eng.lora_names())
-    return dict(model=model_name, setting=setting, policy=policy, units=len(eng.units), units_gathered=len(todo),
-                lora_tensors=len(got), keys_equal=list(got) == list(ref),
-                values_equal=all(torch.equal(got[k], ref[k]) for k in ref),
-                merged_equal=set(merged) == set(merged_ref) and all(torch.equal(merged[k], merged_ref[k]) for k in merged),
-                bytes_gathered=counter.bytes, all_gathers=counter.calls,
-                minimum=sum(u.gather_bytes for u, _ in todo) if eng.flavour == "fsdp1" else sum(t.nbytes for t in ref.values()),
-                first_key=next(iter(got)), first_merged=next(iter(merged)))
-
-# %% ../nbs/05_gather.ipynb #7c2b38b9
-def compare_cases(cases=(("llama", "fsdp1", "peft"),))->list[dict]:
-    "Rank function: `compare_with_peft` for each (model, setting, policy), in one launch."
-    return [compare_with_peft(*c) for c in cases]
+                yield pn, (merged[n] if n in merged else _own_cpu_copy(full[n]))

@@ -5,7 +5,7 @@
 # %% ../nbs/06_memory.ipynb #52bce3c2
 from __future__ import annotations
 
-import contextlib, gc, html, time
+import contextlib, gc, html, math, time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -16,22 +16,26 @@ from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from .gather import GatherEngine, GatherUnit, _own_cpu_copy, check_collected, gather_engine
+from .gather import GatherEngine, GatherUnit, _evenly, _own_cpu_copy, check_collected, gather_engine
 from .platform import get_platform
 from .models import fmt_bytes
+from .plan import dtype_itemsize
 
 # %% auto #0
 __all__ = ['GATHER_STRATEGIES', 'AllGatherCounter', 'MemoryMeter', 'UnitGather', 'GatherProfile', 'gather_whole',
-           'gather_per_unit', 'gather_lora_only', 'predict', 'predict_unit', 'measure_gather', 'plot_gather',
-           'profile_strategies']
+           'gather_per_unit', 'gather_lora_only', 'gather_packed_lora', 'predict', 'predict_unit', 'measure_gather',
+           'plot_gather', 'profile_strategies']
 
 # %% ../nbs/06_memory.ipynb #a6672c35
 def _is_all_gather(func)->bool:
     ns = getattr(func, "namespace", "")
-    return ns in ("c10d", "_c10d_functional", "c10d_functional") and "gather" in func.__name__ and "scatter" not in func.__name__
+    name = func.__name__
+    # all-gathers, gathers, and the all-to-all `gather_packed` uses to gather uneven pieces
+    return (ns in ("c10d", "_c10d_functional", "c10d_functional")
+            and ("gather" in name or "alltoall" in name or "all_to_all" in name) and "scatter" not in name)
 
 class AllGatherCounter(TorchDispatchMode):
-    "Counts all-gather collectives and the bytes of their outputs, as they are dispatched."
+    "Counts all-gather (and gather) collectives and the bytes of their outputs, as they are dispatched."
     def __init__(self, on_collective:Callable[[int], None]|None=None):
         super().__init__()
         self.bytes, self.calls, self.ops = 0, 0, {}
@@ -41,8 +45,10 @@ class AllGatherCounter(TorchDispatchMode):
         if any(issubclass(t, DTensor) for t in types): return NotImplemented   # let DTensor lower itself first
         res = func(*args, **(kwargs or {}))
         if _is_all_gather(func):
-            # c10d ops return (outputs, work); functional ops return the gathered tensor(s): either way, the outputs
-            outs = [t for t in tree_flatten(res)[0] if isinstance(t, torch.Tensor)]
+            # c10d ops return (outputs, work); functional ops return the gathered tensor(s): either way, the outputs.
+            # `c10d.gather_` (dist.gather) returns only the work: its outputs are its first argument (empty off root)
+            src = args[0] if func.__name__.startswith(("gather_", "alltoall")) else res
+            outs = [t for t in tree_flatten(src)[0] if isinstance(t, torch.Tensor)]
             n = sum(t.numel() * t.element_size() for t in outs)
             self.bytes += n; self.calls += 1
             key = str(func.overloadpacket); self.ops[key] = self.ops.get(key, 0) + 1
@@ -82,7 +88,8 @@ class MemoryMeter:
     def __init__(self, engine:GatherEngine):
         self.platform = get_platform()
         self.on_cpu = self.platform.device_name == "cpu"
-        self.source = "torch MemTracker (CPU tensor storages)" if self.on_cpu else f"{self.platform.device_name} allocator"
+        self.source = ("torch MemTracker (CPU tensor storages)" if self.on_cpu
+                       else f"{self.platform.device_name} allocator")
         self.engine, self.t0, self.current, self.unit_peak = engine, time.perf_counter(), 0, 0
         self.timeline: list[tuple[float, int]] = []
         self._stack = contextlib.ExitStack()
@@ -171,19 +178,24 @@ class GatherProfile:
         rows = [f"{'unit':<48}{'predicted':>12}{'measured':>12}{'dev':>8}{'peak extra':>12}{'ms':>8}"]
         for u in self.units:
             dev = f"{u.bytes_gathered / u.predicted_bytes - 1:+.1%}" if u.predicted_bytes else "–"
-            rows.append(f"{(u.name or '<root>')[-48:]:<48}{fmt_bytes(u.predicted_bytes):>12}{fmt_bytes(u.bytes_gathered):>12}"
+            rows.append(f"{(u.name or '<root>')[-48:]:<48}{fmt_bytes(u.predicted_bytes):>12}"
+                        f"{fmt_bytes(u.bytes_gathered):>12}"
                         f"{dev:>8}{fmt_bytes(u.peak_extra):>12}{u.seconds * 1e3:>8.1f}")
         return "\n".join(rows)
 
     def _rows(self):
         pred = lambda p, m: f"{fmt_bytes(p)} ({m / p - 1:+.1%})" if p else "–"
         dev = self.unit_deviation
-        return [("bytes all-gathered", fmt_bytes(self.bytes_gathered), f"{self.bytes_ratio:.2f} × minimum ({fmt_bytes(self.min_bytes)})"),
-                ("peak extra memory", fmt_bytes(self.peak_extra), f"{self.peak_ratio:.2f} × (largest LoRA unit + LoRA output)"),
-                ("predicted bytes / peak", pred(self.predicted_bytes, self.bytes_gathered), pred(self.predicted_peak, self.peak_extra)),
+        return [("bytes all-gathered", fmt_bytes(self.bytes_gathered),
+                 f"{self.bytes_ratio:.2f} × minimum ({fmt_bytes(self.min_bytes)})"),
+                ("peak extra memory", fmt_bytes(self.peak_extra),
+                 f"{self.peak_ratio:.2f} × (largest LoRA unit + LoRA output)"),
+                ("predicted bytes / peak", pred(self.predicted_bytes, self.bytes_gathered),
+                 pred(self.predicted_peak, self.peak_extra)),
                 ("per-unit bytes vs plan", "–" if dev is None else f"max deviation {dev:+.1%}",
                  f"{sum(u.predicted_bytes is not None for u in self.units)} units predicted (see unit_table())"),
-                ("units gathered", f"{self.units_gathered} of {len(self.units)} visited", f"{sum(u.collectives for u in self.units)} all-gathers"),
+                ("units gathered", f"{self.units_gathered} of {len(self.units)} visited",
+                 f"{sum(u.collectives for u in self.units)} collectives"),
                 ("time", f"{self.seconds * 1e3:.1f} ms", f"world size {self.world_size}; memory: {self.memory_source}")]
 
     def __repr__(self):
@@ -192,7 +204,8 @@ class GatherProfile:
 
     def _repr_html_(self):
         e = html.escape
-        rows = "".join(f"<tr><td>{e(a)}</td><td style='text-align:right'>{e(b)}</td><td>{e(c)}</td></tr>" for a, b, c in self._rows())
+        rows = "".join(f"<tr><td>{e(a)}</td><td style='text-align:right'>{e(b)}</td><td>{e(c)}</td></tr>"
+                       for a, b, c in self._rows())
         return (f"<b>GatherProfile</b> <code>{e(self.strategy)}</code> on {e(self.flavour)}, {len(self.units)} units"
                 f"<table>{rows}</table>")
 
@@ -212,21 +225,65 @@ def gather_per_unit(engine:GatherEngine, names:list[str], on_unit)->dict[str, to
     return out
 
 def gather_lora_only(engine:GatherEngine, names:list[str], on_unit)->dict[str, torch.Tensor]:
-    "FSDP2: gather only the LoRA DTensors (`full_tensor()`), unit by unit; base weights never move."
-    if engine.flavour != "fsdp2": raise ValueError(f"strategy 'lora_only' needs an FSDP2 model; this one is {engine.flavour}")
-    return engine.collect(names, on_unit=on_unit)
+    "FSDP2: one `full_tensor()` per LoRA DTensor, unit by unit (the per-tensor path); base weights never move."
+    if engine.flavour != "fsdp2":
+        raise ValueError(f"strategy 'lora_only' needs an FSDP2 model; this one is {engine.flavour}")
+    return engine.collect_per_unit(names, on_unit=on_unit)
 
-GATHER_STRATEGIES: dict[str, Callable] = {"whole": gather_whole, "per_unit": gather_per_unit, "lora_only": gather_lora_only}
+def gather_packed_lora(engine:GatherEngine, names:list[str], on_unit)->dict[str, torch.Tensor]:
+    "What `gather_lora` does: every rank's LoRA pieces in one packed collective (per shard group); LoRA bytes only."
+    with on_unit(GatherUnit("<packed LoRA>", None, (), 0)): return engine.collect(names)
+
+GATHER_STRATEGIES: dict[str, Callable] = {"whole": gather_whole, "per_unit": gather_per_unit,
+                                          "lora_only": gather_lora_only, "packed": gather_packed_lora}
 
 # %% ../nbs/06_memory.ipynb #310724e3
+def _in_adapter(p, adapter_name:str|None=None)->bool:
+    "Is a plan's parameter in peft's adapter state dict (a LoRA tensor or a `modules_to_save` copy) of the adapter?"
+    if adapter_name is None: return p.is_lora or ".modules_to_save." in p.name
+    return (p.is_lora and f".{adapter_name}." in p.name) or f".modules_to_save.{adapter_name}." in p.name
+
+def _fsdp1_rank_lora_bytes(u, world:int, use_orig_params:bool, adapter_name:str|None=None,
+                           pos:dict|None=None)->list[int]:
+    "Per rank, the bytes of LoRA pieces it holds of unit `u`'s flat parameter (FSDP1's layout, from the plan)."
+    if world <= 1 or not u.params: return [0] * max(world, 1)
+    # FSDP1 flattens in `module.parameters()` order: `pos` gives each name's place in the model
+    params = sorted(u.params, key=lambda p: pos.get(p.name, len(pos))) if pos else list(u.params)
+    align = 16 // dtype_itemsize(params[0].dtype) if use_orig_params else 0   # FSDP1 aligns with use_orig_params
+    spans, total = [], 0
+    for p in params:
+        if align and total % align: total += align - total % align
+        spans.append((total, total + p.numel, p)); total += p.numel
+    if align and total % world: total += world - total % world
+    chunk = math.ceil(total / world)
+    return [sum(max(0, min(e, (r + 1) * chunk) - max(s, r * chunk)) * dtype_itemsize(p.dtype)
+                for s, e, p in spans if _in_adapter(p, adapter_name)) for r in range(world)]
+
+def _dim0_chunks(shape:tuple[int, ...], world:int)->list[int]:
+    "Elements of each rank's dim-0 chunk of a tensor (`torch.chunk`, as FSDP2 shards)."
+    rows, per = (shape[0] if shape else 1), math.prod(shape[1:])
+    c = math.ceil(rows / world)
+    return [(min((r + 1) * c, rows) - min(r * c, rows)) * per for r in range(world)]
+
 def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the unwrapped model (or None)
             strategy:str,                  # a key of GATHER_STRATEGIES
             order:list[str]|None=None,     # unit names in the order the gather unshards them (default: the plan's)
+            world:int|None=None,           # ranks in a shard group (default: the world size)
+            shapes:dict|None=None,         # {LoRA parameter name: full shape}: FSDP2 pads dim 0 to `world`
+            rank:int|None=None,            # this rank in its shard group (default: world rank mod `world`)
+            adapter_name:str|None=None,    # count only this adapter's tensors (None: every adapter)
+            param_order:list[str]|None=None, # parameter names in the model's `named_parameters()` order
            )->tuple[int|None, int|None]:
     "(bytes all-gathered, peak extra memory) that `plan` predicts for `strategy`; (None, None) if it cannot say."
     if plan is None: return None, None
-    lora_units = [u for u in plan.units if u.n_lora]
+    if world is None: world = dist.get_world_size() if dist.is_initialized() else 1
+    lora = [p for u in plan.units for p in u.params if _in_adapter(p, adapter_name)]
+    lora_bytes = sum(p.nbytes for p in lora)
+    lora_units = [u for u in plan.units if any(_in_adapter(p, adapter_name) for p in u.params)]
     biggest = max((u.nbytes for u in lora_units), default=0)
+    def padded(p):   # FSDP2's all-gather output of one LoRA tensor: dim 0 padded to a multiple of `world`
+        s = (shapes or {}).get(p.name)
+        return max(_dim0_chunks(s, world)) * world * dtype_itemsize(p.dtype) if s else p.nbytes
     if strategy == "whole":
         peak = plan.nbytes + plan.lora_bytes
         if plan.flavour == "fsdp2":
@@ -240,7 +297,28 @@ def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the 
     if strategy == "per_unit":
         # FSDP2's unshard holds the flat all-gather output and the per-parameter copies at once: twice the unit
         return sum(u.nbytes for u in lora_units), biggest * (2 if plan.flavour == "fsdp2" else 1) + plan.lora_bytes
-    if strategy == "lora_only": return plan.lora_bytes, plan.lora_bytes
+    if strategy == "lora_only":
+        # one full_tensor() per tensor: a padded all-gather output, then (when padded) an unpadded copy beside it
+        peak, done = 0, 0
+        for p in lora:
+            peak = max(peak, done + padded(p) + (p.nbytes if padded(p) != p.nbytes else 0)); done += p.nbytes
+        return sum(padded(p) for p in lora), peak
+    if strategy == "packed":
+        if world <= 1: return 0, lora_bytes
+        if plan.flavour == "fsdp1":
+            pos = {n: i for i, n in enumerate(param_order or [])}
+            per_rank = [sum(b) for b in zip(*(_fsdp1_rank_lora_bytes(u, world, plan.use_orig_params, adapter_name, pos)
+                                              for u in lora_units))] or [0]
+        else:
+            chunks = [[c * dtype_itemsize(p.dtype) for c in _dim0_chunks((shapes or {}).get(p.name, (p.numel,)), world)]
+                      for p in lora]
+            per_rank = [sum(c) for c in zip(*chunks)] or [0]
+        width, total = max(per_rank), sum(per_rank)
+        me = per_rank[(dist.get_rank() if rank is None and dist.is_initialized() else rank or 0) % world]
+        if world * width <= 1.05 * total:   # the all-gather of equal padded buffers (gather_packed's `_evenly`)
+            return world * width, max(width * (world + 1), world * width + lora_bytes)
+        # the all-to-all with exact split sizes: this rank's pieces, packed once per rank, beside the receive buffer
+        return total, max(me * world + total, total + lora_bytes)
     return None, None
 
 def predict_unit(plan,                # a `Plan` of the unwrapped model (or None)
@@ -252,6 +330,7 @@ def predict_unit(plan,                # a `Plan` of the unwrapped model (or None
     if name == "<whole model>": return plan.nbytes
     try: u = plan[name]
     except (KeyError, IndexError, ValueError): return None
+    if strategy == "packed": return None   # one collective for all units: see `predict`
     return u.lora_bytes if strategy == "lora_only" else u.nbytes
 
 def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft model
@@ -260,12 +339,19 @@ def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft mo
                    plan=None,               # a `lora_fsdp_kit.plan.Plan` of the unwrapped model, for predictions
                    adapter_name:str="default",
                   )->GatherProfile:
-    "Gather the model's LoRA tensors with `strategy`, measuring bytes all-gathered, peak extra memory and time per unit."
+    "Gather the model's LoRA tensors with `strategy`, measuring bytes moved, peak extra memory and time per unit."
     if strategy not in GATHER_STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(GATHER_STRATEGIES)}")
     engine = gather_engine(model)
     wanted = engine.lora_names(adapter_name)
     names = list(wanted)
+    lora_units = engine.lora_units(names)
+    shards = engine.shards(names)
+    group = next((t.group for t in shards if t.group is not None), None)
+    world = dist.get_world_size(group) if group is not None else 1
+    pb, pp = predict(plan, strategy, order=[u.name for u in engine.units], world=world,
+                     shapes={n: engine.owner(n).shape for n in names}, adapter_name=adapter_name,
+                     param_order=engine.param_order())
     units, meter = [], MemoryMeter(engine)
     counter = AllGatherCounter(on_collective=lambda n: meter.note())
 
@@ -277,7 +363,8 @@ def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft mo
         finally:
             meter.note()
             units.append(UnitGather(u.name, counter.bytes - b0, counter.calls - c0, meter.unit_peak - base,
-                                    time.perf_counter() - t0, u.gather_bytes, predict_unit(plan, strategy, u.name)))
+                                    time.perf_counter() - t0, u.gather_bytes,
+                                    pb if strategy == "packed" else predict_unit(plan, strategy, u.name)))
 
     with meter:
         base = meter.now()
@@ -289,20 +376,19 @@ def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft mo
         timeline = tuple((t, c - base) for t, c in meter.timeline)
     check_collected(wanted, got, engine)
     lora_bytes = sum(t.numel() * t.element_size() for t in got.values())
-    lora_units = engine.lora_units(names)
-    if engine.flavour == "fsdp1": minimum = sum(u.gather_bytes for u, _ in lora_units)
-    else:
-        world = dist.get_world_size() if dist.is_initialized() else 1
-        minimum = sum(-(-engine.by_name[n].shape[0] // world) * world * (engine.by_name[n].nbytes // max(engine.by_name[n].shape[0], 1))
-                      for n in names if engine.unit_of[n].module is not None)
-    pb, pp = predict(plan, strategy, order=[u.name for u in engine.units])
+    if strategy == "packed":   # the LoRA pieces of every rank (padded to the largest when nearly even)
+        sizes = [sum(t.piece_bytes(r) for t in shards if t.group is not None) for r in range(world)]
+        minimum = 0 if world == 1 else world * max(sizes) if _evenly(sizes) else sum(sizes)
+    elif engine.flavour == "fsdp1": minimum = sum(u.gather_bytes for u, _ in lora_units)
+    else: minimum = sum(t.piece_bytes(0) * world for t in shards if t.group is not None)   # dim-0 padded
     return GatherProfile(strategy, engine.flavour, dist.get_world_size() if dist.is_initialized() else 1, tuple(units),
                          counter.bytes, minimum, peak, seconds, lora_bytes,
                          max((u.gather_bytes for u, _ in lora_units), default=0),
                          sum(u.gather_bytes for u in engine.units), timeline, meter.source, pb, pp, dict(counter.ops))
 
 # %% ../nbs/06_memory.ipynb #8e9ddf80
-_COLORS = {"whole": "#d62728", "per_unit": "#1f77b4", "lora_only": "#2ca02c", "naive_recursive": "#ff7f0e"}
+_COLORS = {"whole": "#d62728", "per_unit": "#1f77b4", "lora_only": "#2ca02c", "naive_recursive": "#ff7f0e",
+           "packed": "#9467bd"}
 
 def plot_gather(profiles,               # GatherProfiles (a list, or a dict label -> profile)
                 title:str|None=None,
@@ -335,14 +421,17 @@ def plot_gather(profiles,               # GatherProfiles (a list, or a dict labe
     ax_t.set_ylim(0, max(max(p.peak_extra for _, p in items), ref.model_bytes) / scale * 1.12)
     x = range(len(items)); w = 0.38
     def bars(ax, meas, pred, ttl, extra=None):
-        ax.bar([i - w/2 for i in x], [v / scale for v in meas], w, color=[color(k, i) for i, (k, _) in enumerate(items)], label="measured")
-        ax.bar([i + w/2 for i in x], [(v or 0) / scale for v in pred], w, color="none", edgecolor="k", hatch="//", label="predicted (plan)")
+        ax.bar([i - w/2 for i in x], [v / scale for v in meas], w,
+               color=[color(k, i) for i, (k, _) in enumerate(items)], label="measured")
+        ax.bar([i + w/2 for i in x], [(v or 0) / scale for v in pred], w, color="none", edgecolor="k", hatch="//",
+               label="predicted (plan)")
         for i, v in enumerate(meas): ax.text(i - w/2, v / scale, fmt_bytes(v), ha="center", va="bottom", fontsize=8)
         if extra: extra(ax)
         ax.set_xticks(list(x), [k for k, _ in items]); ax.set_title(ttl); ax.set_ylabel(unit)
         ax.legend(fontsize=8, loc="best"); ax.margins(y=0.25)
     bars(ax_p, [p.peak_extra for _, p in items], [p.predicted_peak for _, p in items], "peak extra memory")
-    bars(ax_b, [p.bytes_gathered for _, p in items], [p.predicted_bytes for _, p in items], "bytes all-gathered (per rank)",
+    bars(ax_b, [p.bytes_gathered for _, p in items], [p.predicted_bytes for _, p in items],
+         "bytes all-gathered (per rank)",
          lambda ax: [ax.hlines(p.min_bytes / scale, i - 0.45, i + 0.45, color="k", lw=1.5,
                                label="minimum (LoRA-bearing units / LoRA tensors)" if i == 0 else None)
                      for i, (_, p) in enumerate(items)])
@@ -362,7 +451,8 @@ def profile_strategies(model_name:str="llama",    # a tiny model of `lora_fsdp_k
         return add_lora(model_from_config(cfg, device="cpu"))
     out = {}
     pm = build(); pol = P.lora_wrap_policy(pm); plan = P.plan_fsdp1(pm, pol); fm = P.wrap_fsdp1(pm, pol)
-    for s in ("whole", "per_unit"): out[("fsdp1", s)] = measure_gather(fm, s, plan=plan)
-    pm = build(); cls = list(P.resolve_layer_classes(pm, "auto")); plan = P.plan_fsdp2(pm, cls); fm = P.wrap_fsdp2(pm, cls)
-    for s in ("whole", "per_unit", "lora_only"): out[("fsdp2", s)] = measure_gather(fm, s, plan=plan)
+    for s in ("whole", "per_unit", "packed"): out[("fsdp1", s)] = measure_gather(fm, s, plan=plan)
+    pm = build(); cls = list(P.resolve_layer_classes(pm, "auto"))
+    plan = P.plan_fsdp2(pm, cls); fm = P.wrap_fsdp2(pm, cls)
+    for s in ("whole", "per_unit", "lora_only", "packed"): out[("fsdp2", s)] = measure_gather(fm, s, plan=plan)
     return out

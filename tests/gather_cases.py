@@ -1,89 +1,41 @@
-"""Rank-side cases for tests/test_gather.py: every model x policy x FSDP setting in one launch."""
+"""Rank-side cases for the gather tests: the matrices (model x policy x FSDP setting x variant) and the checks that
+need a live process group, run in one launch per world size (each launch costs seconds of spawn and imports)."""
 from __future__ import annotations
 
-import copy, time, traceback
+import torch.distributed as dist
 
-import torch
-from peft import get_peft_model_state_dict
-
-from lora_fsdp_kit import plan as P
 from lora_fsdp_kit.gather import Fsdp1GatherEngine, MissingLoraError, gather_lora, iter_merged_weights
-from lora_fsdp_kit.memory import AllGatherCounter
-from lora_fsdp_kit.models import add_lora, tiny_model
 from lora_fsdp_kit.platform import EngineRegistry
+from lora_fsdp_kit.testing import case_model, case_wrap, gather_case
 
 MODELS = ("llama", "qwen2", "qwen3_moe", "qwen3_omni_thinker")
 POLICIES = ("peft", "guarded", "layer", "size", "root")   # root: a size policy so large that all LoRA stays in the root unit
-SETTINGS = ("fsdp1/orig=False", "fsdp1/orig=True", "fsdp2")
-SIZE = 20_000    # min_num_params of the size parts: LoRA lands in the root and in size units
+SETTINGS = ("fsdp1", "fsdp1-orig", "fsdp2")
 
-def policy(pm, kind:str):
-    if kind == "peft":
-        try: return P.peft_wrap_policy(pm)
-        except ValueError: return P.peft_wrap_policy(pm, layer_cls="auto")   # Omni: peft names talker classes
-    if kind == "guarded": return P.lora_wrap_policy(pm, min_num_params=SIZE)
-    if kind == "layer": return P.layer_wrap_policy(pm)
-    if kind == "size": return P.size_wrap_policy(SIZE)
-    if kind == "root": return P.size_wrap_policy(10**9)
-    raise ValueError(kind)
+# the faults of a first-time user: tied embeddings, a second adapter, the head in modules_to_save, LoRA on a tied
+# head, NO_SHARD; each on both FSDP1 settings and FSDP2 where FSDP accepts it
+VARIANTS = [dict(tied=True), dict(second_adapter=True, adapter_name="second"), dict(modules_to_save=("lm_head",)),
+            dict(tied=True, head_lora=True)]
 
-def wrap(pm, kind:str, setting:str):
-    pol = policy(pm, kind)
-    if setting.startswith("fsdp1"): return P.wrap_fsdp1(pm, pol, use_orig_params=setting.endswith("True"))
-    return P.wrap_fsdp2_like(pm, pol)   # FSDP2 on the modules the same policy makes FSDP1 units of
-
-def one(model:str, kind:str, setting:str)->dict:
-    t0 = time.perf_counter()
-    res = dict(model=model, policy=kind, setting=setting)
-    pm = add_lora(tiny_model(model))
-    ref = {k: v.detach().clone() for k, v in get_peft_model_state_dict(pm).items()}
-    merged_ref = {n: p.detach().clone() for n, p in copy.deepcopy(pm).merge_and_unload().named_parameters()}
-    # an independent reference for the bytes: the plan of the unwrapped model (FSDP1: the LoRA-bearing units' flat
-    # parameters; FSDP2: the LoRA tensors), made before wrapping
-    if setting.startswith("fsdp1"):
-        planned = P.plan_fsdp1(pm, policy(pm, kind), use_orig_params=setting.endswith("True"), allow_root_only=True)
-    else: planned = None
-    try: fm = wrap(pm, kind, setting)
-    except Exception as e:
-        return dict(res, refused=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
-    try:
-        with AllGatherCounter() as c: got = gather_lora(fm)
-        from lora_fsdp_kit.gather import gather_engine
-        eng = gather_engine(fm)
-        if setting.startswith("fsdp1"): minimum = sum(u.gather_bytes for u, _ in eng.lora_units(eng.lora_names()))
-        else: minimum = sum(t.numel() * t.element_size() for t in ref.values())
-        merged = dict(iter_merged_weights(fm))
-        import torch.distributed as dist
-        got0 = gather_lora(fm, rank0_only=True)
-        rank0_only_ok = (list(got0) == list(ref) and all(torch.equal(got0[k], ref[k]) for k in ref)) if dist.get_rank() == 0 \
-                        else got0 == {}
-        res.update(n_lora=len(ref), keys_equal=list(got) == list(ref),
-                   values_equal=set(got) == set(ref) and all(torch.equal(got[k], ref[k]) for k in ref),
-                   own_storage=all(t.untyped_storage().nbytes() == t.numel() * t.element_size() and not t.requires_grad
-                                   for t in got.values()),
-                   bytes_gathered=c.bytes, min_bytes=minimum, lora_bytes=sum(t.numel() * t.element_size() for t in ref.values()),
-                   merged_names_equal=set(merged) == set(merged_ref),
-                   merged_equal=set(merged) == set(merged_ref) and all(torch.equal(merged[k], merged_ref[k]) for k in merged_ref),
-                   n_units=len(eng.units), lora_in_root=any(u.name == "" for u, _ in eng.lora_units(eng.lora_names())),
-                   planned_bytes=planned.gather_total_bytes if planned else None, rank0_only_ok=rank0_only_ok)
-    except Exception:
-        res["error"] = traceback.format_exc()
-    res["seconds"] = time.perf_counter() - t0
-    return res
+def variant_cases(settings=SETTINGS)->list[dict]:
+    """Each variant on each setting: peft's policy for FSDP1 use_orig_params=False (it refuses mixed requires_grad
+    units), decoder layers as units otherwise."""
+    return [dict(model="llama", setting=s, policy="peft" if s == "fsdp1" else "layer", **v) for v in VARIANTS
+            for s in settings]
 
 class PriorArtEngine(Fsdp1GatherEngine):
-    "The upstream collector's unit filter: a unit is gathered only if its own (local) parameter names contain 'lora_'."
-    def lora_units(self, names):
-        out = []
-        for u, ns in super().lora_units(names):
+    """The unit filter of the RL framework this kit was first written for: a unit counts only if its own (local)
+    parameter names contain 'lora_' (so LoRA leaf units, whose own parameter is just `weight`, are skipped)."""
+    def shards(self, names):
+        keep = set()
+        for u, ns in self.lora_units(names):
             local = [n[len(u.name) + 1:] if u.name else n for n in u.param_names]
-            if any("lora_" in n for n in local): out.append((u, ns))
-        return out
+            if any("lora_" in n for n in local): keep |= set(ns)
+        return super().shards([n for n in names if n in keep])
 
 def missing_lora_error()->str:
-    "Plug the prior-art unit filter in through the EngineRegistry; gather_lora must raise, naming what is missing."
-    pm = add_lora(tiny_model("llama"))
-    fm = wrap(pm, "peft", "fsdp1/orig=False")
+    "Plug that unit filter in through the EngineRegistry; gather_lora must raise, naming what is missing."
+    fm = case_wrap(case_model("llama"), "peft", "fsdp1")
     EngineRegistry.register("fsdp1", "cpu")(PriorArtEngine)
     try:
         gather_lora(fm)
@@ -93,7 +45,50 @@ def missing_lora_error()->str:
     finally:
         EngineRegistry.unregister("fsdp1", "cpu")
 
-def run_matrix(models=MODELS, policies=POLICIES, settings=SETTINGS)->dict:
-    "Every configuration, then the missing-LoRA case; per-configuration results (no tensors) for the parent to assert on."
-    rows = [one(m, k, s) for m in models for k in policies for s in settings]
-    return dict(rows=rows, missing=missing_lora_error())
+def bad_adapter_errors()->list[str]:
+    "gather_lora / iter_merged_weights with an adapter the model does not have: the message names the adapters."
+    fm = case_wrap(case_model("llama", second_adapter=True), "layer", "fsdp2")
+    out = []
+    for f in (lambda: gather_lora(fm, adapter_name="nosuch"), lambda: next(iter_merged_weights(fm, adapter_name="nosuch"))):
+        try: f(); out.append("no error")
+        except ValueError as e: out.append(str(e))
+    return out
+
+def bucketed(setting:str="fsdp1-orig")->dict:
+    "A byte cap on the packed buffer: one collective per bucket, the same tensors."
+    from lora_fsdp_kit.memory import AllGatherCounter
+    fm = case_wrap(case_model("llama"), "layer", setting)
+    whole = gather_lora(fm)
+    with AllGatherCounter() as c: got = gather_lora(fm, bucket_bytes=4096)
+    import torch
+    return dict(equal=list(got) == list(whole) and all(torch.equal(got[k], whole[k]) for k in whole),
+                collectives=c.calls, bytes=c.bytes, lora_bytes=sum(t.nbytes for t in whole.values()))
+
+def profiles(sharding:str|None=None)->list[dict]:
+    "measure_gather('packed') with the plan of the unwrapped model: measured vs predicted bytes and peak."
+    from lora_fsdp_kit import plan as P
+    from lora_fsdp_kit.memory import measure_gather
+    import dataclasses
+    out = []
+    for setting, policy in (("fsdp1", "peft"), ("fsdp1-orig", "layer"), ("fsdp2", "layer")):
+        pm = case_model("llama", r=1)   # r=1: dim-0 padding is the largest share of FSDP2's shards
+        from lora_fsdp_kit.testing import case_policy
+        plan = P.plan_fsdp1(pm, case_policy(pm, policy), use_orig_params=setting == "fsdp1-orig")
+        if setting == "fsdp2": plan = dataclasses.replace(plan, flavour="fsdp2")
+        fm = case_wrap(pm, policy, setting, "HYBRID" if sharding and setting == "fsdp2" else sharding)
+        for strategy in ("packed",) + (("lora_only",) if setting == "fsdp2" else ()):
+            p = measure_gather(fm, strategy, plan=plan)
+            out.append(dict(setting=setting, policy=policy, strategy=strategy, bytes=p.bytes_gathered,
+                            predicted_bytes=p.predicted_bytes, peak=p.peak_extra, predicted_peak=p.predicted_peak,
+                            lora_bytes=p.lora_bytes, collectives=sum(u.collectives for u in p.units)))
+    return out
+
+def run_matrix(cases:list[dict], extras:bool=False, profile:str|bool=False)->dict:
+    """Every case; with `extras`, the error and bucket checks; with `profile`, measured vs predicted (a sharding name
+    or True). Per-case results (no tensors) for the parent."""
+    res = dict(rows=[gather_case(**c) for c in cases], rank=dist.get_rank(), world=dist.get_world_size())
+    if profile: res["profiles"] = profiles(profile if isinstance(profile, str) else None)
+    if extras:
+        res.update(missing=missing_lora_error(), bad_adapter=bad_adapter_errors(),
+                   buckets={s: bucketed(s) for s in ("fsdp1-orig", "fsdp2")})
+    return res
