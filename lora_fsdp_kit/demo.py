@@ -67,7 +67,8 @@ def demo_rank(name:str|None=DEMO_MODEL,  # the tiny model
     from lora_fsdp_kit.gather import gather_lora
     from lora_fsdp_kit.memory import measure_gather
     out: dict = {"profiles": {}, "exact": {}}
-    for flavour, strategies in (("fsdp1", ("whole", "per_unit")), ("fsdp2", ("whole", "per_unit", "lora_only"))):
+    for flavour, strategies in (("fsdp1", ("whole", "per_unit", "packed")),
+                                 ("fsdp2", ("whole", "per_unit", "lora_only", "packed"))):
         pm, _ = build_demo_model(name, r=r)
         ref = {k: v.detach().clone() for k, v in get_peft_model_state_dict(pm).items()}
         if flavour == "fsdp1":   # peft's policy: LoRA leaf units nested in layer units, the collector's hardest case
@@ -244,7 +245,7 @@ def demo_summary_text(s:dict)->str:
             L.append(f"  {k:<20}{fmt_bytes(p['peak_extra']):>12}{p['peak_ratio']:>13.2f}{fmt_bytes(p['bytes_gathered']):>12}"
                      f"{p['bytes_ratio']:>11.2f}{p['seconds'] * 1e3:>7.0f} ms")
         for fl in ("fsdp1", "fsdp2"):
-            w, best = s["profiles"].get(f"{fl} · whole"), s["profiles"].get(f"{fl} · {'per_unit' if fl == 'fsdp1' else 'lora_only'}")
+            w, best = s["profiles"].get(f"{fl} · whole"), s["profiles"].get(f"{fl} · packed")
             if w and best and best["peak_extra"] and best["bytes_gathered"]:
                 L.append(f"  {fl}: whole-model gather needs {w['peak_extra'] / best['peak_extra']:.1f}× the memory and moves "
                          f"{w['bytes_gathered'] / best['bytes_gathered']:.1f}× the bytes of the kit's gather")

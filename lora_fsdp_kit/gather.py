@@ -15,21 +15,26 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel as FSDP
-from torch.distributed.fsdp._common_utils import clean_tensor_name
-from torch.distributed.fsdp._flat_param import FlatParameter
 from torch.distributed.tensor import DTensor
-from torch.nn.utils._named_member_accessor import swap_tensor
 from peft import PeftModel, get_peft_model_state_dict
-from peft.tuners.lora import LoraLayer
-from peft.utils.other import ModulesToSaveWrapper
+
+from .doctor import internal, require
+# private torch/peft objects: imported when first used, checked by `python -m lora_fsdp_kit doctor`
+clean_tensor_name = internal("torch.distributed.fsdp._common_utils:clean_tensor_name")
+FlatParameter = internal("torch.distributed.fsdp._flat_param:FlatParameter")
+swap_tensor = internal("torch.nn.utils._named_member_accessor:swap_tensor")
+_lazy_init = internal("torch.distributed.fsdp._runtime_utils:_lazy_init")
+LoraLayer = internal("peft.tuners.lora:LoraLayer")
+ModulesToSaveWrapper = internal("peft.utils.other:ModulesToSaveWrapper")
 
 from .platform import EngineRegistry
 from .launch import launched_from_notebook
 
 # %% auto #0
-__all__ = ['unwrapped_name', 'OwnedParam', 'GatherUnit', 'MissingLoraError', 'GatherEngine', 'Fsdp1GatherEngine',
-           'Fsdp2GatherEngine', 'TensorShards', 'gather_packed', 'fsdp_flavour', 'gather_engine', 'gather_lora',
-           'check_collected', 'plain_name', 'iter_merged_weights']
+__all__ = ['clean_tensor_name', 'FlatParameter', 'swap_tensor', 'LoraLayer', 'ModulesToSaveWrapper', 'unwrapped_name',
+           'OwnedParam', 'GatherUnit', 'MissingLoraError', 'GatherEngine', 'Fsdp1GatherEngine', 'Fsdp2GatherEngine',
+           'TensorShards', 'gather_packed', 'fsdp_flavour', 'gather_engine', 'gather_lora', 'check_collected',
+           'plain_name', 'iter_merged_weights']
 
 # %% ../nbs/05_gather.ipynb #21664c23
 def unwrapped_name(*parts:str)->str:
@@ -238,7 +243,8 @@ class Fsdp1GatherEngine(GatherEngine):
     flavour = "fsdp1"
 
     def find_units(self):
-        from torch.distributed.fsdp._runtime_utils import _lazy_init
+        require("torch.distributed.fsdp._flat_param:FlatParamHandle",
+                "torch.distributed.fsdp._flat_param:FlatParameter")   # the bookkeeping read below
         root = _fsdp1_root(self.model)
         _lazy_init(root, root)
         units, managed, shared = [], set(), {}

@@ -11,10 +11,13 @@ from typing import Callable
 
 import torch
 import torch.distributed as dist
-from torch.distributed._tools.mem_tracker import MemTracker
 from torch.distributed.tensor import DTensor
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+
+from .doctor import internal
+# private torch objects: imported when first used, checked by `python -m lora_fsdp_kit doctor`
+MemTracker = internal("torch.distributed._tools.mem_tracker:MemTracker")
+TorchDispatchMode = internal("torch.utils._python_dispatch:TorchDispatchMode")
+tree_flatten = internal("torch.utils._pytree:tree_flatten")
 
 from .gather import GatherEngine, GatherUnit, _evenly, _own_cpu_copy, check_collected, gather_engine
 from .platform import get_platform
@@ -22,9 +25,9 @@ from .models import fmt_bytes
 from .plan import dtype_itemsize
 
 # %% auto #0
-__all__ = ['GATHER_STRATEGIES', 'AllGatherCounter', 'MemoryMeter', 'UnitGather', 'GatherProfile', 'gather_whole',
-           'gather_per_unit', 'gather_lora_only', 'gather_packed_lora', 'predict', 'predict_unit', 'measure_gather',
-           'plot_gather', 'profile_strategies']
+__all__ = ['MemTracker', 'TorchDispatchMode', 'tree_flatten', 'GATHER_STRATEGIES', 'AllGatherCounter', 'MemoryMeter',
+           'UnitGather', 'GatherProfile', 'gather_whole', 'gather_per_unit', 'gather_lora_only', 'gather_packed_lora',
+           'predict', 'predict_unit', 'measure_gather', 'plot_gather', 'profile_strategies']
 
 # %% ../nbs/06_memory.ipynb #a6672c35
 def _is_all_gather(func)->bool:
@@ -394,13 +397,13 @@ def plot_gather(profiles,               # GatherProfiles (a list, or a dict labe
                 title:str|None=None,
                ):
     "Timeline of extra memory per strategy, peak memory and bytes gathered per strategy, measured vs predicted."
-    import matplotlib.pyplot as plt
+    from lora_fsdp_kit.figures import new_figure
     items = list(profiles.items()) if isinstance(profiles, dict) else [(p.strategy, p) for p in profiles]
     if not items: raise ValueError("plot_gather needs at least one GatherProfile")
     ref = items[0][1]
     top = max(max(p.peak_extra for _, p in items), ref.model_bytes, max(p.bytes_gathered for _, p in items))
     unit, scale = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)) if top >= 2 * s), ("B", 1))
-    fig = plt.figure(figsize=(13, 7.5), layout="constrained")
+    fig = new_figure(figsize=(13, 7.5))   # displays itself in Jupyter (see `lora_fsdp_kit.figures`)
     gs = fig.add_gridspec(2, 2, height_ratios=[1.15, 1])
     ax_t, ax_p, ax_b = fig.add_subplot(gs[0, :]), fig.add_subplot(gs[1, 0]), fig.add_subplot(gs[1, 1])
     color = lambda k, i: _COLORS.get(k, f"C{i + 4}")
