@@ -84,6 +84,7 @@ def test_bucket_peak_within_bound(results):
 def test_save_holds_only_lora(results):
     for r in _rows(results):
         s = r["save"]
-        # the LoRA tensors kept on rank 0, plus one unit being gathered; never the model
-        assert s.peak_extra <= s.lora_bytes + s.largest_lora_unit, (r["setting"], r["world"], s)
+        # the LoRA tensors kept on rank 0, plus the packed gather's buffers (one collective of the LoRA bytes: a
+        # receive buffer of at most the LoRA bytes and its padding, and this rank's own slices); never a base weight
+        assert s.peak_extra <= 2 * s.lora_bytes + s.largest_lora_unit, (r["setting"], r["world"], s)
         assert s.file_bytes > s.lora_bytes
