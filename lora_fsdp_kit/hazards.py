@@ -400,10 +400,11 @@ def guard_overhead(name:str="switch",   # a hazard model
 
 # %% ../nbs/10_hazards.ipynb #hzx00009
 def _short(key:str)->str:
-    "A collective's key with the unit name shortened to its last three segments (peft's prefixes dropped)."
+    "A collective's key with the unit name shortened to its last six segments (peft's prefixes dropped)."
     kind, rest = key.split(" ", 1)
     unit, _, tail = rest.partition(" (")
-    unit = ".".join(unit.removeprefix("base_model.model.").split(".")[-3:])
+    # five segments keep what tells units apart (the expert index in `blocks.0.experts.1.up.lora_A`)
+    unit = ".".join(unit.removeprefix("base_model.model.").removesuffix(".default").split(".")[-6:])
     return f"{'AG' if kind == 'all_gather' else 'RS'} {unit}" + (f" ({tail.split(' ')[0]})" if tail else "")
 
 def first_divergence(seqs:Sequence[Sequence[str]])->int|None:

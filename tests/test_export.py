@@ -13,7 +13,7 @@ import export_cases as C
 from lora_fsdp_kit.launch import launch
 
 TWO = tuple(C.SETTINGS)
-THREE = ("fsdp1-peft", "fsdp2")
+THREE = ("fsdp2",)   # 3 ranks: FSDP2 pads dim 0 unevenly; FSDP1 at 3 ranks is covered by the gather matrix
 
 @pytest.fixture(scope="module")
 def results():
