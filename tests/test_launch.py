@@ -42,13 +42,18 @@ def _ready(tmp:Path)->bool:
     return len(runs) == 1 and all((runs[0]/f"rank{r}.txt").exists() and (runs[0]/f"rank{r}.txt").read_text() == "ready"
                                   for r in (0, 1))
 
+def _default_signals():
+    "The dispositions a launcher started from a terminal has: a CI runner may start tests with SIGINT and SIGHUP ignored"
+    # (a background job without job control ignores SIGINT; nohup ignores SIGHUP), which a child inherits
+    for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM): signal.signal(s, signal.SIG_DFL)
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 128 + 15), (signal.SIGINT, -signal.SIGINT),
                                        (signal.SIGHUP, 128 + 1), (signal.SIGKILL, -signal.SIGKILL)])
 def test_nothing_outlives_the_launcher(tmp_path, sig, code):
     (tmp_path/"t").mkdir()
     (tmp_path/"lfk_signal_cases.py").write_text(CASES); (tmp_path/"parent.py").write_text(PARENT)
     p = subprocess.Popen([sys.executable, str(tmp_path/"parent.py")], env=_env(tmp_path), start_new_session=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_default_signals)
     try:
         _wait_until(lambda: _ready(tmp_path) or p.poll() is not None, 240, "both ranks to report 'ready'")
         assert p.poll() is None, p.stdout.read().decode()
