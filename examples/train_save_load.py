@@ -45,6 +45,9 @@ def train(out:Path, steps:int, fsdp:str):
     if rank == 0:
         torch.save(logits, out/"trained_logits.pt")
         print(f"saved {sorted(p.name for p in (out/'adapter').iterdir())}", flush=True)
+    # gloo: a rank that tears down its group while a peer is still reading the last collective's bytes can abort the
+    # peer ("terminate called without an active exception"); a barrier first lets every rank finish reading
+    dist.barrier()
     dist.destroy_process_group()
 
 

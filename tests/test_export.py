@@ -86,5 +86,6 @@ def test_save_holds_only_lora(results):
         s = r["save"]
         # the LoRA tensors kept on rank 0, plus the packed gather's buffers (one collective of the LoRA bytes: a
         # receive buffer of at most the LoRA bytes and its padding, and this rank's own slices); never a base weight
-        assert s.peak_extra <= 2 * s.lora_bytes + s.largest_lora_unit, (r["setting"], r["world"], s)
+        # (+ 4 KiB: at 7 KiB of LoRA the tracker's view of the collective machinery varies by a few KiB between runs)
+        assert s.peak_extra <= 2 * s.lora_bytes + s.largest_lora_unit + 4096, (r["setting"], r["world"], s)
         assert s.file_bytes > s.lora_bytes
