@@ -20,10 +20,10 @@ from .plan import clean_name, is_lora_name, wrap_from_spec, plan_from_spec
 from .platform import get_platform
 
 # %% auto #0
-__all__ = ['SWITCH_CONFIG', 'HAZARD_MODELS', 'STATUS_ENV', 'BranchExpert', 'BranchBlock', 'BranchLM', 'branch_lora_model',
-           'switch_lora_model', 'hazard_batch', 'hazard_loss', 'CollectiveOrderError', 'CollectiveEvent',
-           'check_collective_order', 'hazard_case', 'hazard_cases', 'hazard_reference', 'hazard_outcome',
-           'guard_overhead', 'first_divergence', 'plot_collective_orders']
+__all__ = ['SWITCH_CONFIG', 'HAZARD_MODELS', 'BranchExpert', 'BranchBlock', 'BranchLM', 'branch_lora_model', 'switch_lora_model',
+           'hazard_batch', 'hazard_loss', 'CollectiveOrderError', 'CollectiveEvent', 'check_collective_order',
+           'hazard_case', 'hazard_cases', 'hazard_reference', 'hazard_outcome', 'guard_overhead', 'first_divergence',
+           'plot_collective_orders']
 
 # %% ../nbs/10_hazards.ipynb #hzx00001
 class BranchExpert(nn.Module):
@@ -119,19 +119,8 @@ def hazard_loss(model:nn.Module, name:str, ids:torch.Tensor)->torch.Tensor:
     return model(input_ids=ids, labels=ids).loss
 
 # %% ../nbs/10_hazards.ipynb #hzx00003
-STATUS_ENV = "LFK_RANK_STATUS_DIR"
-
-def _report_status(text:str)->None:
-    "Write this rank's status for the launcher (the kit's rank-status contract; the launcher's own helper if present)."
-    try:
-        from lora_fsdp_kit.launch import report_status   # the launcher's helper, where it has one
-        return report_status(text)
-    except ImportError: pass
-    d = os.environ.get(STATUS_ENV)
-    if not d: return
-    path = os.path.join(d, f"rank{os.environ.get('RANK', '0')}.txt")
-    with open(path + ".tmp", "w") as f: f.write(text)
-    os.replace(path + ".tmp", path)
+# the guard's state goes to the launcher's rank status file, so a hang killed at the timeout names the unit
+from .launch import STATUS_ENV, report_status
 
 class CollectiveOrderError(RuntimeError):
     "Ranks issued different FSDP collectives (raised on every rank, at the first divergence)."
@@ -230,7 +219,7 @@ def _before(self:check_collective_order, kind:str, unit:str, numel:int, params:t
     t0 = time.perf_counter()
     ev = CollectiveEvent(len(self.events), kind, unit, int(numel), tuple(params))
     self.events.append(ev)
-    _report_status(f"collective-order guard, step {self.step}: issuing FSDP collective #{ev.index}: {ev.key()}")
+    report_status(f"collective-order guard, step {self.step}: issuing FSDP collective #{ev.index}: {ev.key()}")
     try:
         if self.compare: self._agree(ev.index, ev.key())
     finally: self.seconds += time.perf_counter() - t0
@@ -256,7 +245,7 @@ def _agree(self:check_collective_order, i:int, mine:str):
 @patch
 def _fail(self:check_collective_order, msg:str)->CollectiveOrderError:
     self.failed = msg
-    _report_status(f"collective-order guard: {msg}")
+    report_status(f"collective-order guard: {msg}")
     return CollectiveOrderError(f"{msg}. Cause: {_FIX}")
 
 # %% ../nbs/10_hazards.ipynb #hzx00007
@@ -283,7 +272,7 @@ def __exit__(self:check_collective_order, exc_type, exc, tb):
     except CollectiveOrderError:
         if exc_type is None: raise
     finally: self.seconds += time.perf_counter() - t0
-    _report_status(f"collective-order guard, step {self.step}: {n} FSDP collectives, the same on every rank")
+    report_status(f"collective-order guard, step {self.step}: {n} FSDP collectives, the same on every rank")
     return False
 
 # %% ../nbs/10_hazards.ipynb #hzx00008
