@@ -73,16 +73,22 @@ STAMP_OLDEST := $(VENV_OLDEST)/.lfk-installed
 OLDEST_NBS   := (03_plan|05_gather|06_memory|91_doctor)\.ipynb
 OLDEST_TESTS := tests/test_device_check.py
 
+# The package goes in first WITHOUT its dev extras, as a user installs it beside their own torch: every module must
+# import and `doctor` must pass with the runtime requirements alone (no module may import a dev-only package such as
+# fastcore at load time). Only then are the dev tools added for the tests.
 $(STAMP_OLDEST): settings.ini setup.py $(wildcard lora_fsdp_kit/*.py lora_fsdp_kit/configs/*.json)
 	test -x $(PY_OLDEST) || $(PYTHON) -m venv $(VENV_OLDEST)
 	echo '*' > $(VENV_OLDEST)/.gitignore
 	$(PY_OLDEST) -m pip install --quiet torch==2.13.0
-	$(PY_OLDEST) -m pip install --quiet ".[dev]" $$(PYTHONPATH=. $(PYTHON) -c \
+	$(PY_OLDEST) -m pip uninstall --quiet --yes fastcore nbdev execnb ghapi pytest 2>/dev/null || true
+	$(PY_OLDEST) -m pip install --quiet . $$(PYTHONPATH=. $(PYTHON) -c \
 	    "from lora_fsdp_kit.doctor import oldest_requirements as o; print(' '.join(o()))")
+	$(PY_OLDEST) -m pip check
+	cd /tmp && $(abspath $(PY_OLDEST)) -m lora_fsdp_kit.doctor --no-models
+	$(PY_OLDEST) -m pip install --quiet ".[dev]"
 	$(PY_OLDEST) -m pip check
 	touch $(STAMP_OLDEST)
 
 test-oldest: $(STAMP_OLDEST)
-	$(PY_OLDEST) -m lora_fsdp_kit.doctor --no-models
 	$(VENV_OLDEST)/bin/nbdev_test --file_re '$(OLDEST_NBS)'
 	$(PY_OLDEST) -m pytest -q $(OLDEST_TESTS)
