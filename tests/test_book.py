@@ -42,7 +42,8 @@ FIRST = [
     ("shown_cell_marker = 3", [{"output_type": "display_data", "metadata": {}, "data": {"image/png": PIC,
                                                                                        "text/plain": "<Figure>"}}]),
 ]
-SECOND = ["# Second chapter", "## More detail\n\nUses `save_thing` from [the first](01_first.ipynb).",
+SECOND = ["# Second chapter", "## More detail\n\nUses `save_thing` from [the first](01_first.ipynb), as "
+          "`first.save_thing()`; `path.save_thing` is not it.",
           ("#| echo: false\necho_false_marker = 4", [{"output_type": "stream", "name": "stdout", "text": "echoed\n"}])]
 
 def test_book_renders_a_chapter_pair(tmp_path):
@@ -75,7 +76,8 @@ def test_book_renders_a_chapter_pair(tmp_path):
     assert first.select_one("h1 + blockquote").text.strip() == "What the first chapter is for."
     second = BeautifulSoup((out/"02_second.html").read_text(), "html.parser")
     assert second.select_one("h2#more-detail")
-    assert second.select_one('a.ref[href="01_first.html#save_thing"]')           # a code span links its definition
+    refs = [a.text for a in second.select('a.ref[href="01_first.html#save_thing"]')]
+    assert refs == ["save_thing", "first.save_thing()"]                          # code spans link their definition
     assert first.select_one("#save_thing") and second.select_one('a[href="01_first.html"]')
     assert "echo_false_marker" not in second.text and "echoed" in second.text
 
@@ -94,7 +96,7 @@ def _missing()->str|None:
 @pytest.fixture(scope="module")
 def real_book(tmp_path_factory):
     out = tmp_path_factory.mktemp("book")
-    pages = book.build(ROOT/"nbs", out)
+    pages = book.build(ROOT/"nbs", out, strict=True)          # a broken link or a missing picture fails here
     return out, pages
 
 def test_real_book_folds_every_export_cell(real_book):

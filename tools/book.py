@@ -47,8 +47,9 @@ def directives(src:str)->tuple[dict, str]:
     return d, "\n".join(lines).strip("\n")
 
 def slug(text:str, taken:set)->str:
-    "A unique, readable id for a heading (`Saving an adapter` -> `saving-an-adapter`)."
-    s = re.sub(r"[^\w\- ]", "", html.unescape(re.sub(r"<[^>]+>", "", text)).lower()).strip().replace(" ", "-")
+    "A unique id for a heading, as pandoc (so Quarto, so nbdev) makes it: `2. Saving an adapter` -> `saving-an-adapter`."
+    s = re.sub(r"[^\w\-. ]", "", html.unescape(re.sub(r"<[^>]+>", "", text)).lower()).strip().replace(" ", "-")
+    s = re.sub(r"^[^a-z]+", "", s)
     s, base, i = s or "section", s or "section", 1
     while s in taken: s, i = f"{base}-{i}", i + 1
     taken.add(s)
@@ -91,7 +92,7 @@ def _signature(fn:ast.FunctionDef|ast.AsyncFunctionDef, code:str, width:int=90)-
 def export_summary(code:str)->list[tuple[str, str, str|None]]:
     "What an export cell defines, as (signature, one-line docstring, anchor name) rows."
     try: tree = ast.parse(code)
-    except SyntaxError: return [(code.splitlines()[0] if code else "(empty)", "", None)]
+    except SyntaxError: return [((code.splitlines() or ["(empty)"])[0], "", None)]
     rows, attached = [], {}
     for n in tree.body:                              # `Cls.meth = meth`: the method a def becomes
         if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name):
@@ -113,7 +114,7 @@ def export_summary(code:str)->list[tuple[str, str, str|None]]:
     cut = lambda xs, k: ", ".join(xs[:k]) + (", …" if len(xs) > k else "")
     rows = [("imports " + cut(mods, 8), "", None)] if mods else []
     if names: rows.append((cut(names, 6) + " = …", "", None))
-    return rows or [(code.splitlines()[0], "", None)]
+    return rows or [((code.splitlines() or ["(empty)"])[0], "", None)]
 
 def exported_names(chs:list[Chapter])->dict[str, str]:
     "Every function or class an export cell defines -> `page#name`, for linking code spans to their definition."
@@ -145,7 +146,7 @@ class Renderer(mistune.HTMLRenderer):
         except ClassNotFound: lexer = TextLexer()
         return code_html(code, lexer)
     def codespan(self, text:str)->str:
-        target = self.book.names.get(text.rstrip("()").split(".")[-1])
+        target = self.book.ref(text)
         code = f"<code>{html.escape(text)}</code>"
         if target and target.startswith(self.ch.page + "#"): target = target[len(self.ch.page):]
         return f'<a class="ref" href="{target}">{code}</a>' if target else code
@@ -154,13 +155,23 @@ class Book:
     "The notebooks of `nbs` rendered into `out`."
     def __init__(self, nbs:Path, out:Path, strict:bool=False):
         self.nbs, self.out, self.strict = Path(nbs).resolve(), Path(out), strict
+        self.root = self.nbs.parent                     # the repository: files a chapter may link to
         self.chs = chapters(self.nbs)
         self.by_stem = {c.path.stem: c for c in self.chs}
         self.names = exported_names(self.chs)
         self.pages = {c.page for c in self.chs} | {"index.html"}
+        self.modules = {m for c in self.chs for cell in c.nb.cells if cell.cell_type == "code"
+                        for m in directives(cell.source)[0].get("default_exp", "").split(".")} - {""}
         self.title = self.by_stem["index"].title if "index" in self.by_stem else self.nbs.resolve().parent.name
         self.sources: dict[str, Path] = {}            # page name -> repository file linked from a chapter
         self.problems: list[str] = []
+
+    def ref(self, text:str)->str|None:
+        "Where a code span's name is defined: `gather_lora`, `gather.gather_lora()`, `Plan.units` (at Plan)."
+        parts = text.removesuffix("()").split(".")
+        if not all(p.isidentifier() for p in parts): return None
+        if parts[-1] in self.names and (len(parts) == 1 or parts[-2] in self.modules): return self.names[parts[-1]]
+        return next((self.names[p] for p in parts[:-1] if p[:1].isupper() and p in self.names), None)
 
     def problem(self, msg:str):
         print(f"book: WARNING: {msg}", file=sys.stderr); self.problems.append(msg)
@@ -179,8 +190,8 @@ class Book:
             self.problem(f"{ch.path.name}: picture {url!r} not found"); return url
         if target.suffix == ".ipynb" and target.parent == self.nbs and target.stem in self.by_stem:
             return self.by_stem[target.stem].page + (f"#{frag}" if frag else "")
-        if target.is_file() and ROOT in target.parents:
-            rel = target.relative_to(ROOT).as_posix()
+        if target.is_file() and self.root in target.parents:
+            rel = target.relative_to(self.root).as_posix()
             page = "src." + rel.replace("/", ".") + ".html"
             self.sources[page] = target
             return page + (f"#{frag}" if frag else "")
@@ -284,7 +295,7 @@ class Book:
         return f'<div class="md"><h2 id="{i}">Chapters</h2><ol class="contents">{items}</ol></div>'
 
     def source(self, page:str, path:Path)->str:
-        rel = path.relative_to(ROOT).as_posix()
+        rel = path.relative_to(self.root).as_posix()
         try: lexer = get_lexer_for_filename(path.name)
         except ClassNotFound: lexer = TextLexer()
         return self.page(rel, f"<h1>{html.escape(rel)}</h1>{code_html(path.read_text(), lexer)}", page, [])
