@@ -38,7 +38,8 @@ FIRST = [
     ("#| export\ndef save_thing(model, path, *, mode:int=0o755, **kw):\n"
      "    \"\"\"Save a thing somewhere.\n\n    More.\"\"\"\n    secret_body_marker = 1\n    return path", []),
     ("#| hide\nhidden_cell_marker = 2", [{"output_type": "stream", "name": "stdout", "text": "hidden output\n"}]),
-    "## Results\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\nSee [the second](02_second.ipynb#more-detail) and `save_thing`.",
+    "## Results\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\nSee [the second](02_second.ipynb#more-detail) and `save_thing`."
+    "\n\n![the plan](../images/plan.png) and [a script](../examples/run.py)",
     ("shown_cell_marker = 3", [{"output_type": "display_data", "metadata": {}, "data": {"image/png": PIC,
                                                                                        "text/plain": "<Figure>"}}]),
 ]
@@ -50,8 +51,10 @@ def test_book_renders_a_chapter_pair(tmp_path):
     nbs, out = tmp_path/"nbs", tmp_path/"book"
     nbs.mkdir()
     (nbs/"02_second.ipynb").write_text(_nb(SECOND)); (nbs/"01_first.ipynb").write_text(_nb(FIRST))
+    (tmp_path/"images").mkdir(); (tmp_path/"images"/"plan.png").write_bytes(base64.b64decode(_png(3, 2)))
+    (tmp_path/"examples").mkdir(); (tmp_path/"examples"/"run.py").write_text("print('run')\n")
     pages = book.build(nbs, out, strict=True)
-    assert [p.name for p in pages] == ["index.html", "01_first.html", "02_second.html"]   # a contents page made
+    assert [p.name for p in pages] == ["index.html", "01_first.html", "02_second.html", "src.examples.run.py.html"]
     first = BeautifulSoup((out/"01_first.html").read_text(), "html.parser")
     assert first.title.text.startswith("First chapter")
     assert [a["href"] for a in first.select("nav.chapters li a")] == ["01_first.html", "02_second.html"]
@@ -71,6 +74,9 @@ def test_book_renders_a_chapter_pair(tmp_path):
     img = first.select_one("img.out")
     assert img["src"] == f"data:image/png;base64,{PIC}"
     assert [td.text for td in first.select(".md table td")] == ["1", "2"]
+    assert first.select_one('img[alt="the plan"]')["src"] == f"data:image/png;base64,{_png(3, 2)}"
+    assert first.select_one('a[href="src.examples.run.py.html"]')                 # a repository file: its own page
+    assert "print" in BeautifulSoup((out/"src.examples.run.py.html").read_text(), "html.parser").select_one("pre").text
     assert first.select_one('a[href="02_second.html#more-detail"]')
     assert [a["href"] for a in first.select("aside.toc a")] == ["#results"]
     assert first.select_one("h1 + blockquote").text.strip() == "What the first chapter is for."

@@ -47,7 +47,7 @@ def directives(src:str)->tuple[dict, str]:
     return d, "\n".join(lines).strip("\n")
 
 def slug(text:str, taken:set)->str:
-    "A unique id for a heading, as pandoc (so Quarto, so nbdev) makes it: `2. Saving an adapter` -> `saving-an-adapter`."
+    "A unique id for a heading, as pandoc (so Quarto, nbdev) makes it: `2. Saving an adapter` -> `saving-an-adapter`."
     s = re.sub(r"[^\w\-. ]", "", html.unescape(re.sub(r"<[^>]+>", "", text)).lower()).strip().replace(" ", "-")
     s = re.sub(r"^[^a-z]+", "", s)
     s, base, i = s or "section", s or "section", 1
@@ -109,8 +109,9 @@ def export_summary(code:str)->list[tuple[str, str, str|None]]:
     if rows: return rows
     names = [ast.unparse(t) for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
              for t in (n.targets if isinstance(n, ast.Assign) else [n.target])]
-    mods = list(dict.fromkeys(a.name if isinstance(n, ast.Import) else n.module or "." for n in tree.body
-                              if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names))
+    mods = [m for m in dict.fromkeys(a.name if isinstance(n, ast.Import) else n.module or "." for n in tree.body
+                                     if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names)
+            if m != "__future__"]
     cut = lambda xs, k: ", ".join(xs[:k]) + (", …" if len(xs) > k else "")
     rows = [("imports " + cut(mods, 8), "", None)] if mods else []
     if names: rows.append((cut(names, 6) + " = …", "", None))
