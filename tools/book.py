@@ -106,7 +106,8 @@ def export_summary(code:str)->list[tuple[str, str, str|None]]:
         elif isinstance(n, ast.ClassDef):
             bases = ", ".join(ast.unparse(b) for b in n.bases)
             rows.append((f"class {n.name}" + (f"({bases})" if bases else ""), doc(), n.name))
-    if rows: return rows
+    public = [r for r in rows if not r[2].startswith("_")]      # private helpers only where nothing else is defined
+    if rows: return public or rows
     names = [ast.unparse(t) for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
              for t in (n.targets if isinstance(n, ast.Assign) else [n.target])]
     mods = [m for m in dict.fromkeys(a.name if isinstance(n, ast.Import) else n.module or "." for n in tree.body
