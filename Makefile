@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.lfk-installed
 OUT    ?= demo_out
 
-.PHONY: install demo test nbtest pytest export readme bench clean-nbs docs browser-deps test-oldest
+.PHONY: install demo test nbtest pytest export readme bench clean-nbs docs book browser-deps test-oldest
 
 $(STAMP): settings.ini setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,10 @@ export: $(STAMP)
 	$(VENV)/bin/nbdev_export
 	$(VENV)/bin/nbdev_clean
 	$(PY) -m lora_fsdp_kit readme
+
+# the notebooks as a static HTML book, with a table of contents: open _book/index.html (no network, no JavaScript)
+book: $(STAMP)
+	$(PY) tools/book.py --out _book --strict
 
 bench: $(STAMP)
 	$(PY) bench/launch.py
