@@ -129,10 +129,11 @@ def run_rank(models:list[str], runs:int, profile:bool)->list[dict]:
 
 def report(rows:list[dict], runs:int)->bool:
     med = lambda xs: statistics.median(xs) * 1e3
-    print(f"\nmedians of {runs} runs (ms, the slowest rank's); limit = one raw all_gather_into_tensor of the same bytes "
-          f"+ the copies; save limit = that + rank 0 writing the same tensors (safetensors)")
+    print(f"\nmedians of {runs} runs (ms, the slowest rank's); limit = one raw all_gather_into_tensor of the same "
+          f"bytes + the copies; save limit = that + rank 0 writing the same tensors (safetensors)")
     head = (f"{'model':<8}{'ranks':>6} {'setting':<14}{'tensors':>8}{'LoRA':>11}{'coll.':>6}{'bytes/LoRA':>11}"
-            f"{'gather':>8}{'raw':>7}{'limit':>7}{'ratio':>7}{'save':>8}{'limit':>7}{'ratio':>7}{'peak':>11}{'bound':>11}")
+            f"{'gather':>8}{'raw':>7}{'limit':>7}{'ratio':>7}{'save':>8}{'limit':>7}{'ratio':>7}"
+            f"{'peak':>11}{'bound':>11}")
     print(head)
     ok = True
     for r in rows:
@@ -163,7 +164,8 @@ def main(argv=None):
         rows += launch(run_rank, a.models, a.runs, a.profile, nprocs=world, quiet=True, timeout=3000)[0]
         print(f"# {world} gloo ranks, CPU: {time.perf_counter() - t0:.0f} s")
     for r in rows:
-        if "profile" in r: print(f"\n## cProfile, one gather: {r['model']} {r['setting']} {r['world']} ranks\n{r['profile']}")
+        if "profile" in r:
+            print(f"\n## cProfile, one gather: {r['model']} {r['setting']} {r['world']} ranks\n{r['profile']}")
     ok = report(rows, a.runs)
     with open(os.path.join(a.out, "gather_limit.json"), "w") as f:
         json.dump([{k: v for k, v in r.items() if k != "profile"} for r in rows], f, indent=1)
