@@ -84,7 +84,8 @@ def raw_limit(fm)->tuple:
     def with_copies():   # pack this rank's bytes, gather, copy every rank's bytes out (as the unpacking does)
         send[:sizes[me]].copy_(src); collective()
         for r in range(world): out[sum(sizes[:r]):sum(sizes[:r + 1])].copy_(recv[r * width:r * width + sizes[r]])
-    return collective, with_copies, a2a, dict(shard_world=world, sizes=sizes, width=width, lora_bytes=total, n=len(names))
+    size = dict(shard_world=world, sizes=sizes, width=width, lora_bytes=total, n=len(names))
+    return collective, with_copies, a2a, size
 
 def _shared_dir()->str:
     box = [tempfile.mkdtemp(prefix="bench-gather-") if dist.get_rank() == 0 else None]
@@ -145,7 +146,8 @@ def report(rows:list[dict], runs:int)->bool:
         ok &= g / lim <= 3 and r["peak"] <= r["bound"]
         print(f"{r['model']:<8}{r['world']:>6} {r['setting']:<14}{r['n']:>8}{fmt_bytes(r['lora_bytes']):>11}"
               f"{r['collectives']:>6}{r['bytes'] / r['lora_bytes']:>11.3f}{g:>8.2f}{med(r['raw']):>7.2f}{lim:>7.2f}"
-              f"{g / lim:>7.2f}{med(r['a2a']):>7.2f}{s:>8.1f}{sl:>7.1f}{s / sl:>7.2f}{fmt_bytes(r['peak']):>11}{fmt_bytes(r['bound']):>11}")
+              f"{g / lim:>7.2f}{med(r['a2a']):>7.2f}{s:>8.1f}{sl:>7.1f}{s / sl:>7.2f}{fmt_bytes(r['peak']):>11}"
+              f"{fmt_bytes(r['bound']):>11}")
     return ok
 
 def main(argv=None):
