@@ -5,7 +5,8 @@
 # %% ../nbs/03c_wrap.ipynb #20a60fd4
 from __future__ import annotations
 
-import dataclasses, functools
+import dataclasses, functools, time, warnings
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -13,13 +14,15 @@ import torch.nn as nn
 from torch.distributed.fsdp import wrap as fsdp_wrap
 
 from .platform import get_platform
-from .plan import (Plan, WrapPolicy, lora_wrap_policy, peft_wrap_policy, layer_wrap_policy,
-                                size_wrap_policy, resolve_layer_classes, resolve_targets, fsdp1_unit_modules,
-                                _lambda_part, _size_part, _build_plan, _refuse_wrapped, conditional_modules,
-                                mixed_precision_dtype, _post_order)
+from .policies import (WrapPolicy, lora_wrap_policy, peft_wrap_policy, layer_wrap_policy,
+                                    size_wrap_policy, resolve_layer_classes, resolve_targets, fsdp1_unit_modules,
+                                    clean_name, _lambda_part, _size_part, _post_order)
+from .plan import (Plan, _build_plan, _refuse_wrapped, conditional_modules, mixed_precision_dtype,
+                                plan_fsdp1)
 
 # %% auto #0
-__all__ = ['POLICIES', 'FSDP1_SHARDING', 'SPEC_EXTRAS', 'WrapConfig']
+__all__ = ['POLICIES', 'FSDP1_SHARDING', 'SPEC_EXTRAS', 'WrapConfig', 'units_of', 'planned_units', 'wrap_fsdp1', 'wrap_fsdp2',
+           'wrap_fsdp2_like', 'policy_from_spec', 'plan_from_spec', 'wrap_from_spec', 'fidelity_check']
 
 # %% ../nbs/03c_wrap.ipynb #655e953b
 POLICIES = ("lora", "peft", "layer", "size", "leaves+size", "root")
@@ -173,19 +176,30 @@ def _aligned(plan:Plan, dtypes:dict[str, str])->Plan:
     fix = lambda ps: tuple(dataclasses.replace(p, dtype=dtypes.get(p.name, p.dtype)) for p in ps)
     return dataclasses.replace(plan, units=tuple(dataclasses.replace(u, params=fix(u.params)) for u in plan.units))
 
+def _shard_rank(cfg:WrapConfig, world_size:int|None, rank:int|None)->tuple[int, int]:
+    "(shard group size, rank in it): given, else the current process group's, else (1, 0)."
+    import torch.distributed as dist
+    if world_size is None: world_size = dist.get_world_size() if dist.is_initialized() else 1
+    if rank is None: rank = dist.get_rank() if dist.is_initialized() else 0
+    if cfg.sharding == "NO_SHARD": return 1, 0
+    if cfg.hybrid: k = min(cfg.shard_size or 2, world_size); return k, rank % k
+    return world_size, rank
+
 def _plan(self:WrapConfig,
           model:nn.Module,                 # the model before FSDP (meta or real)
           conditional=None,                # modules (name globs) that may not run on every rank each step
           detect_experts:bool=True,        # also treat detected MoE experts as conditional
+          world_size:int|None=None,        # ranks; None: the current process group's, or 1 (FSDP1 orig params)
+          rank:int|None=None,              # the rank to plan for; None: this one, or 0
          )->Plan:
-    "The units this configuration gives `model`, with their checks (no process group)."
-    from lora_fsdp_kit.plan import plan_fsdp1
+    "The units this configuration gives `model`, with their checks (no process group needed)."
     _refuse_wrapped(model, "WrapConfig.plan")
     mp = mixed_precision_dtype(self.compute_dtype)
     if self.flavour == "fsdp1":
+        w, r = _shard_rank(self, world_size, rank)
         plan = plan_fsdp1(model, self.auto_wrap_policy(model), use_orig_params=self.use_orig_params,
                           mixed_precision=mp, allow_root_only=self.policy == "root", conditional=conditional,
-                          detect_experts=detect_experts)
+                          detect_experts=detect_experts, world_size=w, rank=r)
     else:
         claims = _unit_claims(self, model)
         what = (", ".join(self.targets) if self.policy == "targets"
@@ -311,3 +325,132 @@ def _wrap(self:WrapConfig,
     return _wrap_fsdp2(self, self.prepare(model), modules, mesh, fsdp_kw)
 
 WrapConfig.wrap = _wrap
+
+# %% ../nbs/03c_wrap.ipynb #04fb62a7
+def units_of(wrapped:nn.Module)->list[tuple[str, list[str]]]:
+    "(clean unit name, sorted clean names of the parameters it owns) for each unit of a really wrapped model."
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, FSDPModule
+    from lora_fsdp_kit.policies import join_name
+    out = []
+    pnames: dict[int, str] = {}
+    for n, p in wrapped.named_parameters(remove_duplicate=False): pnames.setdefault(id(p), clean_name(n))
+    for n, m in wrapped.named_modules():
+        if isinstance(m, FSDP):
+            h = m._handle
+            fqns = [] if h is None else list(h.flat_param._fqns)
+            out.append((clean_name(n), sorted(clean_name(join_name(n, f)) for f in fqns)))
+        elif isinstance(m, FSDPModule):
+            group = m._get_fsdp_state()._fsdp_param_group
+            params = [] if group is None else [fp.sharded_param for fp in group.fsdp_params]
+            out.append((clean_name(n), sorted(pnames[id(p)] for p in params)))
+    if not out: raise ValueError(f"{type(wrapped).__name__} has no FSDP units: it is not wrapped by FSDP1 or FSDP2")
+    return sorted(out)
+
+def planned_units(plan:Plan)->list[tuple[str, list[str]]]:
+    "The plan in `units_of` form (sorted by unit name), for comparison with a really wrapped model."
+    return sorted((u.name, sorted(u.param_names)) for u in plan.units)
+
+# %% ../nbs/03c_wrap.ipynb #043cd884
+def wrap_fsdp1(model:nn.Module,                 # the model to wrap (inside a process group)
+               policy:Callable,                 # an FSDP1 auto_wrap_policy
+               *,
+               use_orig_params:bool=False,
+               ignored_modules:Iterable[nn.Module]|None=None,
+               **fsdp_kwargs,                   # further FullyShardedDataParallel arguments
+              )->nn.Module:
+    "`FullyShardedDataParallel(model, auto_wrap_policy=policy, ...)` on the platform's device."
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    fsdp_kwargs.setdefault("device_id", get_platform().torch_device())   # device_id=None fails on the CPU
+    return FSDP(model, auto_wrap_policy=policy, use_orig_params=use_orig_params, ignored_modules=ignored_modules,
+                **fsdp_kwargs)
+
+def wrap_fsdp2(model:nn.Module,                         # the model to shard (inside a process group)
+               targets:type|str|Sequence[type|str],     # as for `plan_fsdp2`
+               *,
+               mesh=None,                               # a DeviceMesh; default: 1-D over the whole world
+               **kw,                                    # further `fully_shard` arguments
+              )->nn.Module:
+    "`fully_shard` on each target, children first, then on the root."
+    return _fully_shard_all(model, [m for _, m in resolve_targets(model, targets)], mesh, **kw)
+
+def wrap_fsdp2_like(model:nn.Module,                    # the model to shard (inside a process group)
+                    policy:Callable,                    # an FSDP1 auto_wrap_policy
+                    *,
+                    mesh=None,                          # a DeviceMesh; default: 1-D over the whole world
+                    **kw,                               # further `fully_shard` arguments
+                   )->nn.Module:
+    "FSDP2 on the modules FSDP1 would make units of under `policy` (children first), then the root."
+    claimed = [m for m in fsdp1_unit_modules(model, policy) if m is not model]   # children first
+    return _fully_shard_all(model, claimed, mesh, **kw)
+
+def _fully_shard_all(model:nn.Module, modules:list[nn.Module], mesh=None, **kw)->nn.Module:
+    "`fully_shard` each of `modules` (already children first), then the root, on the platform's device mesh."
+    from torch.distributed.fsdp import fully_shard
+    mesh = _device_mesh(WrapConfig(), mesh)
+    for m in modules: fully_shard(m, mesh=mesh, **kw)
+    fully_shard(model, mesh=mesh, **kw)
+    return model
+
+# %% ../nbs/03c_wrap.ipynb #a3217d15
+def policy_from_spec(model:nn.Module, spec:dict)->Callable:
+    "The FSDP1 policy an older spec dict names (`WrapConfig.from_dict(spec).auto_wrap_policy(model)`)."
+    return WrapConfig.from_dict(spec).auto_wrap_policy(model)
+
+def plan_from_spec(model:nn.Module, spec:dict)->Plan:
+    "The plan an older spec dict describes (its `conditional` key included)."
+    return WrapConfig.from_dict(spec).plan(model, conditional=spec.get("conditional"))
+
+def wrap_from_spec(model:nn.Module, spec:dict, **kw)->nn.Module:
+    "Wrap `model` for real as an older spec dict says (`kw`: `mesh=`, or arguments to FSDP)."
+    return WrapConfig.from_dict(spec).wrap(model, **kw)
+
+# %% ../nbs/03c_wrap.ipynb #0a75722b
+def _wrapped_module_names(model:nn.Module)->set[str]:
+    "Clean names of the modules FSDP1 or FSDP2 has turned into units so far (also after a failed wrap)."
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, FSDPModule
+    return {clean_name(n) for n, m in model.named_modules() if isinstance(m, (FSDP, FSDPModule))}
+
+def _run_case(build:Callable, cfg:WrapConfig, opts:dict, r:dict):
+    "Plan, wrap, and maybe run forward and backward, filling `r`; FSDP's error is recorded, not raised."
+    try:
+        plan = cfg.plan(build(), conditional=opts.get("conditional"))
+        r["planned"], r["findings"] = planned_units(plan), [f.to_dict() for f in plan.check()]
+    except Exception as e:
+        r["error"] = f"plan: {type(e).__name__}: {e}"; return
+    model = build()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            wrapped = cfg.wrap(model)
+            r["wrapped"] = units_of(wrapped)
+            if opts.get("forward"):   # a forward and a backward: some failures show only there
+                r["stage"] = "forward"
+                ids = torch.arange(1, 5, device=get_platform().torch_device())[None]
+                out = wrapped(input_ids=ids, labels=ids)
+                r["stage"] = "backward"
+                out.loss.backward()
+    except Exception as e:
+        r["error"] = f"{type(e).__name__}: {e}"
+        if r["stage"] == "wrap":
+            # FSDP creates units in the plan's order and replaces modules as it goes: the first planned unit not
+            # yet wrapped is where it stopped
+            done = _wrapped_module_names(model)
+            r["failed_at"] = next((u.name for u in plan.units if u.name not in done), None)
+
+def fidelity_check(cases:Sequence[tuple],   # (picklable model factory, WrapConfig or spec dict[, options dict])
+                   forward:bool=False,      # run a forward and a backward in every case (an option overrides it)
+                  )->list[dict]:
+    "Inside a rank: per case, the planned units, the really wrapped units or FSDP's error, its stage and unit."
+    res = []
+    for build, cfg, *rest in cases:
+        opts = dict(forward=forward, **(rest[0] if rest else {}))
+        if isinstance(cfg, dict):   # an older spec dict: its case keys are options
+            opts.update({k: cfg[k] for k in SPEC_EXTRAS if k in cfg}); spec = cfg; cfg = WrapConfig.from_dict(cfg)
+        else: spec = {**cfg.to_dict(), **opts}
+        r = dict(config=cfg.to_dict(), label=cfg.label, case=opts, spec=spec, planned=None, wrapped=None,
+                 error=None, stage="wrap", failed_at=None, findings=[], seconds=0.0)
+        t0 = time.perf_counter()
+        _run_case(build, cfg, opts, r)
+        r["seconds"] = time.perf_counter() - t0
+        res.append(r)
+    return res
