@@ -13,9 +13,9 @@ import torch
 import torch.nn as nn
 
 from .models import fmt_bytes, fmt_count
-# the policies, re-exported: callers import them from `plan`, where they lived first
-from .policies import (WRAPPER_SEGMENTS, LORA_PREFIX, clean_name, join_name, is_lora_name,
-    is_trainable_leaf, WrapPolicy, module_classes_in, resolve_layer_classes, lora_wrap_policy, peft_wrap_policy,
+# names and policies, re-exported: callers import them from `plan`, where they lived first
+from .shards import WRAPPER_SEGMENTS, clean_name, join_name   # the kit's one name function
+from .policies import (LORA_PREFIX, is_lora_name, is_trainable_leaf, WrapPolicy, module_classes_in, resolve_layer_classes, lora_wrap_policy, peft_wrap_policy,
     layer_wrap_policy, size_wrap_policy, policy_parts, fsdp1_unit_modules, resolve_targets, _name_pattern,
     _targets_repr, _post_order, _ignored_sets, _lambda_part, _layer_part, _size_part)
 

@@ -13,26 +13,14 @@ import torch.nn as nn
 from torch.distributed.fsdp import wrap as fsdp_wrap
 
 from .doctor import require
+from .shards import WRAPPER_SEGMENTS, clean_name, join_name
 
 # %% auto #0
-__all__ = ['WRAPPER_SEGMENTS', 'LORA_PREFIX', 'clean_name', 'join_name', 'is_lora_name', 'is_trainable_leaf', 'WrapPolicy',
-           'module_classes_in', 'resolve_layer_classes', 'lora_wrap_policy', 'peft_wrap_policy', 'layer_wrap_policy',
-           'size_wrap_policy', 'policy_parts', 'fsdp1_unit_modules', 'resolve_targets']
+__all__ = ['LORA_PREFIX', 'is_lora_name', 'is_trainable_leaf', 'WrapPolicy', 'module_classes_in', 'resolve_layer_classes',
+           'lora_wrap_policy', 'peft_wrap_policy', 'layer_wrap_policy', 'size_wrap_policy', 'policy_parts',
+           'fsdp1_unit_modules', 'resolve_targets']
 
-# %% ../nbs/03a_policies.ipynb #672b8030
-# torch's FSDP_WRAPPED_MODULE, _CHECKPOINT_WRAPPED_MODULE and compile's prefix, spelled out so that importing
-# the kit never fails on a moved private constant; `doctor` checks these values against torch's own
-WRAPPER_SEGMENTS = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod")
-
-def clean_name(name:str)->str:
-    "`name` without wrapper segments (`_fsdp_wrapped_module`, `_checkpoint_wrapped_module`, `_orig_mod`)."
-    return ".".join(s for s in name.split(".") if s not in WRAPPER_SEGMENTS)
-
-def join_name(prefix:str, name:str)->str:
-    "`prefix.name`, where an empty prefix (the root) adds nothing."
-    return f"{prefix}.{name}" if prefix and name else prefix or name
-
-# %% ../nbs/03a_policies.ipynb #46659aa9
+# %% ../nbs/03a_policies.ipynb #03f35ca9
 LORA_PREFIX = "lora_"   # peft's `LoraModel.prefix` (not imported: importing peft costs seconds; tested below)
 
 def is_lora_name(name:str)->bool:
@@ -67,7 +55,7 @@ class WrapPolicy:
         for n, why in self.left_out: s += f"\n  left out {n}: {why}"
         return s
 
-# %% ../nbs/03a_policies.ipynb #da709546
+# %% ../nbs/03a_policies.ipynb #354914d2
 def module_classes_in(model:nn.Module)->dict[str, type]:
     "Class name -> class, for every module class in `model`."
     return {type(m).__name__: type(m) for m in model.modules()}
@@ -100,7 +88,7 @@ def resolve_layer_classes(model:nn.Module, layer_cls:str|Iterable[type|str]|None
         out.append(c)
     return tuple(dict.fromkeys(out))
 
-# %% ../nbs/03a_policies.ipynb #7016a36e
+# %% ../nbs/03a_policies.ipynb #da709546
 _GUARD_WHY = ("min_num_params > 0, and a lambda part together with a size part nests LoRA leaf units inside size "
               "units, so a recursive per-unit gather all-gathers each leaf twice (the guard of the RL framework's "
               "per-unit collector this kit was first written for)")
@@ -171,7 +159,7 @@ def size_wrap_policy(min_num_params:int)->WrapPolicy:
     if min_num_params <= 0: raise ValueError(f"size_wrap_policy needs min_num_params > 0, got {min_num_params}")
     return WrapPolicy("size_wrap_policy", (("size", _size_part(min_num_params)),), (), (), int(min_num_params))
 
-# %% ../nbs/03a_policies.ipynb #c1bbf992
+# %% ../nbs/03a_policies.ipynb #2829acce
 def _part_label(p:Callable)->str:
     "A short name for one torch policy callable."
     f = getattr(p, "func", p)
@@ -186,7 +174,7 @@ def policy_parts(policy:Callable)->list[tuple[str, Callable]]:
         return [x for p in policy.keywords["policies"] for x in policy_parts(p)]
     return [(_part_label(policy), policy)]
 
-# %% ../nbs/03a_policies.ipynb #62c07ae3
+# %% ../nbs/03a_policies.ipynb #7ce383e0
 def _ignored_sets(model:nn.Module, ignored_modules)->tuple[set, set]:
     "FSDP1's own expansion of `ignored_modules` into (modules, parameters)."
     from torch.distributed.fsdp._init_utils import _get_ignored_modules, _get_ignored_params
@@ -260,7 +248,7 @@ def _post_order(model:nn.Module)->list[nn.Module]:
         out.append(m)
     visit(model); return out
 
-# %% ../nbs/03a_policies.ipynb #d1ac9116
+# %% ../nbs/03a_policies.ipynb #855a903c
 def _name_pattern(pattern:str)->re.Pattern:
     "Compile a dotted-name glob: `*` within a segment, `**` across segments, `?` one character."
     out, i = "", 0

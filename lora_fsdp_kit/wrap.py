@@ -21,8 +21,9 @@ from .plan import (Plan, _build_plan, _refuse_wrapped, conditional_modules, mixe
                                 plan_fsdp1)
 
 # %% auto #0
-__all__ = ['POLICIES', 'FSDP1_SHARDING', 'SPEC_EXTRAS', 'WrapConfig', 'units_of', 'planned_units', 'wrap_fsdp1', 'wrap_fsdp2',
-           'wrap_fsdp2_like', 'policy_from_spec', 'plan_from_spec', 'wrap_from_spec', 'fidelity_check']
+__all__ = ['POLICIES', 'FSDP1_SHARDING', 'SPEC_EXTRAS', 'WrapConfig', 'units_of', 'params_of', 'planned_params', 'planned_units',
+           'wrap_fsdp1', 'wrap_fsdp2', 'wrap_fsdp2_like', 'policy_from_spec', 'plan_from_spec', 'wrap_from_spec',
+           'fidelity_check']
 
 # %% ../nbs/03c_wrap.ipynb #655e953b
 POLICIES = ("lora", "peft", "layer", "size", "leaves+size", "root")
@@ -329,22 +330,22 @@ WrapConfig.wrap = _wrap
 # %% ../nbs/03c_wrap.ipynb #04fb62a7
 def units_of(wrapped:nn.Module)->list[tuple[str, list[str]]]:
     "(clean unit name, sorted clean names of the parameters it owns) for each unit of a really wrapped model."
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, FSDPModule
-    from lora_fsdp_kit.policies import join_name
-    out = []
-    pnames: dict[int, str] = {}
-    for n, p in wrapped.named_parameters(remove_duplicate=False): pnames.setdefault(id(p), clean_name(n))
-    for n, m in wrapped.named_modules():
-        if isinstance(m, FSDP):
-            h = m._handle
-            fqns = [] if h is None else list(h.flat_param._fqns)
-            out.append((clean_name(n), sorted(clean_name(join_name(n, f)) for f in fqns)))
-        elif isinstance(m, FSDPModule):
-            group = m._get_fsdp_state()._fsdp_param_group
-            params = [] if group is None else [fp.sharded_param for fp in group.fsdp_params]
-            out.append((clean_name(n), sorted(pnames[id(p)] for p in params)))
-    if not out: raise ValueError(f"{type(wrapped).__name__} has no FSDP units: it is not wrapped by FSDP1 or FSDP2")
-    return sorted(out)
+    from lora_fsdp_kit.sharded import sharded_view
+    try: view = sharded_view(wrapped)
+    except TypeError: raise ValueError(f"{type(wrapped).__name__} has no FSDP units: it is not wrapped by FSDP1 or "
+                                       "FSDP2") from None
+    return sorted((u.name, sorted(u.param_names)) for u in view.units if u.module is not None)
+
+def params_of(wrapped:nn.Module)->dict[str, list[tuple[str, tuple[int, ...], str]]]:
+    "Unit name -> (clean name, full shape, dtype) of each parameter it owns, in FSDP's order."
+    from lora_fsdp_kit.sharded import sharded_view
+    dn = lambda dt: str(dt).removeprefix("torch.")
+    return {u.name: [(p.name, tuple(p.shape), dn(p.dtype)) for p in u.params]
+            for u in sharded_view(wrapped).units if u.module is not None}
+
+def planned_params(plan:Plan)->dict[str, list[tuple[str, tuple[int, ...], str]]]:
+    "The plan in `params_of` form: per unit its parameters' names, shapes and dtypes, in FSDP's order."
+    return {u.name: [(p.name, p.shape, p.dtype) for p in u.params] for u in plan.units}
 
 def planned_units(plan:Plan)->list[tuple[str, list[str]]]:
     "The plan in `units_of` form (sorted by unit name), for comparison with a really wrapped model."
@@ -415,6 +416,7 @@ def _run_case(build:Callable, cfg:WrapConfig, opts:dict, r:dict):
     try:
         plan = cfg.plan(build(), conditional=opts.get("conditional"))
         r["planned"], r["findings"] = planned_units(plan), [f.to_dict() for f in plan.check()]
+        r["planned_params"] = planned_params(plan)
     except Exception as e:
         r["error"] = f"plan: {type(e).__name__}: {e}"; return
     model = build()
@@ -422,7 +424,7 @@ def _run_case(build:Callable, cfg:WrapConfig, opts:dict, r:dict):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             wrapped = cfg.wrap(model)
-            r["wrapped"] = units_of(wrapped)
+            r["wrapped"], r["wrapped_params"] = units_of(wrapped), params_of(wrapped)
             if opts.get("forward"):   # a forward and a backward: some failures show only there
                 r["stage"] = "forward"
                 ids = torch.arange(1, 5, device=get_platform().torch_device())[None]
@@ -443,12 +445,13 @@ def fidelity_check(cases:Sequence[tuple],   # (picklable model factory, WrapConf
     "Inside a rank: per case, the planned units, the really wrapped units or FSDP's error, its stage and unit."
     res = []
     for build, cfg, *rest in cases:
-        opts = dict(forward=forward, **(rest[0] if rest else {}))
+        opts = {"forward": forward, **(rest[0] if rest else {})}
         if isinstance(cfg, dict):   # an older spec dict: its case keys are options
             opts.update({k: cfg[k] for k in SPEC_EXTRAS if k in cfg}); spec = cfg; cfg = WrapConfig.from_dict(cfg)
         else: spec = {**cfg.to_dict(), **opts}
         r = dict(config=cfg.to_dict(), label=cfg.label, case=opts, spec=spec, planned=None, wrapped=None,
-                 error=None, stage="wrap", failed_at=None, findings=[], seconds=0.0)
+                 planned_params=None, wrapped_params=None, error=None, stage="wrap", failed_at=None, findings=[],
+                 seconds=0.0)
         t0 = time.perf_counter()
         _run_case(build, cfg, opts, r)
         r["seconds"] = time.perf_counter() - t0
