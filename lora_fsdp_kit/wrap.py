@@ -16,6 +16,7 @@ from torch.distributed.fsdp import wrap as fsdp_wrap
 from .platform import get_platform
 from .policies import (WrapPolicy, lora_wrap_policy, peft_wrap_policy, layer_wrap_policy,
                                     size_wrap_policy, resolve_layer_classes, resolve_targets, fsdp1_unit_modules,
+                                    module_classes_in,
                                     clean_name, _lambda_part, _size_part, _post_order)
 from .plan import (Plan, _build_plan, _refuse_wrapped, conditional_modules, mixed_precision_dtype,
                                 plan_fsdp1)
@@ -151,7 +152,9 @@ def _auto_wrap_policy(self:WrapConfig, model:nn.Module)->WrapPolicy:
 def _unit_claims(self:WrapConfig, model:nn.Module)->dict[nn.Module, str]:
     "Module -> the part that made it a unit, children first, the root last (FSDP2: `fully_shard` in this order)."
     if self.policy == "targets":
-        claims = {m: "target" for _, m in resolve_targets(model, list(self.targets))}
+        classes = module_classes_in(model)   # a target naming a module class of the model is that class
+        targets = [classes.get(t, t) for t in self.targets]
+        claims = {m: "target" for _, m in resolve_targets(model, targets)}
         if self.wrap_lm_head: claims.setdefault(_output_head(model), "head")
         order = {m: i for i, m in enumerate(_post_order(model))}
         claims = dict(sorted(claims.items(), key=lambda kv: order[kv[0]]))
