@@ -93,20 +93,9 @@ def _cmd_demo(a)->int:
     run_demo(out=a.out, model=a.model, config=a.config, nprocs=a.nprocs, started=_process_start())
     return 0
 
-def parser()->argparse.ArgumentParser:
-    "The argument parser of `python -m lora_fsdp_kit`."
-    p = argparse.ArgumentParser(prog="python -m lora_fsdp_kit",
-                                description="See which FSDP units a LoRA model gets, what per-unit gathers cost, "
-                                            "and which known failure a configuration would hit.",
-                                epilog="exit codes: 0 done; 1 a rank failed or a result is wrong; 2 bad input "
-                                       "(one line on stderr); 130 Ctrl-C; 128+N stopped by signal N (143: SIGTERM)")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    d = sub.add_parser("detect", help="print the platform detection report")
-    d.add_argument("--smi-timeout", type=float, default=10.0, help="seconds each SMI probe may take")
-    d.set_defaults(fn=_cmd_detect)
-    s = sub.add_parser("smoke", help="a 2-rank all_reduce through the kit's launcher")
-    s.add_argument("--nprocs", type=int, default=2); s.add_argument("-v", "--verbose", action="store_true")
-    s.set_defaults(fn=_cmd_smoke)
+# %% ../nbs/90_cli.ipynb #89121b82
+def _plan_parser(sub):
+    "The `plan` sub-command's flags: the model, its LoRA, and the `WrapConfig` they spell."
     pl = sub.add_parser("plan", help="print the FSDP units and findings for a model",
                         epilog="exit codes: 0 no ✖ error finding; 1 at least one (FSDP would refuse, crash or hang, "
                                "or ranks would diverge); 2 bad input")
@@ -127,6 +116,23 @@ def parser()->argparse.ArgumentParser:
     pl.add_argument("--png", default=None, help="write the plan chart here")
     pl.add_argument("--json", default=None, help="write the plan as JSON here")
     pl.set_defaults(fn=_cmd_plan)
+
+# %% ../nbs/90_cli.ipynb #442db780
+def parser()->argparse.ArgumentParser:
+    "The argument parser of `python -m lora_fsdp_kit`."
+    p = argparse.ArgumentParser(prog="python -m lora_fsdp_kit",
+                                description="See which FSDP units a LoRA model gets, what per-unit gathers cost, "
+                                            "and which known failure a configuration would hit.",
+                                epilog="exit codes: 0 done; 1 a rank failed or a result is wrong; 2 bad input "
+                                       "(one line on stderr); 130 Ctrl-C; 128+N stopped by signal N (143: SIGTERM)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("detect", help="print the platform detection report")
+    d.add_argument("--smi-timeout", type=float, default=10.0, help="seconds each SMI probe may take")
+    d.set_defaults(fn=_cmd_detect)
+    s = sub.add_parser("smoke", help="a 2-rank all_reduce through the kit's launcher")
+    s.add_argument("--nprocs", type=int, default=2); s.add_argument("-v", "--verbose", action="store_true")
+    s.set_defaults(fn=_cmd_smoke)
+    _plan_parser(sub)
     de = sub.add_parser("demo", help="the end-to-end tour: strip, LoRA, plan, FSDP1/FSDP2 gathers, plots, report")
     de.add_argument("--out", default="demo_out", help="folder for the figures and the report (the previous demo's "
                     "files in it are replaced at the end; other files stay)")
@@ -161,7 +167,7 @@ def main(argv:list[str]|None=None)->int:
         print("interrupted", file=sys.stderr)
         return 130
 
-# %% ../nbs/90_cli.ipynb #89121b82
+# %% ../nbs/90_cli.ipynb #5fbe88fb
 #| eval: false
 if __name__ == "__main__":
     sys.exit(main())

@@ -232,7 +232,7 @@ def checks_table()->str:
     "The registered checks as a markdown table: id, severity, what happens, fix, FSDP's error text."
     rows = ["| check | severity | what happens | fix | FSDP says |", "|---|---|---|---|---|"]
     for c in CHECKS.values():
-        says = ", ".join(f"`{p}`" for p in c.predicts) or "—"
+        says = ", ".join(f"`` {p} ``" if "`" in p else f"`{p}`" for p in c.predicts) or "—"
         rows.append(f"| `{c.id}` | {c.severity} | {c.doc} | {c.fix} | {says} |")
     return "\n".join(rows)
 

@@ -115,6 +115,7 @@ def _swap_in(new:Path, out:Path):
     for f in sorted(new.iterdir(), key=lambda f: f.name == "summary.json"):   # summary.json last: it lists the rest
         os.replace(f, out/f.name)
 
+# %% ../nbs/08_tour.ipynb #39d7df35
 class _Steps:
     "Prints numbered steps with their wall time, so a long demo shows where it is."
     def __init__(self, n:int): self.n, self.i, self.t = n, 0, None
@@ -158,10 +159,26 @@ def run_demo(out:str|Path="demo_out",  # folder for the figures and report.md (o
     print(f"\nwrote {out/'report.md'} and {len(summary['figures'])} figures to {out}/")
     return summary
 
+# %% ../nbs/08_tour.ipynb #ab10ffdc
+def _plan_step(pm:nn.Module, out:Path, summary:dict):
+    "Plan every `DEMO_CONFIGS` entry, check it, draw it into `out`, and note it in `summary`."
+    import matplotlib.pyplot as plt
+    from lora_fsdp_kit.viz import plot_plan
+    summary["plans"] = {}
+    for i, (k, p) in enumerate(demo_plans(pm).items()):
+        fs = p.check()
+        summary["plans"][k] = dict(units=len(p), lora_units=len(p.lora_units), largest_unit_bytes=p.largest_unit.nbytes,
+                                   gather_peak_bytes=p.gather_peak_bytes, findings=findings_summary(fs))
+        print(f"  {k:<34} {len(p):>4} units, {len(p.lora_units):>4} with LoRA, largest "
+              f"{fmt_bytes(p.largest_unit.nbytes)}, findings: {findings_summary(fs) or 'none'}")
+        fname = f"plan_{i}_" + re.sub(r"[^a-z0-9]+", "_", k.lower()).strip("_") + ".png"
+        f = plot_plan(p, fs); f.savefig(out/fname, dpi=110, bbox_inches="tight"); plt.close(f)
+        summary["figures"][f"plan: {k}"] = fname
+
+# %% ../nbs/08_tour.ipynb #539bffb4
 def _demo_steps(out:Path, model, config, cfg, nprocs:int, r:int, t_all:float)->dict:
     "The demo's steps, writing into `out`."
     import matplotlib.pyplot as plt   # no backend switch: a notebook calling this keeps showing its charts
-    from lora_fsdp_kit.viz import plot_plan
     from lora_fsdp_kit.memory import plot_gather
     meta = config is not None
     steps = _Steps(5 if meta else 6)
@@ -185,17 +202,7 @@ def _demo_steps(out:Path, model, config, cfg, nprocs:int, r:int, t_all:float)->d
     print(f"  {fmt_count(sm.params)} parameters, {fmt_count(sm.lora_params)} of them LoRA")
 
     steps("planning FSDP units (FSDP1: peft's policy, layers, guarded; FSDP2: layers) and checking them")
-    plans = demo_plans(pm)
-    summary["plans"] = {}
-    for i, (k, p) in enumerate(plans.items()):
-        fs = p.check()
-        summary["plans"][k] = dict(units=len(p), lora_units=len(p.lora_units), largest_unit_bytes=p.largest_unit.nbytes,
-                                   gather_peak_bytes=p.gather_peak_bytes, findings=findings_summary(fs))
-        print(f"  {k:<34} {len(p):>4} units, {len(p.lora_units):>4} with LoRA, largest {fmt_bytes(p.largest_unit.nbytes)}, "
-              f"findings: {findings_summary(fs) or 'none'}")
-        fname = f"plan_{i}_" + re.sub(r"[^a-z0-9]+", "_", k.lower()).strip("_") + ".png"
-        f = plot_plan(p, fs); f.savefig(out/fname, dpi=110, bbox_inches="tight"); plt.close(f)
-        summary["figures"][f"plan: {k}"] = fname
+    _plan_step(pm, out, summary)
 
     if meta:
         steps("stopping before FSDP: a config without weights is planned on meta only")
@@ -228,7 +235,7 @@ def _demo_steps(out:Path, model, config, cfg, nprocs:int, r:int, t_all:float)->d
     print("\n" + text)
     return summary
 
-# %% ../nbs/08_tour.ipynb #ab10ffdc
+# %% ../nbs/08_tour.ipynb #832ddc8c
 def demo_summary_text(s:dict)->str:
     "The demo's summary as plain text: platform, strip, units and findings, per-strategy memory and bytes with ratios."
     L = [f"summary — {s['model']} on {s['platform']}"]

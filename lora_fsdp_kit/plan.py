@@ -15,9 +15,10 @@ import torch.nn as nn
 from .models import fmt_bytes, fmt_count
 # names and policies, re-exported: callers import them from `plan`, where they lived first
 from .shards import WRAPPER_SEGMENTS, clean_name, join_name   # the kit's one name function
-from .policies import (LORA_PREFIX, is_lora_name, is_trainable_leaf, WrapPolicy, module_classes_in, resolve_layer_classes, lora_wrap_policy, peft_wrap_policy,
-    layer_wrap_policy, size_wrap_policy, policy_parts, fsdp1_unit_modules, resolve_targets, _name_pattern,
-    _targets_repr, _post_order, _ignored_sets, _lambda_part, _layer_part, _size_part)
+from .policies import (LORA_PREFIX, is_lora_name, is_trainable_leaf, WrapPolicy, module_classes_in,
+    resolve_layer_classes, lora_wrap_policy, peft_wrap_policy, layer_wrap_policy, size_wrap_policy, policy_parts,
+    fsdp1_unit_modules, resolve_targets, _name_pattern, _targets_repr, _post_order, _ignored_sets, _lambda_part,
+    _layer_part, _size_part)
 
 # %% auto #0
 __all__ = ['tiny_lora_model', 'dtype_itemsize', 'ParamInfo', 'param_info', 'Unit', 'Finding', 'Plan', 'expert_modules',

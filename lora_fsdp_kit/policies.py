@@ -120,6 +120,7 @@ def lora_wrap_policy(model:nn.Module,                        # the (peft) model 
                          "min_num_params=0 would wrap nothing but the root; enable at least one part")
     return WrapPolicy("lora_wrap_policy", tuple(parts), tuple(left_out), classes, int(min_num_params))
 
+# %% ../nbs/03a_policies.ipynb #8d1b4c8a
 def peft_wrap_policy(model:nn.Module,                      # the peft model
                      layer_cls:str|Iterable[type|str]|None=None,  # None: peft's; else FSDP_TRANSFORMER_CLS_TO_WRAP
                     )->WrapPolicy:
@@ -159,7 +160,7 @@ def size_wrap_policy(min_num_params:int)->WrapPolicy:
     if min_num_params <= 0: raise ValueError(f"size_wrap_policy needs min_num_params > 0, got {min_num_params}")
     return WrapPolicy("size_wrap_policy", (("size", _size_part(min_num_params)),), (), (), int(min_num_params))
 
-# %% ../nbs/03a_policies.ipynb #2829acce
+# %% ../nbs/03a_policies.ipynb #7ce383e0
 def _part_label(p:Callable)->str:
     "A short name for one torch policy callable."
     f = getattr(p, "func", p)
@@ -174,7 +175,7 @@ def policy_parts(policy:Callable)->list[tuple[str, Callable]]:
         return [x for p in policy.keywords["policies"] for x in policy_parts(p)]
     return [(_part_label(policy), policy)]
 
-# %% ../nbs/03a_policies.ipynb #7ce383e0
+# %% ../nbs/03a_policies.ipynb #cdd746e1
 def _ignored_sets(model:nn.Module, ignored_modules)->tuple[set, set]:
     "FSDP1's own expansion of `ignored_modules` into (modules, parameters)."
     from torch.distributed.fsdp._init_utils import _get_ignored_modules, _get_ignored_params
@@ -199,6 +200,7 @@ def _to_fsdp1_shards(module:nn.Module, ignored:set, shrunk:dict, world:int, rank
         shrunk[p] = p.data
         p.data = p.data.new_empty(1).expand(k) if k else p.data.new_empty(0)   # numel k, no memory
 
+# %% ../nbs/03a_policies.ipynb #1b291bd3
 def fsdp1_unit_modules(model:nn.Module,               # the model as it will be passed to FSDP1
                        policy:Callable,               # an FSDP1 auto_wrap_policy
                        ignored_modules=None,          # FSDP1's ignored_modules
@@ -248,7 +250,7 @@ def _post_order(model:nn.Module)->list[nn.Module]:
         out.append(m)
     visit(model); return out
 
-# %% ../nbs/03a_policies.ipynb #855a903c
+# %% ../nbs/03a_policies.ipynb #a468bbaf
 def _name_pattern(pattern:str)->re.Pattern:
     "Compile a dotted-name glob: `*` within a segment, `**` across segments, `?` one character."
     out, i = "", 0

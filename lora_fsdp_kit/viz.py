@@ -116,6 +116,7 @@ def _fit_text_right(fig, ax, texts, lo:float):
         if need <= l1 + 1e-6: return
         ax.set_xlim(10 ** l0, 10 ** need)
 
+# %% ../nbs/04_viz.ipynb #5ef24d3c
 def plot_plan(plan:Plan,                 # the plan to draw
               findings:list[Finding]|None=None,  # default: plan.check()
               collapse:bool|None=None,   # merge repeated units; default: when there are more than 40 units
@@ -187,7 +188,7 @@ def plot_plan(plan:Plan,                 # the plan to draw
     _fit_text_right(fig, ax, texts, lo)
     return fig
 
-# %% ../nbs/04_viz.ipynb #f97d5a1c
+# %% ../nbs/04_viz.ipynb #0893a6f4
 class PlanExplorer:
     "The widget behind `explore`: knobs, and the tree, chart and findings of the current plan."
     def __init__(self, model:nn.Module, layer_cls="auto"):
@@ -244,64 +245,72 @@ class PlanExplorer:
         if change["owner"] is self.lora_leaves: self._leaves_wanted = change["new"]
         self.refresh()
 
-    @property
-    def min_num_params_used(self)->int:
-        "The size part's threshold the plan uses: 0 when the size part is off, else the slider's value as shown."
-        return int(round(self.min_num_params.value)) if self.size_on.value and self.flavour.value == "fsdp1" else 0
+# %% ../nbs/04_viz.ipynb #65c031ef
+def _pe_min_num_params_used(self:PlanExplorer)->int:
+    "The size part's threshold the plan uses: 0 when the size part is off, else the slider's value as shown."
+    return int(round(self.min_num_params.value)) if self.size_on.value and self.flavour.value == "fsdp1" else 0
 
-    @property
-    def config(self)->WrapConfig:
-        "The `WrapConfig` the knobs spell (FSDP2: the layer classes, and the LoRA leaves, as targets)."
-        names = tuple(self.layer_classes.value)
-        if self.flavour.value == "fsdp2":
-            return WrapConfig(targets=names + (("**.lora_A.*", "**.lora_B.*") if self._leaves_wanted else ()))
-        return WrapConfig(flavour="fsdp1", policy="lora", min_num_params=self.min_num_params_used,
-                          layer_cls=names or None, lora_leaves=self._leaves_wanted,
-                          use_orig_params=self.use_orig_params.value)
+def _pe_config(self:PlanExplorer)->WrapConfig:
+    "The `WrapConfig` the knobs spell (FSDP2: the layer classes, and the LoRA leaves, as targets)."
+    names = tuple(self.layer_classes.value)
+    if self.flavour.value == "fsdp2":
+        return WrapConfig(targets=names + (("**.lora_A.*", "**.lora_B.*") if self._leaves_wanted else ()))
+    return WrapConfig(flavour="fsdp1", policy="lora", min_num_params=self.min_num_params_used,
+                      layer_cls=names or None, lora_leaves=self._leaves_wanted,
+                      use_orig_params=self.use_orig_params.value)
 
-    def make_plan(self)->Plan:
-        "The plan for the knobs' current values: `self.config.plan(model)`."
-        return self.config.plan(self.model)
+def _pe_make_plan(self:PlanExplorer)->Plan:
+    "The plan for the knobs' current values: `self.config.plan(model)`."
+    return self.config.plan(self.model)
 
-    def _sync_knobs(self):
-        "Disable the knobs that do not apply; make the LoRA-leaves box show whether the policy has the lambda part."
-        fsdp2 = self.flavour.value == "fsdp2"
-        self.size_on.disabled = self.use_orig_params.disabled = fsdp2      # FSDP1-only knobs
-        self.min_num_params.disabled = fsdp2 or not self.size_on.value
-        guarded = not fsdp2 and self.size_on.value                         # the size guard drops the lambda part
-        self._syncing = True
-        try: self.lora_leaves.value = self._leaves_wanted and not guarded
-        finally: self._syncing = False
-        self.lora_leaves.disabled = guarded
-        self.lora_leaves.description = ("LoRA leaves as units (lambda part: dropped by the size guard)" if guarded
-                                        else "LoRA leaves as units (lambda part)")
+PlanExplorer.min_num_params_used = property(_pe_min_num_params_used)
+PlanExplorer.config = property(_pe_config)
+PlanExplorer.make_plan = _pe_make_plan
 
-    def refresh(self):
-        "Re-plan and redraw everything."
-        import html as H
-        self._sync_knobs()
-        try:
-            self.plan = self.make_plan(); self.error = None
-        except Exception as e:
-            self.plan, self.findings, self.error = None, [], f"{type(e).__name__}: {e}"
-            msg = f"<b style='color:#c62828'>cannot plan: {H.escape(self.error)}</b>"
-            self.status.value = self.tree.value = self.findings_view.value = self.chart_message.value = msg
-            self.chart_box.children = (self.chart_message,)
-            return
-        self.findings = self.plan.check()
-        pol = H.escape(self.plan.policy).replace("\n", "<br>")
-        self.status.value = f"<b>{H.escape(plan_summary(self.plan))}</b><br><small>{pol}</small>"
-        self.tree.value = self.plan._repr_html_()
-        self.findings_view.value = ("<ul>" + "".join(f"<li>{H.escape(str(f))}</li>" for f in self.findings) + "</ul>"
-                                    if self.findings else "no findings")
-        self.chart.value = plot_plan(self.plan, self.findings)._repr_png_()
-        self.chart_box.children = (self.chart,)
+# %% ../nbs/04_viz.ipynb #f9fa26a3
+def _pe__sync_knobs(self:PlanExplorer):
+    "Disable the knobs that do not apply; make the LoRA-leaves box show whether the policy has the lambda part."
+    fsdp2 = self.flavour.value == "fsdp2"
+    self.size_on.disabled = self.use_orig_params.disabled = fsdp2      # FSDP1-only knobs
+    self.min_num_params.disabled = fsdp2 or not self.size_on.value
+    guarded = not fsdp2 and self.size_on.value                         # the size guard drops the lambda part
+    self._syncing = True
+    try: self.lora_leaves.value = self._leaves_wanted and not guarded
+    finally: self._syncing = False
+    self.lora_leaves.disabled = guarded
+    self.lora_leaves.description = ("LoRA leaves as units (lambda part: dropped by the size guard)" if guarded
+                                    else "LoRA leaves as units (lambda part)")
 
-    def _repr_mimebundle_(self, **kw):
-        b = self.widget._repr_mimebundle_(**kw)   # the live widget; below, what a viewer without a kernel shows
-        b["text/plain"] = plan_summary(self.plan) if self.plan is not None else f"cannot plan: {self.error}"
-        if self.plan is not None: b["image/png"] = base64.b64encode(self.chart.value).decode()
-        return b
+def _pe_refresh(self:PlanExplorer):
+    "Re-plan and redraw everything."
+    import html as H
+    self._sync_knobs()
+    try:
+        self.plan = self.make_plan(); self.error = None
+    except Exception as e:
+        self.plan, self.findings, self.error = None, [], f"{type(e).__name__}: {e}"
+        msg = f"<b style='color:#c62828'>cannot plan: {H.escape(self.error)}</b>"
+        self.status.value = self.tree.value = self.findings_view.value = self.chart_message.value = msg
+        self.chart_box.children = (self.chart_message,)
+        return
+    self.findings = self.plan.check()
+    pol = H.escape(self.plan.policy).replace("\n", "<br>")
+    self.status.value = f"<b>{H.escape(plan_summary(self.plan))}</b><br><small>{pol}</small>"
+    self.tree.value = self.plan._repr_html_()
+    self.findings_view.value = ("<ul>" + "".join(f"<li>{H.escape(str(f))}</li>" for f in self.findings) + "</ul>"
+                                if self.findings else "no findings")
+    self.chart.value = plot_plan(self.plan, self.findings)._repr_png_()
+    self.chart_box.children = (self.chart,)
+
+def _pe__repr_mimebundle_(self:PlanExplorer, **kw):
+    b = self.widget._repr_mimebundle_(**kw)   # the live widget; below, what a viewer without a kernel shows
+    b["text/plain"] = plan_summary(self.plan) if self.plan is not None else f"cannot plan: {self.error}"
+    if self.plan is not None: b["image/png"] = base64.b64encode(self.chart.value).decode()
+    return b
+
+PlanExplorer._sync_knobs = _pe__sync_knobs
+PlanExplorer.refresh = _pe_refresh
+PlanExplorer._repr_mimebundle_ = _pe__repr_mimebundle_
 
 def explore(model:nn.Module,          # the (peft) model to plan
             layer_cls="auto",         # initially selected layer classes
@@ -309,7 +318,7 @@ def explore(model:nn.Module,          # the (peft) model to plan
     "An ipywidgets panel that re-plans `model` and redraws tree, chart and findings whenever a knob changes."
     return PlanExplorer(model, layer_cls)
 
-# %% ../nbs/04_viz.ipynb #fe5ed5aa
+# %% ../nbs/04_viz.ipynb #cc0a1692
 LINE_WIDTH = 120   # the command-line report never runs past this many characters
 
 def _wrap(text:str, indent:str="", first:str="")->list[str]:
@@ -352,7 +361,7 @@ def plan_text_grouped(plan:Plan,                          # the plan to report
         if fs[0].fix: lines += _wrap("fix: " + fs[0].fix, indent="      ", first="      ")
     return "\n".join(lines)
 
-# %% ../nbs/04_viz.ipynb #081999ca
+# %% ../nbs/04_viz.ipynb #8f18e3e2
 def build_for_plan(model:str|None=None,        # a zoo name or a shipped full-size config name
                    config:str|None=None,       # or a config.json (or its folder)
                    lora_r:int=8,               # LoRA rank
@@ -386,6 +395,7 @@ class PlanReport:
         "0: no ✖ error finding; 1: at least one (FSDP would refuse, crash or hang). Bad input exits 2 in the CLI."
         return 1 if self.n_errors else 0
 
+# %% ../nbs/04_viz.ipynb #3dd2855b
 def plan_command(model:str|None=None,        # a zoo name or a shipped full-size config name (e.g. qwen3_omni_default)
                  config:str|None=None,       # or a config.json (or its folder)
                  lora_r:int=8,               # LoRA rank
