@@ -95,6 +95,14 @@ def results():
         fsdp2(targets=["**.embed_tokens", "**.lm_head"]),                       # two groups
         LAYERS)]                                                                # both in the root: fine
     cases += _forward_cases()
+    # the rest of WrapConfig, wrapped for real and run forward and backward: each must run as planned
+    llama = functools.partial(tiny_lora_model, "llama")
+    cases += [(llama, c, dict(model="llama_wrap", forward=True)) for c in (
+        fsdp2(shard_dim=1), fsdp2(activation_checkpointing=True, wrap_lm_head=True, reshard_after_forward=False),
+        fsdp1(use_orig_params=True, activation_checkpointing=True, wrap_lm_head=True),
+        fsdp1(policy="layer", use_orig_params=True, sharding="SHARD_GRAD_OP", mixed_precision="bf16"))]
+    cases += [(bf16, c, dict(model="llama_bf16_aligned", forward=True)) for c in (
+        fsdp1(policy="layer", use_orig_params=True, align_lora_dtype=True), fsdp2(align_lora_dtype=True))]
     t0 = time.perf_counter()
     res = {2: launch(W.fidelity_check, cases, quiet=True, timeout=300)}
     t1 = time.perf_counter()
@@ -157,6 +165,17 @@ def test_tied_head_in_modules_to_save(results):
     # at the embedding's size the original head is a unit on one rank, not on more: the plan follows the world
     big = [r for r in mts if r["config"].get("min_num_params") == _mts_sizes()[1]]
     assert big and all("base_model.model.lm_head.original_module" not in dict(r["planned"]) for r in big)
+
+
+def test_every_wrap_setting_runs_as_planned(results):
+    "shard_dim, activation checkpointing, the head as a unit, no reshard, SHARD_GRAD_OP, bf16, aligned adapters."
+    got = [r for r in results[2][0] if r["case"]["model"] in ("llama_wrap", "llama_bf16_aligned")]
+    assert len(got) == 6
+    for r in got:
+        assert r["error"] is None and r["stage"] == "backward", (_label(r), r["error"])
+        assert r["wrapped"] == r["planned"] and r["wrapped_params"] == r["planned_params"], _label(r)
+    head = [r for r in got if r["config"].get("wrap_lm_head")]
+    assert all("base_model.model.lm_head" in dict(r["wrapped"]) for r in head)
 
 
 def test_planned_units_equal_wrapped_units(results):
