@@ -23,6 +23,7 @@ def main(argv=None):
     t0 = time.perf_counter()
     import torch
     from lora_fsdp_kit import models, plan as P, viz
+    from lora_fsdp_kit.wrap import WrapConfig
     t_import = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -34,12 +35,13 @@ def main(argv=None):
     rss_built = rss_mib()
 
     t0 = time.perf_counter()
-    policy = P.lora_wrap_policy(model, min_num_params=a.min_num_params)
-    plan1 = P.plan_fsdp1(model, policy, use_orig_params=a.min_num_params > 0)
+    cfg1 = WrapConfig(flavour="fsdp1", min_num_params=a.min_num_params, use_orig_params=a.min_num_params > 0)
+    plan1 = cfg1.plan(model)
     findings1 = plan1.check()
     t_plan1 = time.perf_counter() - t0
     t0 = time.perf_counter()
-    plan2 = P.plan_fsdp2(model, list(P.resolve_layer_classes(model, "auto")))
+    cfg2 = WrapConfig(flavour="fsdp2")                                 # fully_shard on each decoder layer
+    plan2 = cfg2.plan(model)
     findings2 = plan2.check()
     t_plan2 = time.perf_counter() - t0
 
@@ -59,7 +61,7 @@ def main(argv=None):
                    fsdp1_gather_peak=P.fmt_bytes(plan1.gather_peak_bytes),
                    fsdp2_gather_peak=P.fmt_bytes(plan2.gather_peak_bytes),
                    largest_unit=f"{plan1.largest_unit.name} ({P.fmt_bytes(plan1.largest_unit.nbytes)})")
-    print(P.plan_summary(plan1)); print(P.plan_summary(plan2))
+    print(cfg1.label, "->", P.plan_summary(plan1)); print(cfg2.label, "->", P.plan_summary(plan2))
     for k, v in figures.items(): print(f"{k:>22}: {v}")
     ok = t_plan1 <= 1.0 and rss_mib() < 1024
     print("targets (plan <= 1 s, peak RSS < 1 GiB):", "met" if ok else "NOT met")
