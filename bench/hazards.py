@@ -12,13 +12,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=5)
     a = ap.parse_args(argv)
-    from lora_fsdp_kit import hazards as H
+    from lora_fsdp_kit import testing as T
     from lora_fsdp_kit.launch import launch
     for name, spec in [("switch", dict(policy="lora", use_orig_params=True)),
                        ("switch", dict(policy="layer", use_orig_params=True)),
                        ("llama", dict(flavour="fsdp2", targets="**.layers.*"))]:
         t0 = time.perf_counter()
-        r = launch(H.guard_overhead, name, spec, a.steps, quiet=True, timeout=600)[0]
+        r = launch(T.guard_overhead, name, spec, a.steps, quiet=True, timeout=600)[0]
         print(f"{name:7s} {str(spec):55s} {r['collectives']:4d} collectives: {r['off_s']*1e3:8.1f} ms -> "
               f"{r['on_s']*1e3:8.1f} ms per step (x{r['ratio']:.2f}, {r['per_collective_ms']:.2f} ms per collective)"
               f"; one store round {r['round_ms']:.2f} ms  [{time.perf_counter() - t0:.0f} s]")

@@ -7,7 +7,7 @@ import os, tempfile, time
 
 import pytest
 
-from lora_fsdp_kit import hazards as H
+from lora_fsdp_kit import hazards as H, testing as T
 from lora_fsdp_kit.launch import launch, LaunchError
 
 L1 = dict(policy="lora", use_orig_params=True)            # LoRA leaves as FSDP1 units (peft's preset)
@@ -41,12 +41,12 @@ GUARDED = [   # (case, the guard raises)
 def runs():
     cases = [c for c, _ in CASES + GUARDED]
     t0 = time.perf_counter()
-    res = launch(H.hazard_cases, cases, quiet=True, timeout=400)
+    res = launch(T.hazard_cases, cases, quiet=True, timeout=400)
     print(f"{len(cases)} hazard cases on 2 ranks in {time.perf_counter() - t0:.1f} s")
     refs = {}
     for c in cases:
         k = (c["name"], c.get("same", False))
-        if k not in refs and c["name"] != "branch_drop": refs[k] = H.hazard_reference(*k[:1], same=k[1])
+        if k not in refs and c["name"] != "branch_drop": refs[k] = T.hazard_reference(*k[:1], same=k[1])
     return cases, [[r[i] for r in res] for i in range(len(cases))], refs
 
 
@@ -56,7 +56,7 @@ def _label(c): return f"{c['name']} {c['spec']} same={c.get('same', False)} guar
 def test_real_outcomes(runs):
     cases, ranks, refs = runs
     for (c, want), rk in zip(CASES, ranks):
-        assert H.hazard_outcome(rk, refs[(c["name"], c.get("same", False))]) == want, _label(c)
+        assert T.hazard_outcome(rk, refs[(c["name"], c.get("same", False))]) == want, _label(c)
 
 
 def test_finding_fires_exactly_where_the_run_goes_wrong(runs):
@@ -78,7 +78,7 @@ def test_guard_raises_on_every_rank_where_ranks_part(runs):
         errs = [r["error"] for r in rk]
         if not raises:
             assert errs == [None, None], (_label(c), errs)
-            assert H.hazard_outcome(rk, refs[(c["name"], c.get("same", False))]) == RIGHT, _label(c)
+            assert T.hazard_outcome(rk, refs[(c["name"], c.get("same", False))]) == RIGHT, _label(c)
             continue
         assert all(e and e.startswith("CollectiveOrderError: step 0: ranks part at FSDP collective #") for e in errs), errs
         assert errs[0] == errs[1], errs                                     # the same divergence named on both
@@ -109,7 +109,7 @@ def test_hang_is_killed_at_the_timeout_and_the_status_names_the_unit(monkeypatch
     monkeypatch.setenv(H.STATUS_ENV, status)   # the launcher may set its own; then its message carries the text
     t0 = time.perf_counter()
     with pytest.raises(LaunchError) as e:
-        launch(H.hazard_case, "branch_drop", LAYER, guard="record", wait=600, quiet=True, timeout=20)
+        launch(T.hazard_case, "branch_drop", LAYER, guard="record", wait=600, quiet=True, timeout=20)
     assert time.perf_counter() - t0 < 90   # the timeout counts from when every rank has joined
     text = str(e.value) + "".join(open(os.path.join(status, f)).read() for f in os.listdir(status))
     assert "did not finish within 20" in str(e.value) or "timed out" in str(e.value).lower(), str(e.value)
