@@ -5,19 +5,20 @@
 # %% ../nbs/10_hazards.ipynb #hzx00000
 from __future__ import annotations
 
-import contextlib, datetime, functools, os, time, types, warnings
-from collections.abc import Callable, Sequence
+import datetime, math, time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
 import torch.nn as nn
 import torch.distributed as dist
 
-from fastcore.basics import patch
-
 from .doctor import require
-from .plan import clean_name, is_lora_name
-from .platform import get_platform
+
+def _patch(f):
+    "Add `f` as a method of the class its `self` is annotated with (fastcore's `patch`; fastcore is dev-only)."
+    cls = f.__annotations__["self"]
+    setattr(f.__globals__[cls] if isinstance(cls, str) else cls, f.__name__, f)
+    return f
 
 # %% auto #0
 __all__ = ['CollectiveOrderError', 'CollectiveEvent', 'check_collective_order', 'first_divergence', 'plot_collective_orders']
@@ -61,25 +62,23 @@ class check_collective_order:
         self.seconds = 0.0   # time spent in the guard's own work (recording, comparing)
 
     def _names(self):
-        "Unit name and size for each FSDP1 handle and each FSDP2 parameter."
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, FSDPModule
-        mods = {m: clean_name(n) for n, m in self.model.named_modules()}
+        "Unit name and size for each FSDP1 handle and each FSDP2 parameter, from the model's sharded view."
+        from lora_fsdp_kit.sharded import sharded_view
         self._fsdp1, self._fsdp2 = {}, {}
-        for n, m in self.model.named_modules():
-            if isinstance(m, FSDP) and m._handle is not None:
-                self._fsdp1[id(m._handle)] = (clean_name(n), m._handle.flat_param._unpadded_unsharded_size.numel())
-            elif isinstance(m, FSDPModule):
-                group = m._get_fsdp_state()._fsdp_param_group
-                unit = clean_name(n)
-                for fp in (group.fsdp_params if group else []):
-                    full = ".".join(s for s in (mods.get(fp._module_info.module, "?"), fp._module_info.param_name) if s)
-                    self._fsdp2[id(fp)] = (unit, full[len(unit) + 1:] if unit else full, fp._orig_size.numel())
+        try: v = sharded_view(self.model)
+        except TypeError: v = None    # not wrapped: refused below
+        if v is not None and v.flavour == "fsdp1":
+            self._fsdp1 = {id(u.key): (u.name, u.flat_numel) for u in v.units if u.key is not None}
+        elif v is not None:
+            for k, p in v.by_key.items():
+                unit = v.unit_of(p.name).name
+                self._fsdp2[k] = (unit, p.name[len(unit) + 1:] if unit else p.name, math.prod(p.shape))
         if not self._fsdp1 and not self._fsdp2:
             raise ValueError(f"check_collective_order needs an FSDP1- or FSDP2-wrapped model; "
                              f"{type(self.model).__name__} has no FSDP units (wrap it first)")
 
 # %% ../nbs/10_hazards.ipynb #hzx00005
-@patch
+@_patch
 def _patch_fsdp(self:check_collective_order):
     "Put a recording wrapper in front of the four functions that issue FSDP1/FSDP2 unshards and reduce-scatters."
     # these are the narrowest points torch calls for each collective: FSDP1's handle all-gather and gradient
@@ -112,12 +111,12 @@ def _patch_fsdp(self:check_collective_order):
     fp1.FlatParamHandle._all_gather_flat_param, ru._reduce_grad = all_gather1, reduce1
     pg2.foreach_all_gather, pg2.foreach_reduce = all_gather2, reduce2
 
-@patch
+@_patch
 def _unpatch_fsdp(self:check_collective_order):
     for obj, name, f in self._saved: setattr(obj, name, f)
 
 # %% ../nbs/10_hazards.ipynb #hzx00006
-@patch
+@_patch
 def _before(self:check_collective_order, kind:str, unit:str, numel:int, params:tuple=()):
     "Called just before a collective: record it, tell the launcher, and (if comparing) agree with the other ranks."
     t0 = time.perf_counter()
@@ -128,7 +127,7 @@ def _before(self:check_collective_order, kind:str, unit:str, numel:int, params:t
         if self.compare: self._agree(ev.index, ev.key())
     finally: self.seconds += time.perf_counter() - t0
 
-@patch
+@_patch
 def _agree(self:check_collective_order, i:int, mine:str):
     "Publish this rank's collective #i in the store, read the others', raise `CollectiveOrderError` if they differ."
     self.store.set(f"{self.prefix}/{i}/{self.rank}", mine)
@@ -146,14 +145,14 @@ def _agree(self:check_collective_order, i:int, mine:str):
         what = "; ".join(f"rank {q}: {t}" for q, t in sorted(seen.items()))
         raise self._fail(f"step {self.step}: ranks part at FSDP collective #{i}: {what}")
 
-@patch
+@_patch
 def _fail(self:check_collective_order, msg:str)->CollectiveOrderError:
     self.failed = msg
     report_status(f"collective-order guard: {msg}")
     return CollectiveOrderError(f"{msg}. Cause: {_FIX}")
 
 # %% ../nbs/10_hazards.ipynb #hzx00007
-@patch
+@_patch
 def __enter__(self:check_collective_order):
     if not dist.is_initialized(): raise RuntimeError("check_collective_order runs inside ranks of a process group")
     self._names()
@@ -165,7 +164,7 @@ def __enter__(self:check_collective_order):
     self._patch_fsdp()
     return self
 
-@patch
+@_patch
 def __exit__(self:check_collective_order, exc_type, exc, tb):
     self._unpatch_fsdp()
     if not self.compare or self.failed: return False

@@ -5,7 +5,7 @@
 # %% ../nbs/06a_measure.ipynb #ms000003
 from __future__ import annotations
 
-import contextlib, html, math, time
+import contextlib, html, time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -20,6 +20,7 @@ from .gather import (GatherEngine, GatherUnit, _evenly, _own_cpu_copy, check_col
 from .memory import AllGatherCounter, MemoryMeter
 from .models import fmt_bytes
 from .plan import dtype_itemsize
+from .shards import fsdp1_layouts, fsdp2_layout, fsdp2_padded_numel
 
 # %% auto #0
 __all__ = ['GATHER_STRATEGIES', 'UnitGather', 'GatherProfile', 'gather_whole', 'gather_per_unit', 'gather_lora_only',
@@ -150,20 +151,18 @@ def _fsdp1_rank_lora_bytes(u, world:int, use_orig_params:bool, adapter_name:str|
     # FSDP1 flattens in `module.parameters()` order: `pos` gives each name's place in the model
     params = sorted(u.params, key=lambda p: pos.get(p.name, len(pos))) if pos else list(u.params)
     align = 16 // dtype_itemsize(params[0].dtype) if use_orig_params else 0   # FSDP1 aligns with use_orig_params
-    spans, total = [], 0
+    numels, pad, total = [], [], 0     # the flat parameter's entries, alignment padding included
     for p in params:
-        if align and total % align: total += align - total % align
-        spans.append((total, total + p.numel, p)); total += p.numel
-    if align and total % world: total += world - total % world
-    chunk = math.ceil(total / world)
-    return [sum(max(0, min(e, (r + 1) * chunk) - max(s, r * chunk)) * dtype_itemsize(p.dtype)
-                for s, e, p in spans if _in_adapter(p, adapter_name)) for r in range(world)]
+        if align and total % align: numels.append(align - total % align); pad.append(True); total += numels[-1]
+        numels.append(p.numel); pad.append(False); total += p.numel
+    layouts = fsdp1_layouts([(p.numel,) for p in params], numels, pad, world)
+    return [sum(l.piece_numel(r) * dtype_itemsize(p.dtype) for l, p in zip(layouts, params)
+                if _in_adapter(p, adapter_name)) for r in range(world)]
 
-def _dim0_chunks(shape:tuple[int, ...], world:int)->list[int]:
-    "Elements of each rank's dim-0 chunk of a tensor (`torch.chunk`, as FSDP2 shards)."
-    rows, per = (shape[0] if shape else 1), math.prod(shape[1:])
-    c = math.ceil(rows / world)
-    return [(min((r + 1) * c, rows) - min(r * c, rows)) * per for r in range(world)]
+def _fsdp2_pieces(shape:tuple[int, ...], world:int)->list[int]:
+    "Elements of each rank's piece of an FSDP2 (dim-0 sharded) tensor."
+    layout = fsdp2_layout(shape or (1,), world)
+    return [layout.piece_numel(r) for r in range(world)]
 
 def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the unwrapped model (or None)
             strategy:str,                  # a key of GATHER_STRATEGIES
@@ -183,7 +182,7 @@ def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the 
     biggest = max((u.nbytes for u in lora_units), default=0)
     def padded(p):   # FSDP2's all-gather output of one LoRA tensor: dim 0 padded to a multiple of `world`
         s = (shapes or {}).get(p.name)
-        return max(_dim0_chunks(s, world)) * world * dtype_itemsize(p.dtype) if s else p.nbytes
+        return fsdp2_padded_numel(s, world) * dtype_itemsize(p.dtype) if s else p.nbytes
     if strategy == "whole":
         peak = plan.nbytes + plan.lora_bytes
         if plan.flavour == "fsdp2":
@@ -210,7 +209,7 @@ def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the 
             per_rank = [sum(b) for b in zip(*(_fsdp1_rank_lora_bytes(u, world, plan.use_orig_params, adapter_name, pos)
                                               for u in lora_units))] or [0]
         else:
-            chunks = [[c * dtype_itemsize(p.dtype) for c in _dim0_chunks((shapes or {}).get(p.name, (p.numel,)), world)]
+            chunks = [[c * dtype_itemsize(p.dtype) for c in _fsdp2_pieces((shapes or {}).get(p.name, (p.numel,)), world)]
                       for p in lora]
             per_rank = [sum(c) for c in zip(*chunks)] or [0]
         width, total = max(per_rank), sum(per_rank)

@@ -60,22 +60,11 @@ class _TimelineMemTracker(_MemTracker):
         super()._update_snap(*args, **kw)
         self._note(sum(s.get("Total", 0) for s in self._curr_mem_snap.values()))
 
-def _storages_fsdp_resizes(model:nn.Module)->list[torch.Tensor]:
-    "Tensors whose storage FSDP resizes when it unshards (they exist before the gather starts)."
-    out = []
-    for m in model.modules():
-        h = getattr(m, "_handle", None)
-        if h is not None:   # FSDP1
-            for a in ("_full_param_padded", "_full_prec_full_param_padded"):
-                t = getattr(h.flat_param, a, None)
-                if isinstance(t, torch.Tensor): out.append(t)
-        elif hasattr(m, "_get_fsdp_state"):   # FSDP2
-            g = m._get_fsdp_state()._fsdp_param_group
-            for fp in (g.fsdp_params if g else []):
-                out += [t for t in getattr(fp, "all_gather_outputs", []) if isinstance(t, torch.Tensor)]
-                t = getattr(fp, "_unsharded_param", None)
-                if isinstance(t, torch.Tensor): out.append(t)
-    return out
+def _resized_storages(model:nn.Module)->list[torch.Tensor]:
+    "Tensors whose storage FSDP resizes when it unshards (they exist before the gather starts); none if unwrapped."
+    from lora_fsdp_kit.sharded import sharded_view
+    try: return sharded_view(model).fsdp_resized_storages()
+    except TypeError: return []   # not wrapped by FSDP
 
 
 # %% ../nbs/06_memory.ipynb #mm000001
@@ -114,7 +103,7 @@ class MemoryMeter:
             mt = _TimelineMemTracker(self.note)
             # storages that exist before the gather are registered first, or MemTracker would count each one as a
             # new allocation the first time an op touches it (e.g. FSDP reading a sharded flat parameter)
-            if self.model is not None: mt.track_external(self.model, *_storages_fsdp_resizes(self.model))
+            if self.model is not None: mt.track_external(self.model, *_resized_storages(self.model))
             self._stack.enter_context(mt)
         self.t0, self.timeline = time.perf_counter(), []
         self.note(None if not self.on_cpu else self.current)

@@ -5,7 +5,7 @@
 # %% ../nbs/95_testing.ipynb #t95t03
 from __future__ import annotations
 
-import contextlib, copy, dataclasses, datetime, functools, math, time, traceback, warnings
+import contextlib, copy, dataclasses, datetime, functools, time, traceback, warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -24,11 +24,13 @@ from .measure import measure_gather, measure_save, measure_stream, predict
 from .memory import AllGatherCounter
 from .models import add_lora, model_from_config, shipped_config, tiny_model
 from .platform import get_platform
+from .shards import fsdp2_padded_numel
 from .strip import _layer_classes, align_lora_dtype, route_forward, strip_submodules
+from .wrap import WrapConfig
 
 # %% auto #0
-__all__ = ['QKVO', 'SWITCH_CONFIG', 'HAZARD_MODELS', 'case_model', 'case_policy', 'case_wrap', 'training_batch', 'train_steps',
-           'peft_reference', 'gather_case', 'gather_cases', 'peft_wrap', 'export_demo', 'profile_strategies',
+__all__ = ['QKVO', 'SWITCH_CONFIG', 'HAZARD_MODELS', 'case_model', 'case_config', 'case_policy', 'case_wrap', 'training_batch',
+           'train_steps', 'peft_reference', 'gather_case', 'gather_cases', 'export_demo', 'profile_strategies',
            'strip_lora_fsdp_rank', 'fsdp1_dtype_rank', 'BranchExpert', 'BranchBlock', 'BranchLM', 'branch_lora_model',
            'switch_lora_model', 'hazard_batch', 'hazard_loss', 'hazard_case', 'hazard_cases', 'hazard_reference',
            'hazard_outcome', 'guard_overhead']
@@ -68,42 +70,36 @@ def case_model(model:str="llama",                 # a tiny model of `lora_fsdp_k
     _randomize_lora_b(pm, 2)
     return pm
 
+_CASE_POLICIES = {"peft": dict(policy="peft"), "guarded": dict(policy="lora", min_num_params=20_000),
+                  "layer": dict(policy="layer"), "size": dict(policy="size", min_num_params=20_000),
+                  "root": dict(policy="root")}
+_SETTINGS = ("fsdp1", "fsdp1-orig", "fsdp2")
+
+def case_config(policy:str="peft",          # peft, guarded (LoRA leaves | layers | 20k size), layer, size (20k), root
+                setting:str="fsdp1",        # "fsdp1", "fsdp1-orig" (use_orig_params=True) or "fsdp2"
+                sharding:str|None=None,     # FSDP1 ShardingStrategy name (NO_SHARD, HYBRID_SHARD, ...); FSDP2: "HYBRID"
+                shard:int=2,                # shard group size for hybrid sharding
+               )->WrapConfig:
+    "The `WrapConfig` of a named test case (FSDP2 shards the modules FSDP1 would make units of)."
+    if policy not in _CASE_POLICIES: raise ValueError(f"unknown policy {policy!r}; known: {', '.join(_CASE_POLICIES)}")
+    if setting not in _SETTINGS: raise ValueError(f"unknown setting {setting!r}; known: {', '.join(_SETTINGS)}")
+    hybrid = sharding is not None and "HYBRID" in sharding
+    return WrapConfig(flavour="fsdp2" if setting == "fsdp2" else "fsdp1", use_orig_params=setting == "fsdp1-orig",
+                      sharding=sharding, shard_size=shard if hybrid else None, **_CASE_POLICIES[policy])
+
 def case_policy(pm:nn.Module, kind:str):
     "An FSDP1 wrap policy by name: peft, guarded, layer, size (20k params), root (all in the root unit)."
-    if kind == "peft":
-        try: return P.peft_wrap_policy(pm)
-        except ValueError: return P.peft_wrap_policy(pm, layer_cls="auto")   # Omni: peft names talker classes
-    if kind == "guarded": return P.lora_wrap_policy(pm, min_num_params=20_000)
-    if kind == "layer": return P.layer_wrap_policy(pm)
-    if kind == "size": return P.size_wrap_policy(20_000)
-    if kind == "root": return P.size_wrap_policy(10**9)
-    raise ValueError(f"unknown policy {kind!r}; known: peft, guarded, layer, size, root")
-
-def _hybrid_mesh(shard:int):
-    from torch.distributed.device_mesh import init_device_mesh
-    from lora_fsdp_kit.platform import get_platform
-    world = dist.get_world_size()
-    if world % shard: raise ValueError(f"world size {world} does not split into shard groups of {shard}")
-    return init_device_mesh(get_platform().torch_device().type, (world // shard, shard),
-                            mesh_dim_names=("replicate", "shard"))
+    return case_config(kind).auto_wrap_policy(pm)
 
 def case_wrap(pm:nn.Module,                 # the model from `case_model`
-              policy:str="peft",            # a `case_policy` name
-              setting:str="fsdp1",          # "fsdp1", "fsdp1-orig" (use_orig_params=True) or "fsdp2"
-              sharding:str|None=None,       # FSDP1 ShardingStrategy name (NO_SHARD, HYBRID_SHARD, ...); FSDP2: "HYBRID"
-              shard:int=2,                  # shard group size for hybrid sharding
+              policy:str="peft",            # a `case_config` policy name
+              setting:str="fsdp1",          # see `case_config`
+              sharding:str|None=None,
+              shard:int=2,
              )->nn.Module:
-    "Wrap `pm` with FSDP1 or FSDP2 under a named policy (FSDP2 on the modules FSDP1 would make units of)."
-    pol = case_policy(pm, policy)
-    if setting.startswith("fsdp1"):
-        from torch.distributed.fsdp import ShardingStrategy
-        kw = {}
-        if sharding:
-            kw["sharding_strategy"] = ShardingStrategy[sharding]
-            if "HYBRID" in sharding: kw["device_mesh"] = _hybrid_mesh(shard)
-        return P.wrap_fsdp1(pm, pol, use_orig_params=setting == "fsdp1-orig", **kw)
-    if setting != "fsdp2": raise ValueError(f"unknown setting {setting!r}; known: fsdp1, fsdp1-orig, fsdp2")
-    return P.wrap_fsdp2_like(pm, pol, mesh=_hybrid_mesh(shard) if sharding else None)
+    "Wrap `pm` as `case_config(policy, setting, sharding, shard)` says (inside a process group)."
+    return case_config(policy, setting, sharding, shard).wrap(pm)
+
 
 # %% ../nbs/95_testing.ipynb #t95t07
 def _vocab(model:nn.Module)->int:
@@ -183,9 +179,10 @@ def gather_case(model:str="llama",          # a tiny model of `lora_fsdp_kit.mod
         copy_ = copy.deepcopy(pm)
         order = [n for n, _ in pm.named_parameters()]
         # the plan of the unwrapped model, made before wrapping; FSDP2 shards the modules FSDP1 would make units of
-        plan = P.plan_fsdp1(pm, case_policy(pm, policy), use_orig_params=setting == "fsdp1-orig", allow_root_only=True)
+        cfg = case_config(policy, setting, sharding)
+        plan = P.plan_fsdp1(pm, cfg.auto_wrap_policy(pm), use_orig_params=cfg.use_orig_params, allow_root_only=True)
         if setting == "fsdp2": plan = dataclasses.replace(plan, flavour="fsdp2")
-        try: fm = case_wrap(pm, policy, setting, sharding)
+        try: fm = cfg.wrap(pm)
         except Exception as e: return dict(res, refused=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
         eng = gather_engine(fm)
         first = gather_lora(fm, adapter_name=adapter_name)
@@ -221,29 +218,24 @@ def gather_case(model:str="llama",          # a tiny model of `lora_fsdp_kit.mod
 
 def _dim0_padded(shapes:dict, ref:dict, world:int)->int:
     "LoRA bytes with each tensor's dim 0 padded to a multiple of `world` (what FSDP2's shards hold)."
-    return sum(math.ceil(s[0] / world) * world * math.prod(s[1:]) * t.element_size()
-               for s, t in zip(shapes.values(), ref.values()))
+    return sum(fsdp2_padded_numel(s, world) * t.element_size() for s, t in zip(shapes.values(), ref.values()))
 
 def gather_cases(cases:list[dict])->list[dict]:
     "Rank function: `gather_case(**case)` for each case, in one launch (each 2-rank launch costs seconds)."
     return [gather_case(**c) for c in cases]
 
 # %% ../nbs/95_testing.ipynb #2ef40d75
-def peft_wrap(pm:nn.Module, flavour:str)->nn.Module:
-    "peft's own FSDP1 policy, or FSDP2 on the same modules."
-    pol = P.peft_wrap_policy(pm)
-    return P.wrap_fsdp1(pm, pol) if flavour == "fsdp1" else P.wrap_fsdp2_like(pm, pol)
-
 def export_demo(folder:str,                      # a folder every rank can reach
                 flavour:str="fsdp2",             # "fsdp1" or "fsdp2"
                 bucket_sizes:tuple=(65_536, 262_144),  # bytes per bucket for the streams
                )->dict:
     "Rank function: train a tiny LoRA model under FSDP, save it, load it into a fresh wrap, measure streams."
-    fm = peft_wrap(P.tiny_lora_model("llama"), flavour)
+    cfg = WrapConfig(flavour=flavour, policy="peft")   # peft's own units (FSDP2: the same modules)
+    fm = cfg.wrap(P.tiny_lora_model("llama"))
     losses = train_steps(fm, 3)
     save = measure_save(fm, Path(folder)/"adapter")
     trained = gather_lora(fm, progress=False)
-    fresh = peft_wrap(P.tiny_lora_model("llama"), flavour)    # the same start as `fm` before training
+    fresh = cfg.wrap(P.tiny_lora_model("llama"))    # the same start as `fm` before training
     before = gather_lora(fresh, progress=False)
     n = load_lora(fresh, Path(folder)/"adapter")
     after = gather_lora(fresh, progress=False)
