@@ -5,7 +5,7 @@
 # %% ../nbs/10_hazards.ipynb #hzx00000
 from __future__ import annotations
 
-import datetime, math, time
+import datetime, math, time, zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,21 +14,25 @@ import torch.distributed as dist
 
 from .doctor import require
 
-def _patch(f):
-    "Add `f` as a method of the class its `self` is annotated with (fastcore's `patch`; fastcore is dev-only)."
-    cls = f.__annotations__["self"]
-    setattr(f.__globals__[cls] if isinstance(cls, str) else cls, f.__name__, f)
-    return f
-
 # %% auto #0
-__all__ = ['CollectiveOrderError', 'CollectiveEvent', 'check_collective_order', 'first_divergence', 'plot_collective_orders']
+__all__ = ['GuardError', 'CollectiveOrderError', 'SlowRankError', 'PeerStoppedError', 'CollectiveEvent', 'check_collective_order',
+           'fsdp_ranks', 'group_timeout', 'first_divergence', 'plot_collective_orders']
 
 # %% ../nbs/10_hazards.ipynb #hzx00003
 # the guard's state goes to the launcher's rank status file, so a hang killed at the timeout names the unit
 from .launch import STATUS_ENV, report_status
 
-class CollectiveOrderError(RuntimeError):
-    "Ranks issued different FSDP collectives (raised on every rank, at the first divergence)."
+class GuardError(RuntimeError):
+    "The collective-order guard stopped the step: raised on every rank of the FSDP group, before its collective."
+
+class CollectiveOrderError(GuardError):
+    "Ranks are about to issue different FSDP collectives (raised on every rank, at the first divergence)."
+
+class SlowRankError(GuardError, TimeoutError):
+    "A rank did not reach the next FSDP collective within the guard's timeout: slow or stuck, not divergent."
+
+class PeerStoppedError(GuardError):
+    "Another rank of the FSDP group raised inside the guarded step before its next collective."
 
 @dataclass(frozen=True)
 class CollectiveEvent:
@@ -44,41 +48,79 @@ class CollectiveEvent:
         return f"{self.kind} {self.unit or '<root>'} ({self.numel:,} elements){ps}"
 
 # %% ../nbs/10_hazards.ipynb #hzx00004
-_GUARD_SERIAL = [0]   # guards entered so far in this process: the same count on every rank, so keys line up
+_NEXT: dict[str, int] = {}   # per FSDP group: its channel's next slot (the same on every member, so keys line up)
+_SLOW, _STOP = "\x00slow", "\x00stopped"   # what a rank writes into another's or its own slot instead of a collective
 _FIX = ("a unit whose module does not run on every rank (an MoE expert, a per-sample branch, a dropped layer): make "
         "the whole block or decoder layer one unit (see the plan's rank-divergent-unit finding)")
 
 class check_collective_order:
     "Context manager for one step: record each FSDP unshard and reduce-scatter, and compare ranks before each one."
     def __init__(self,
-                 model:nn.Module,        # the FSDP1- or FSDP2-wrapped model
-                 step:int=0,             # the step number, for messages
-                 compare:bool=True,      # compare with the other ranks before each collective (else only record)
-                 timeout:float=120.0,    # seconds to wait for another rank at the same collective
+                 model:nn.Module,           # the FSDP1- or FSDP2-wrapped model
+                 step:int=0,                # the step number, for messages
+                 compare:bool=True,         # compare with the other ranks before each collective (else only record)
+                 timeout:float|None=None,   # seconds to wait for a slower rank; None: as long as its FSDP group would
                 ):
         self.model, self.step, self.compare, self.timeout = model, step, compare, timeout
         self.events: list[CollectiveEvent] = []
         self.failed: str|None = None
         self.seconds = 0.0   # time spent in the guard's own work (recording, comparing)
+        self.wait_s = timeout if timeout is not None else dist.default_pg_timeout.total_seconds()
+        self.members: tuple[int, ...]|None = None    # the global ranks that must agree (None: the whole job)
+        self.prefix, self.base, self._last = "lfk_order", 0, -1
 
     def _names(self):
         "Unit name and size for each FSDP1 handle and each FSDP2 parameter, from the model's sharded view."
         from lora_fsdp_kit.sharded import sharded_view
-        self._fsdp1, self._fsdp2 = {}, {}
         try: v = sharded_view(self.model)
         except TypeError: v = None    # not wrapped: refused below
-        if v is not None and v.flavour == "fsdp1":
-            self._fsdp1 = {id(u.key): (u.name, u.flat_numel) for u in v.units if u.key is not None}
-        elif v is not None:
-            for k, p in v.by_key.items():
+        facts = None if v is None else v.memo.get("collective_order")
+        if v is not None and facts is None:   # once per wrapping: the view's memo is dropped when it changes
+            fsdp1, fsdp2 = {}, {}
+            if v.flavour == "fsdp1":
+                fsdp1 = {id(u.key): (u.name, u.flat_numel) for u in v.units if u.key is not None}
+            for k, p in v.by_key.items() if v.flavour == "fsdp2" else ():
                 unit = v.unit_of(p.name).name
-                self._fsdp2[k] = (unit, p.name[len(unit) + 1:] if unit else p.name, math.prod(p.shape))
+                fsdp2[k] = (unit, p.name[len(unit) + 1:] if unit else p.name, math.prod(p.shape))
+            facts = v.memo["collective_order"] = (fsdp1, fsdp2, *fsdp_ranks(v, dist.get_rank()))
+        self._fsdp1, self._fsdp2, self.members, groups = facts or ({}, {}, None, [])
         if not self._fsdp1 and not self._fsdp2:
             raise ValueError(f"check_collective_order needs an FSDP1- or FSDP2-wrapped model; "
                              f"{type(self.model).__name__} has no FSDP units (wrap it first)")
+        if self.timeout is None: self.wait_s = group_timeout(groups)
+
+# %% ../nbs/10_hazards.ipynb #hzgrp01
+def fsdp_ranks(view, # the model's `sharded_view`
+               me:int, # this rank (global)
+              )->tuple[tuple[int, ...], list]:
+    "The global ranks that issue this model's FSDP collectives together, and the process groups they run on."
+    shard, repl = list(view.groups), []
+    for u in view.units:
+        if view.flavour == "fsdp1":   # hybrid: FSDP1 all-reduces gradients across its `_inter_node_pg` (private)
+            g = getattr(u.module, "_inter_node_pg", None)
+            if g is not None: repl.append(g)
+        elif u.params:   # FSDP2's sharded parameter is a DTensor: its (public) mesh; dim 0 of a 2-D mesh replicates
+            p = u.params[0]
+            t = p.sharded_param() if hasattr(p, "sharded_param") else getattr(p.module, p.attr, None)
+            mesh = getattr(t, "device_mesh", None)
+            if mesh is not None and mesh.ndim == 2: repl.append(mesh.get_group(0))
+    rows = {r for g in shard for r in dist.get_process_group_ranks(g)} or {me}
+    cols = {r for g in repl for r in dist.get_process_group_ranks(g)} or {me}
+    # torch lays a mesh out as a grid (rank = replica * shard size + shard index): this spans the whole mesh, the
+    # same set on every member, so that all of them (and no other rank) use one channel of the store
+    ranks = tuple(sorted({a + b - me for a in rows for b in cols}))
+    return ranks, list({id(g): g for g in shard + repl}.values())
+
+def group_timeout(groups:Sequence)->float:
+    "Seconds these process groups wait in a collective before they fail (the longest): what the guard may wait."
+    out = []
+    for g in groups:
+        for dev in g._device_types:   # private: each backend's options hold the timeout the group was made with
+            try: out.append(g._get_backend(dev).options._timeout.total_seconds())
+            except (AttributeError, RuntimeError): pass
+    return max(out, default=dist.default_pg_timeout.total_seconds())
 
 # %% ../nbs/10_hazards.ipynb #hzx00005
-@_patch
 def _patch_fsdp(self:check_collective_order):
     "Put a recording wrapper in front of the four functions that issue FSDP1/FSDP2 unshards and reduce-scatters."
     # these are the narrowest points torch calls for each collective: FSDP1's handle all-gather and gradient
@@ -111,12 +153,12 @@ def _patch_fsdp(self:check_collective_order):
     fp1.FlatParamHandle._all_gather_flat_param, ru._reduce_grad = all_gather1, reduce1
     pg2.foreach_all_gather, pg2.foreach_reduce = all_gather2, reduce2
 
-@_patch
 def _unpatch_fsdp(self:check_collective_order):
     for obj, name, f in self._saved: setattr(obj, name, f)
 
+check_collective_order._patch_fsdp, check_collective_order._unpatch_fsdp = _patch_fsdp, _unpatch_fsdp
+
 # %% ../nbs/10_hazards.ipynb #hzx00006
-@_patch
 def _before(self:check_collective_order, kind:str, unit:str, numel:int, params:tuple=()):
     "Called just before a collective: record it, tell the launcher, and (if comparing) agree with the other ranks."
     t0 = time.perf_counter()
@@ -127,56 +169,99 @@ def _before(self:check_collective_order, kind:str, unit:str, numel:int, params:t
         if self.compare: self._agree(ev.index, ev.key())
     finally: self.seconds += time.perf_counter() - t0
 
-@_patch
+def _slot(self:check_collective_order, i:int, rank:int)->str:
+    "The store key where `rank` writes its collective #i of this step (the group's channel counts across steps)."
+    return f"{self.prefix}/{self.base + i}/{rank}"
+
 def _agree(self:check_collective_order, i:int, mine:str):
-    "Publish this rank's collective #i in the store, read the others', raise `CollectiveOrderError` if they differ."
-    self.store.set(f"{self.prefix}/{i}/{self.rank}", mine)
-    seen = {self.rank: mine}
-    for q in range(self.world):
-        if q == self.rank: continue
-        key = f"{self.prefix}/{i}/{q}"
-        try: self.store.wait([key], datetime.timedelta(seconds=self.timeout))
-        except Exception:   # the store's timeout: that rank is stuck before its collective #i
-            prev = f", after both issued #{i-1}: {self.events[i-1].key()}" if i and i <= len(self.events) else ""
-            raise self._fail(f"step {self.step}: rank {q} did not reach FSDP collective #{i} within {self.timeout:g} s"
-                             f"{prev}; rank {self.rank} is at: {mine}") from None
-        seen[q] = self.store.get(key).decode()
+    "Publish this rank's collective #i, read the other members', raise on every member unless all are the same."
+    self._last, me = i, self.rank
+    peers = [q for q in (self.members or range(self.world)) if q != me]
+    try:   # a slot is written once (compare_set): a peer that gave up waiting may have marked this rank's slot first
+        seen = {me: self.store.compare_set(self._slot(i, me), "", mine).decode(), **self._read(i, peers)}
+    except Exception as e:   # the guard's own store traffic failed: tell the others why, then stop here too
+        self._stop(i, f"the guard's store failed on rank {me}: {type(e).__name__}: {e}")
+        raise self._fail(f"step {self.step}: rank {me}'s guard failed at FSDP collective #{i}: "
+                         f"{type(e).__name__}: {e}", GuardError, "the store (the process group's rendezvous)") from e
+    self._verdict(i, seen)
+    # every member has published #i, so every member has read #i-1: this rank's entry there can go
+    if self.base + i: self.store.delete_key(self._slot(i - 1, me))
+
+def _read(self:check_collective_order, i:int, peers:list[int])->dict[int, str]:
+    "The peers' entries for collective #i; a peer not there within the timeout gets the slow marker in its slot."
+    keys = [self._slot(i, q) for q in peers]
+    if not keys: return {}
+    try: self.store.wait(keys, datetime.timedelta(seconds=self.wait_s))
+    except dist.DistStoreError:   # atomic: a late peer finds the marker when it writes, and stops as well
+        mark = f"{_SLOW} {self.rank} {self.wait_s:g}"
+        return {q: self.store.compare_set(k, "", mark).decode() for q, k in zip(peers, keys)}
+    return {q: v.decode() for q, v in zip(peers, self.store.multi_get(keys))}
+
+for f in (_before, _slot, _agree, _read): setattr(check_collective_order, f.__name__, f)
+
+# %% ../nbs/10_hazards.ipynb #hzverd1
+def _verdict(self:check_collective_order, i:int, seen:dict[int, str]):
+    "Raise the same error on every member: each reads the same entries (a slot is written once)."
+    at = lambda skip: "; ".join(f"rank {q} is at: {t}" for q, t in sorted(seen.items()) if q not in skip)
+    late = sorted(q for q, t in seen.items() if t.startswith(_SLOW))
+    if late:
+        by, secs = seen[late[0]].split()[1:3]
+        raise self._fail(f"step {self.step}: rank {', '.join(map(str, late))} did not reach FSDP collective #{i} "
+                         f"within {secs} s (rank {by} stopped waiting); {at(late)}", SlowRankError,
+                         "a slow or stuck rank, not a divergent one: raise `timeout` (default: the FSDP group's "
+                         "own timeout) or find what delays that rank")
+    stopped = sorted(q for q, t in seen.items() if t.startswith(_STOP))
+    if stopped:
+        why = "; ".join(seen[q].removeprefix(_STOP + " ") for q in stopped)
+        raise self._fail(f"step {self.step}: before FSDP collective #{i}, {why}", PeerStoppedError,
+                         "an exception on that rank (its own traceback has the details); this rank stops with it")
     if len(set(seen.values())) > 1:
         what = "; ".join(f"rank {q}: {t}" for q, t in sorted(seen.items()))
-        raise self._fail(f"step {self.step}: ranks part at FSDP collective #{i}: {what}")
+        raise self._fail(f"step {self.step}: ranks part at FSDP collective #{i}: {what}", CollectiveOrderError, _FIX)
 
-@_patch
-def _fail(self:check_collective_order, msg:str)->CollectiveOrderError:
+def _stop(self:check_collective_order, i:int, why:str):
+    "Tell the other members this rank will not reach its collective #i, and why (they raise there, not time out)."
+    self._last = i
+    try: self.store.compare_set(self._slot(i, self.rank), "", f"{_STOP} rank {self.rank} stopped: {why}"[:800])
+    except Exception: pass   # the store itself is gone: the others stop at their timeout, naming this rank
+
+def _fail(self:check_collective_order, msg:str, cls:type=CollectiveOrderError, cause:str=_FIX)->GuardError:
     self.failed = msg
     report_status(f"collective-order guard: {msg}")
-    return CollectiveOrderError(f"{msg}. Cause: {_FIX}")
+    return cls(f"{msg}. Cause: {cause}")
+
+for f in (_verdict, _stop, _fail): setattr(check_collective_order, f.__name__, f)
 
 # %% ../nbs/10_hazards.ipynb #hzx00007
-@_patch
 def __enter__(self:check_collective_order):
     if not dist.is_initialized(): raise RuntimeError("check_collective_order runs inside ranks of a process group")
-    self._names()
     self.rank, self.world = dist.get_rank(), dist.get_world_size()
-    # a side channel beside the collectives: a rank can compare before it commits to an all-gather that would hang
+    self._names()
+    # a side channel beside the collectives, one per FSDP group: a rank can compare before it commits to an
+    # all-gather that would hang; slots are numbered on across steps, so each rank keeps at most two in the store
     self.store = dist.distributed_c10d._get_default_store()
-    _GUARD_SERIAL[0] += 1
-    self.prefix = f"lfk_order/{_GUARD_SERIAL[0]}/{self.step}"
+    self.prefix = f"lfk_order/{len(self.members)}/{zlib.crc32(repr(self.members).encode()):08x}"
+    self.base, self._last = _NEXT.get(self.prefix, 0), -1
     self._patch_fsdp()
     return self
 
-@_patch
 def __exit__(self:check_collective_order, exc_type, exc, tb):
     self._unpatch_fsdp()
-    if not self.compare or self.failed: return False
-    n = len(self.events)
-    end = "end of step" if exc_type is None else f"stopped by {exc_type.__name__}"
-    t0 = time.perf_counter()
-    try: self._agree(n, end)   # every rank must end the step after the same collectives
-    except CollectiveOrderError:
-        if exc_type is None: raise
-    finally: self.seconds += time.perf_counter() - t0
-    report_status(f"collective-order guard, step {self.step}: {n} FSDP collectives, the same on every rank")
-    return False
+    if not self.compare: return False
+    try:
+        if self.failed: return False
+        n = len(self.events)
+        if exc_type is not None:   # the others raise at this rank's next collective instead of waiting for it
+            self._stop(n, f"{exc_type.__name__}: {exc}")
+            return False
+        t0 = time.perf_counter()
+        try: self._agree(n, "end of step")   # every rank must end the step after the same collectives
+        finally: self.seconds += time.perf_counter() - t0
+        report_status(f"collective-order guard, step {self.step}: {n} FSDP collectives, the same on every rank")
+        return False
+    finally: _NEXT[self.prefix] = self.base + self._last + 1   # after a failure too: every member stopped at #last
+
+check_collective_order.__enter__, check_collective_order.__exit__ = __enter__, __exit__
 
 # %% ../nbs/10_hazards.ipynb #hzx00009
 def _short(key:str)->str:
