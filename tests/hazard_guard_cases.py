@@ -116,8 +116,10 @@ def guard_store_keys(steps:int=20,          # guarded steps after the first
                 round_ms=round_ms)
 
 
-def guard_job(cases:list[dict],   # `guard_case` keyword sets
-              steps:int=20,       # `guard_store_keys` steps
+def guard_job(cases:list[dict],           # `guard_case` keyword sets
+              steps:int=20,               # `guard_store_keys` steps (0: none)
+              hazard:list[dict]|None=None,# `testing.hazard_case` keyword sets, run first (one launch for the file)
              )->dict:
-    "Inside a rank: the cases, then the store's keys over `steps` guarded steps (one launch for all)."
-    return dict(cases=guard_cases(cases), keys=guard_store_keys(steps) if steps else None)
+    "Inside a rank: the hazard cases, the guard cases, then the store's keys over `steps` guarded steps."
+    return dict(hazard=T.hazard_cases(hazard) if hazard else None, cases=guard_cases(cases),
+                keys=guard_store_keys(steps) if steps else None)

@@ -2,13 +2,20 @@
 LoRA after one SGD step): the plan's error findings fire exactly on the wrappings that really train wrong, mismatch or
 hang, and not on those that run right; the collective-order guard raises on every rank exactly where the ranks part
 and passes the correct runs (identical-data MoE included); a hang is killed at the launcher's timeout and the rank
-status names the unit where the ranks parted."""
-import os, tempfile, time
+status names the unit where the ranks parted. The guard runs a whole job (issue 19, item 6): it waits for a slow
+rank as long as the FSDP group would and past that names it slow on every rank; a fault injected on either rank
+(before the first collective, between collectives, in the guard's own store write) raises on every rank within
+10 s naming the rank and the cause; it guards the FSDP group only (ranks 0-1 of 3, hybrid meshes); its store keys
+do not grow with steps. Rank functions: `hazard_guard_cases.py`."""
+import os, sys, tempfile, time
 
 import pytest
 
 from lora_fsdp_kit import hazards as H, testing as T
 from lora_fsdp_kit.launch import launch, LaunchError
+
+sys.path.insert(0, os.path.dirname(__file__))
+import hazard_guard_cases as G  # noqa: E402
 
 L1 = dict(policy="lora", use_orig_params=True)            # LoRA leaves as FSDP1 units (peft's preset)
 LAYER = dict(policy="layer", use_orig_params=True)        # decoder layers (blocks) as FSDP1 units
@@ -37,17 +44,35 @@ GUARDED = [   # (case, the guard raises)
 ]
 
 
+# --- A guard that can run a whole job (issue 19, item 6): slow ranks, faults, subgroups, hybrid meshes, the store ---
+SLOW = 1.5   # seconds a slow rank sleeps (the issue's 8 s, scaled); the FSDP group's timeout is 4 s
+JOB = ([dict(fault="slow", on=1, delay=SLOW)]                                       # within the group's timeout
+       + [dict(fault="slow", on=q, delay=SLOW, timeout=0.5) for q in (0, 1)]        # past the guard's timeout
+       + [dict(fault=f, on=q, timeout=2.0) for f in ("before", "between", "write") for q in (0, 1)]
+       + [dict(spec=G.F2_LAYER, same=False, hybrid=True, timeout=2.0),              # FSDP2, 2 replicas x 1 shard
+          dict(hybrid=True, timeout=2.0)])                                          # FSDP1 HYBRID_SHARD, 2 x 1
+STEPS = 10
+
+
 @pytest.fixture(scope="module")
-def runs():
+def launched():
+    "One launch for the file's 2-rank cases: the hazard cases, the guard's job cases, its store keys over steps."
     cases = [c for c, _ in CASES + GUARDED]
     t0 = time.perf_counter()
-    res = launch(T.hazard_cases, cases, quiet=True, timeout=400)
-    print(f"{len(cases)} hazard cases on 2 ranks in {time.perf_counter() - t0:.1f} s")
+    res = launch(G.guard_job, JOB, STEPS, hazard=cases, quiet=True, timeout=400)
+    print(f"{len(cases)} hazard cases, {len(JOB)} guard cases and {STEPS} guarded steps on 2 ranks in "
+          f"{time.perf_counter() - t0:.1f} s")
+    return cases, res
+
+
+@pytest.fixture(scope="module")
+def runs(launched):
+    cases, res = launched
     refs = {}
     for c in cases:
         k = (c["name"], c.get("same", False))
         if k not in refs and c["name"] != "branch_drop": refs[k] = T.hazard_reference(*k[:1], same=k[1])
-    return cases, [[r[i] for r in res] for i in range(len(cases))], refs
+    return cases, [[r["hazard"][i] for r in res] for i in range(len(cases))], refs
 
 
 def _label(c): return f"{c['name']} {c['spec']} same={c.get('same', False)} guard={c.get('guard', False)}"
@@ -116,25 +141,9 @@ def test_hang_is_killed_at_the_timeout_and_the_status_names_the_unit(monkeypatch
     assert "all_gather base_model.model.blocks.1" in text, text
 
 
-# --- A guard that can run a whole job (issue 19, item 6): slow ranks, faults, subgroups, hybrid meshes, the store ---
-import sys
-sys.path.insert(0, os.path.dirname(__file__))
-import hazard_guard_cases as G
-
-SLOW = 1.5   # seconds a slow rank sleeps (the issue's 8 s, scaled); the FSDP group's timeout is 4 s
-JOB = ([dict(fault="slow", on=1, delay=SLOW)]                                       # within the group's timeout
-       + [dict(fault="slow", on=q, delay=SLOW, timeout=0.5) for q in (0, 1)]        # past the guard's timeout
-       + [dict(fault=f, on=q, timeout=2.0) for f in ("before", "between", "write") for q in (0, 1)]
-       + [dict(spec=G.F2_LAYER, same=False, hybrid=True, timeout=2.0),              # FSDP2, 2 replicas x 1 shard
-          dict(hybrid=True, timeout=2.0)])                                          # FSDP1 HYBRID_SHARD, 2 x 1
-STEPS = 20
-
-
 @pytest.fixture(scope="module")
-def job():
-    t0 = time.perf_counter()
-    res = launch(G.guard_job, JOB, STEPS, quiet=True, timeout=300)
-    print(f"{len(JOB)} guard cases and {STEPS} steps on 2 ranks in {time.perf_counter() - t0:.1f} s")
+def job(launched):
+    res = launched[1]
     return [[r["cases"][i] for r in res] for i in range(len(JOB))], [r["keys"] for r in res]
 
 
