@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse, os, tempfile
 
-from lora_fsdp_kit.export import _wrap, measure_save, measure_stream, plot_streams
+from lora_fsdp_kit.measure import measure_save, measure_stream, plot_streams
+from lora_fsdp_kit.wrap import WrapConfig
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.models import add_lora, fmt_bytes, model_from_config, shipped_config
 
@@ -27,7 +28,7 @@ def rank_saves(folder:str, flavour:str, sizes:list)->list[dict]:
     for layers, hidden, r in sizes:
         pm = bench_model(layers, hidden, r)
         model_bytes = sum(p.numel() * p.element_size() for p in pm.parameters())
-        fm = _wrap(pm, flavour)
+        fm = WrapConfig(flavour=flavour, policy="peft").wrap(pm)
         path = os.path.join(folder, f"{flavour}-{layers}-{r}")
         first, second = measure_save(fm, path), measure_save(fm, path)
         out.append(dict(layers=layers, r=r, model_bytes=model_bytes, first=first, second=second))
@@ -35,7 +36,7 @@ def rank_saves(folder:str, flavour:str, sizes:list)->list[dict]:
 
 def rank_streams(flavour:str, layers:int, hidden:int, bucket_sizes:list)->list:
     "Rank function: the merged stream unbucketed, then at each bucket size."
-    fm = _wrap(bench_model(layers, hidden, 8), flavour)
+    fm = WrapConfig(flavour=flavour, policy="peft").wrap(bench_model(layers, hidden, 8))
     return [measure_stream(fm, b) for b in [None, *bucket_sizes]]
 
 if __name__ == "__main__":

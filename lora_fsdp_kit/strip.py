@@ -16,8 +16,7 @@ from .models import ModelSummary, summarize_model, submodule, _unwrap, fmt_bytes
 
 # %% auto #0
 __all__ = ['DEFAULT_STRIP_MODULES', 'STRIP_ATTRIBUTES', 'strip_names_for', 'time_bound', 'RemovedModule', 'StripReport',
-           'strip_submodules', 'route_forward', 'strip_lora_fsdp_rank', 'text_config', 'LoraDtypeReport',
-           'align_lora_dtype', 'fsdp1_dtype_rank']
+           'strip_submodules', 'route_forward', 'text_config', 'LoraDtypeReport', 'align_lora_dtype']
 
 # %% ../nbs/07_strip.ipynb #5049bf0f
 DEFAULT_STRIP_MODULES: dict[str, tuple[str, ...]] = {   # class name -> sub-modules that thinker training does not use
@@ -211,55 +210,6 @@ def _layer_classes(model:nn.Module)->set[type]:
     for m in model.modules(): names |= set(getattr(m, "_no_split_modules", None) or [])
     return {type(m) for m in model.modules() if type(m).__name__ in names}
 
-def strip_lora_fsdp_rank(model_names:tuple[str, ...]=("qwen3_omni", "qwen2_5_omni"),  # tiny multi-stage models
-                         flavours:tuple[str, ...]=("fsdp1", "fsdp2"),  # which FSDP flavours to run, in turn
-                        )->dict:   # per model and flavour: loss and LoRA gradient norm², sharded and unsharded
-    "On each rank: strip, LoRA on the thinker, wrap with FSDP, one forward/backward; compare with the unsharded model."
-    import functools, torch.distributed as dist
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, fully_shard
-    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
-    from torch.distributed.device_mesh import init_device_mesh
-    from lora_fsdp_kit.models import tiny_model, add_lora
-    world = dist.get_world_size()
-    ids = torch.randint(0, 400, (2, 9), generator=torch.Generator().manual_seed(0))
-    def fresh(name):
-        m = tiny_model(name); rep = strip_submodules(m)
-        return route_forward(add_lora(m, modules="thinker")), rep
-    def lora_grad_sq(model, sharded):
-        "Sum of squared LoRA gradients over the whole model (each rank holds a shard of them when sharded)."
-        s = torch.zeros(())
-        for n, p in model.named_parameters():
-            if "lora_" in n and p.grad is not None:
-                g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-                s += g.float().pow(2).sum()
-        if sharded: dist.all_reduce(s)
-        return s.item()
-    results = {}
-    for name in model_names:
-        ref_model, rep = fresh(name)
-        ref_loss = ref_model(input_ids=ids, labels=ids).loss
-        ref_loss.backward()
-        ref, ref_g = ref_loss.item(), lora_grad_sq(ref_model, False)
-        out = results[name] = dict(removed=rep.removed_names, params_after=rep.after.params)
-        for fl in flavours:
-            model, _ = fresh(name)
-            if fl == "fsdp1":
-                policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=_layer_classes(model))
-                wrapped = FSDP(model, auto_wrap_policy=policy, device_id=torch.device("cpu"), use_orig_params=True)
-                units = sum(isinstance(x, FSDP) for x in wrapped.modules())
-            elif fl == "fsdp2":
-                mesh = init_device_mesh("cpu", (world,))
-                layer_cls = tuple(_layer_classes(model))
-                layers = [x for x in model.modules() if isinstance(x, layer_cls)]
-                for x in reversed(layers): fully_shard(x, mesh=mesh)   # children first: the tower holds its layers
-                wrapped = fully_shard(model, mesh=mesh); units = len(layers) + 1
-            else: raise ValueError(f"unknown flavour {fl!r}: use 'fsdp1' or 'fsdp2'")
-            loss = wrapped(input_ids=ids, labels=ids).loss
-            loss.backward()
-            out[fl] = dict(loss=loss.item(), ref_loss=ref, units=units, lora_grad_sq=lora_grad_sq(wrapped, True),
-                           ref_lora_grad_sq=ref_g)
-            del wrapped, model
-    return results
 
 # %% ../nbs/07_strip.ipynb #20e58e01
 def text_config(config_or_model:Any,   # a config, a transformers model, or a peft model
@@ -353,27 +303,3 @@ def align_lora_dtype(model:nn.Module,                       # a peft model (real
         if p.grad is not None: p.grad = p.grad.to(w)
     target = "base" if dtype is None else str(dtype).removeprefix("torch.")
     return LoraDtypeReport(casts, unchanged, target, len(groups), pol)
-
-# %% ../nbs/07_strip.ipynb #16d67b74
-def fsdp1_dtype_rank()->dict:
-    "On each rank: wrap a bf16 tiny Llama with fp32 LoRA in FSDP1, before and after `align_lora_dtype`; record it."
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from lora_fsdp_kit.models import tiny_model, add_lora
-    from lora_fsdp_kit.plan import lora_wrap_policy, layer_wrap_policy
-    ids = torch.randint(0, 400, (2, 9), generator=torch.Generator().manual_seed(0))
-    cases = {"layer, use_orig_params=True": ("layer", True), "layer, use_orig_params=False": ("layer", False),
-             "lora leaves | layer, use_orig_params=False": ("lora", False)}
-    out = {}
-    for case, (pol, uop) in cases.items():
-        for when in ("before", "after"):
-            model = add_lora(tiny_model("llama", dtype=torch.bfloat16))
-            policy = layer_wrap_policy(model) if pol == "layer" else lora_wrap_policy(model)
-            if when == "after": align_lora_dtype(model, policy=policy)
-            try:
-                wrapped = FSDP(model, auto_wrap_policy=policy, device_id=torch.device("cpu"), use_orig_params=uop)
-                loss = wrapped(input_ids=ids, labels=ids).loss
-                loss.backward()
-                out[(case, when)] = f"ok: loss {loss.item():.4f}"
-            except (ValueError, RuntimeError) as e:
-                out[(case, when)] = f"refused: {str(e).splitlines()[0]}"
-    return out

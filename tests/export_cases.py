@@ -14,6 +14,8 @@ import lora_fsdp_kit.export as E
 from lora_fsdp_kit import plan as P
 from lora_fsdp_kit.gather import gather_lora, iter_merged_weights
 from lora_fsdp_kit.memory import AllGatherCounter
+from lora_fsdp_kit.measure import measure_save, measure_stream
+from lora_fsdp_kit.testing import train_steps
 from lora_fsdp_kit.models import tiny_model
 
 # (name, FSDP flavour, policy, use_orig_params, second adapter?)
@@ -87,8 +89,8 @@ def one(folder:str, setting:str)->dict:
     two = SETTINGS[setting][3]
     d = Path(folder)/setting
     fm = wrap(build(setting), setting)
-    res["losses"] = E.train_steps(fm, 3)
-    res["save"] = E.measure_save(fm, d/"adapter")
+    res["losses"] = train_steps(fm, 3)
+    res["save"] = measure_save(fm, d/"adapter")
     if two: E.save_lora(fm, d/SECOND, adapter_name=SECOND)
     # an independent reference: torch's own full state dict of the sharded model, in an unwrapped copy
     full = torch_full_state(fm, setting)
@@ -111,7 +113,7 @@ def one(folder:str, setting:str)->dict:
     res["load_equal"] = _equal(gather_lora(fresh, progress=False), trained)
     if two: res["second_load_equal"] = _equal(gather_lora(fresh, progress=False, adapter_name=SECOND),
                                               gather_lora(fm, progress=False, adapter_name=SECOND))
-    res["next"] = (E.train_steps(fm, 2, start=3), E.train_steps(fresh, 2, start=3))
+    res["next"] = (train_steps(fm, 2, start=3), train_steps(fresh, 2, start=3))
     # rank0_only buckets: rank 0 gets every tensor, the others take part and get none
     b0 = list(E.iter_lora_buckets(fm, bucket_bytes=1536, rank0_only=True))
     now = gather_lora(fm, progress=False)
@@ -132,8 +134,8 @@ def one(folder:str, setting:str)->dict:
     res["merged_concat_equal"] = [k for b in mb for k, _ in b] == [k for k, _ in ms] and \
         all(torch.equal(a, b) for (_, a), (_, b) in zip([kv for b in mb for kv in b], ms))
     del mb, ms
-    res["streams"] = [E.measure_stream(fm, b) for b in (None, 65_536, 262_144)]
-    res["lora_stream"] = E.measure_stream(fm, 1536, what="lora")
+    res["streams"] = [measure_stream(fm, b) for b in (None, 65_536, 262_144)]
+    res["lora_stream"] = measure_stream(fm, 1536, what="lora")
     # interrupted saves: rank 1 fails right after the gather while rank 0 writes; rank 0's disk fills up
     before = _files(d/"adapter")
     real = E._lora_state_dict

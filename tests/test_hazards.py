@@ -2,13 +2,20 @@
 LoRA after one SGD step): the plan's error findings fire exactly on the wrappings that really train wrong, mismatch or
 hang, and not on those that run right; the collective-order guard raises on every rank exactly where the ranks part
 and passes the correct runs (identical-data MoE included); a hang is killed at the launcher's timeout and the rank
-status names the unit where the ranks parted."""
-import os, tempfile, time
+status names the unit where the ranks parted. The guard runs a whole job (issue 19, item 6): it waits for a slow
+rank as long as the FSDP group would and past that names it slow on every rank; a fault injected on either rank
+(before the first collective, between collectives, in the guard's own store write) raises on every rank within
+10 s naming the rank and the cause; it guards the FSDP group only (ranks 0-1 of 3, hybrid meshes); its store keys
+do not grow with steps. Rank functions: `hazard_guard_cases.py`."""
+import os, sys, tempfile, time
 
 import pytest
 
-from lora_fsdp_kit import hazards as H
+from lora_fsdp_kit import hazards as H, testing as T
 from lora_fsdp_kit.launch import launch, LaunchError
+
+sys.path.insert(0, os.path.dirname(__file__))
+import hazard_guard_cases as G  # noqa: E402
 
 L1 = dict(policy="lora", use_orig_params=True)            # LoRA leaves as FSDP1 units (peft's preset)
 LAYER = dict(policy="layer", use_orig_params=True)        # decoder layers (blocks) as FSDP1 units
@@ -37,17 +44,35 @@ GUARDED = [   # (case, the guard raises)
 ]
 
 
+# --- A guard that can run a whole job (issue 19, item 6): slow ranks, faults, subgroups, hybrid meshes, the store ---
+SLOW = 1.5   # seconds a slow rank sleeps (the issue's 8 s, scaled); the FSDP group's timeout is 4 s
+JOB = ([dict(fault="slow", on=1, delay=SLOW)]                                       # within the group's timeout
+       + [dict(fault="slow", on=q, delay=SLOW, timeout=0.5) for q in (0, 1)]        # past the guard's timeout
+       + [dict(fault=f, on=q, timeout=2.0) for f in ("before", "between", "write") for q in (0, 1)]
+       + [dict(spec=G.F2_LAYER, same=False, hybrid=True, timeout=2.0),              # FSDP2, 2 replicas x 1 shard
+          dict(hybrid=True, timeout=2.0)])                                          # FSDP1 HYBRID_SHARD, 2 x 1
+STEPS = 10
+
+
 @pytest.fixture(scope="module")
-def runs():
+def launched():
+    "One launch for the file's 2-rank cases: the hazard cases, the guard's job cases, its store keys over steps."
     cases = [c for c, _ in CASES + GUARDED]
     t0 = time.perf_counter()
-    res = launch(H.hazard_cases, cases, quiet=True, timeout=400)
-    print(f"{len(cases)} hazard cases on 2 ranks in {time.perf_counter() - t0:.1f} s")
+    res = launch(G.guard_job, JOB, STEPS, hazard=cases, quiet=True, timeout=400)
+    print(f"{len(cases)} hazard cases, {len(JOB)} guard cases and {STEPS} guarded steps on 2 ranks in "
+          f"{time.perf_counter() - t0:.1f} s")
+    return cases, res
+
+
+@pytest.fixture(scope="module")
+def runs(launched):
+    cases, res = launched
     refs = {}
     for c in cases:
         k = (c["name"], c.get("same", False))
-        if k not in refs and c["name"] != "branch_drop": refs[k] = H.hazard_reference(*k[:1], same=k[1])
-    return cases, [[r[i] for r in res] for i in range(len(cases))], refs
+        if k not in refs and c["name"] != "branch_drop": refs[k] = T.hazard_reference(*k[:1], same=k[1])
+    return cases, [[r["hazard"][i] for r in res] for i in range(len(cases))], refs
 
 
 def _label(c): return f"{c['name']} {c['spec']} same={c.get('same', False)} guard={c.get('guard', False)}"
@@ -56,7 +81,7 @@ def _label(c): return f"{c['name']} {c['spec']} same={c.get('same', False)} guar
 def test_real_outcomes(runs):
     cases, ranks, refs = runs
     for (c, want), rk in zip(CASES, ranks):
-        assert H.hazard_outcome(rk, refs[(c["name"], c.get("same", False))]) == want, _label(c)
+        assert T.hazard_outcome(rk, refs[(c["name"], c.get("same", False))]) == want, _label(c)
 
 
 def test_finding_fires_exactly_where_the_run_goes_wrong(runs):
@@ -78,7 +103,7 @@ def test_guard_raises_on_every_rank_where_ranks_part(runs):
         errs = [r["error"] for r in rk]
         if not raises:
             assert errs == [None, None], (_label(c), errs)
-            assert H.hazard_outcome(rk, refs[(c["name"], c.get("same", False))]) == RIGHT, _label(c)
+            assert T.hazard_outcome(rk, refs[(c["name"], c.get("same", False))]) == RIGHT, _label(c)
             continue
         assert all(e and e.startswith("CollectiveOrderError: step 0: ranks part at FSDP collective #") for e in errs), errs
         assert errs[0] == errs[1], errs                                     # the same divergence named on both
@@ -109,8 +134,78 @@ def test_hang_is_killed_at_the_timeout_and_the_status_names_the_unit(monkeypatch
     monkeypatch.setenv(H.STATUS_ENV, status)   # the launcher may set its own; then its message carries the text
     t0 = time.perf_counter()
     with pytest.raises(LaunchError) as e:
-        launch(H.hazard_case, "branch_drop", LAYER, guard="record", wait=600, quiet=True, timeout=20)
+        launch(T.hazard_case, "branch_drop", LAYER, guard="record", wait=600, quiet=True, timeout=20)
     assert time.perf_counter() - t0 < 90   # the timeout counts from when every rank has joined
     text = str(e.value) + "".join(open(os.path.join(status, f)).read() for f in os.listdir(status))
     assert "did not finish within 20" in str(e.value) or "timed out" in str(e.value).lower(), str(e.value)
     assert "all_gather base_model.model.blocks.1" in text, text
+
+
+@pytest.fixture(scope="module")
+def job(launched):
+    res = launched[1]
+    return [[r["cases"][i] for r in res] for i in range(len(JOB))], [r["keys"] for r in res]
+
+
+def _by(job, **kw):
+    "The ranks' results of the first case of JOB with these settings."
+    dflt = dict(spec=G.LAYER)
+    return next(rk for c, rk in zip(JOB, job[0]) if all(c.get(k, dflt.get(k)) == v for k, v in kw.items()))
+
+
+def test_slow_rank_is_waited_for_as_long_as_its_group_would(job):
+    rk = _by(job, fault="slow", timeout=None)
+    assert [r["error"] for r in rk] == [None, None] and [r["wait_s"] for r in rk] == [4.0, 4.0], rk
+    assert rk[0]["seconds"] > SLOW - 0.2 and rk[0]["events"] == rk[1]["events"]
+
+
+def test_slow_rank_past_the_timeout_is_named_slow_on_every_rank(job):
+    for q in (0, 1):
+        rk = _by(job, fault="slow", on=q, timeout=0.5)
+        for r in rk:
+            assert r["error"].startswith(f"SlowRankError: step 0: rank {q} did not reach FSDP collective #0 within "
+                                         f"0.5 s (rank {1 - q} stopped waiting)"), r["error"]
+            assert "not a divergent one" in r["error"] and r["seconds"] < 10, r
+        assert rk[1 - q]["seconds"] < SLOW - 0.3   # the waiting rank raised at its timeout, not after the slow one
+        assert rk[0]["error"] == rk[1]["error"]
+
+
+@pytest.mark.parametrize("fault", ["before", "between", "write"])
+def test_a_fault_on_one_rank_raises_on_every_rank_naming_it(job, fault):
+    for q in (0, 1):
+        rk = _by(job, fault=fault, on=q)
+        mine, other = rk[q]["error"], rk[1 - q]["error"]
+        assert all(r["seconds"] < 10 for r in rk), rk
+        cause = "DistStoreError: injected" if fault == "write" else f"ValueError: injected {fault}"
+        assert (mine.startswith(f"GuardError: step 0: rank {q}'s guard failed") if fault == "write"
+                else mine.startswith("ValueError: injected")), mine
+        assert other.startswith("PeerStoppedError: step 0: before FSDP collective #") and f"rank {q} stopped" in other
+        assert cause in other, other
+        i = int(other.split("#")[1].split(",")[0])
+        assert len(rk[1 - q]["events"]) == i + 1 and len(rk[q]["events"]) == i + (fault == "write"), (i, rk)
+
+
+def test_guard_on_hybrid_meshes(job):
+    f2, f1 = _by(job, hybrid=True, spec=G.F2_LAYER), _by(job, hybrid=True, spec=G.LAYER)
+    assert all(r["error"].startswith("CollectiveOrderError: step 0: ranks part at") for r in f2), f2
+    assert f2[0]["error"] == f2[1]["error"]
+    assert [r["error"] for r in f1] == [None, None] and f1[0]["events"] == f1[1]["events"], f1
+
+
+def test_store_keys_stay_bounded(job):
+    keys = job[1]
+    assert keys[0]["keys"][0] == keys[0]["keys"][1], keys[0]   # not one key more after STEPS more steps
+    assert keys[0]["collectives_per_step"] > 5
+
+
+def test_guard_works_on_a_subgroup_and_a_hybrid_mesh_of_it():
+    "FSDP on ranks 0-1 of 3: the guard compares those two only; rank 2 runs no FSDP at all."
+    sub = dict(ranks=[0, 1], timeout=2.0)
+    cases = [dict(sub, same=False), dict(sub, spec=G.F2_LAYER, same=False), dict(sub, spec=G.F2_LAYER, hybrid=True)]
+    res = launch(G.guard_job, cases, 0, nprocs=3, quiet=True, timeout=200)
+    right, parted, hybrid = [[r["cases"][i] for r in res] for i in range(len(cases))]
+    assert [r["member"] for r in right] == [True, True, False]
+    assert [r["error"] for r in right] == [None, None, None] and right[0]["events"] == right[1]["events"], right
+    assert [r["error"] for r in hybrid] == [None, None, None], hybrid
+    assert all(r["error"].startswith("CollectiveOrderError: step 0: ranks part") for r in parted[:2]), parted
+    assert "rank 2" not in parted[0]["error"] and parted[2]["error"] is None

@@ -1,0 +1,125 @@
+"""Rank-side cases for the collective-order guard's job-scale tests (tests/test_hazards.py, bench/hazards.py): a slow
+rank, a fault injected on one rank (before the first collective, between collectives, in the guard's own store
+write), FSDP on a subgroup of the job and on hybrid meshes, and the guard's keys in the store over many steps."""
+from __future__ import annotations
+
+import datetime, time, warnings
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import ShardingStrategy
+
+from lora_fsdp_kit import hazards as H, plan as P, testing as T
+
+LAYER = dict(policy="layer", use_orig_params=True)       # decoder layers (blocks) as FSDP1 units: right, and guardable
+F2_LAYER = dict(flavour="fsdp2", targets="**.blocks.*")  # FSDP2 layer groups: divergent with different data
+
+
+class FailingStore:
+    "The default store, except that the guard's first write (`set` or `compare_set`) raises."
+    def __init__(self, store): self.store, self.armed = store, True
+    def __getattr__(self, name): return getattr(self.store, name)
+    def _write(self, name, *a):
+        if self.armed:
+            self.armed = False
+            raise dist.DistStoreError("injected: the store refused the write")
+        return getattr(self.store, name)(*a)
+    def set(self, *a): return self._write("set", *a)
+    def compare_set(self, *a): return self._write("compare_set", *a)
+
+
+def _wrap(name:str, spec:dict, ranks:list[int], pg, hybrid:bool):
+    "The hazard model `name` wrapped as `spec` on `ranks` (a 2-D mesh, replicas × 1, when `hybrid`)."
+    model = T.HAZARD_MODELS[name]()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if hybrid:   # every rank of the job builds the mesh (its groups are new groups of the whole job)
+            mesh = DeviceMesh("cpu", torch.tensor(ranks).view(-1, 1), mesh_dim_names=("replicate", "shard"))
+            if dist.get_rank() not in ranks: return None
+            if spec.get("flavour") == "fsdp2": return P.wrap_from_spec(model, spec, mesh=mesh)
+            return P.wrap_from_spec(model, spec, device_mesh=mesh, sharding_strategy=ShardingStrategy.HYBRID_SHARD)
+        if dist.get_rank() not in ranks: return None
+        kw = dict(mesh=DeviceMesh.from_group(pg, "cpu")) if spec.get("flavour") == "fsdp2" else dict(process_group=pg)
+        return P.wrap_from_spec(model, spec, **kw)
+
+
+def guard_case(name:str="branch",        # a hazard model of `testing` ("branch", "switch")
+               spec:dict=LAYER,          # its wrapping
+               same:bool=True,           # every rank gets rank 0's batch (else its own: diverges on divergent wrappings)
+               fault:str|None=None,      # None, "slow", "before", "between" or "write"
+               on:int=1,                 # the rank the fault is injected on
+               delay:float=0.0,          # "slow": seconds that rank sleeps before its forward
+               timeout:float|None=None,  # the guard's timeout (None: the FSDP group's)
+               ranks:list[int]|None=None,# the FSDP group's ranks (default: all)
+               hybrid:bool=False,        # a 2-D mesh (replicas × 1) over `ranks`
+               pg_timeout:float=4.0,     # the FSDP group's timeout
+              )->dict:
+    "Inside a rank: one guarded forward+backward; the error each rank raised and the seconds until it did."
+    rank = dist.get_rank()
+    dist.barrier()   # a rank still failing out of the previous case is waited for
+    ranks = ranks or list(range(dist.get_world_size()))
+    pg = dist.new_group(ranks, timeout=datetime.timedelta(seconds=pg_timeout))   # every rank of the job calls it
+    res = dict(rank=rank, member=rank in ranks, error=None, seconds=None, events=[], wait_s=None)
+    model = _wrap(name, spec, ranks, pg, hybrid)
+    if model is None: return res
+    ids = T.hazard_batch("branch" if name.startswith("branch") else name, rank, same)
+    hit = fault is not None and rank == on
+    g = H.check_collective_order(model, timeout=timeout)
+    t0 = time.perf_counter()
+    try:
+        with g:
+            if hit and fault == "write": g.store = FailingStore(g.store)
+            if hit and fault == "slow": time.sleep(delay)
+            if hit and fault == "before": raise ValueError("injected before the first collective")
+            if hit and fault == "between":   # after the all-gathers of the root and the first two blocks
+                block = [m for m in model.modules() if type(m).__name__ == "BranchBlock"][1]
+                block.register_forward_pre_hook(lambda *a: (_ for _ in ()).throw(ValueError("injected between "
+                                                                                             "collectives")))
+            T.hazard_loss(model, name, ids).backward()
+    except Exception as e: res["error"] = f"{type(e).__name__}: {e}"[:900]
+    res.update(seconds=time.perf_counter() - t0, events=[e.key() for e in g.events], wait_s=getattr(g, "wait_s", None))
+    return res
+
+
+def guard_cases(cases:list[dict])->list[dict]:
+    "Inside a rank: `guard_case(**c)` for each case, in order (one launch for many cases)."
+    return [guard_case(**c) for c in cases]
+
+
+def guard_store_keys(steps:int=20,          # guarded steps after the first
+                     name:str="branch",     # a hazard model of `testing`
+                     spec:dict=LAYER,       # its wrapping
+                     rounds:int=200,        # store rounds timed for the per-collective cost
+                    )->dict:
+    "Inside a rank: the store's key count after the first guarded step and after `steps` more; one round's cost."
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = P.wrap_from_spec(T.HAZARD_MODELS[name](), spec)
+    ids = T.hazard_batch("branch" if name.startswith("branch") else name, 0, True)
+    store = dist.distributed_c10d._get_default_store()
+    keys, n, t0 = [], 0, time.perf_counter()
+    for i in range(steps + 1):
+        with H.check_collective_order(model, step=i) as g: T.hazard_loss(model, name, ids).backward()
+        n += len(g.events) + 1
+        dist.barrier()   # every rank is past its step (gloo's barrier uses no store keys)
+        if i in (0, steps): keys.append(store.num_keys())
+        dist.barrier()
+    run_s = time.perf_counter() - t0
+    # the guard's own cost per collective: one round of agreeing (write, wait, read, delete) with nothing else
+    g = H.check_collective_order(model, step=-1)
+    g.__enter__(); g._unpatch_fsdp()
+    dist.barrier(); t0 = time.perf_counter()
+    for i in range(rounds): g._agree(i, "x")
+    round_ms = (time.perf_counter() - t0) / rounds * 1e3
+    return dict(keys=keys, steps=steps, collectives_per_step=len(g.events) or n // (steps + 1), run_s=run_s,
+                round_ms=round_ms)
+
+
+def guard_job(cases:list[dict],           # `guard_case` keyword sets
+              steps:int=20,               # `guard_store_keys` steps (0: none)
+              hazard:list[dict]|None=None,# `testing.hazard_case` keyword sets, run first (one launch for the file)
+             )->dict:
+    "Inside a rank: the hazard cases, the guard cases, then the store's keys over `steps` guarded steps."
+    return dict(hazard=T.hazard_cases(hazard) if hazard else None, cases=guard_cases(cases),
+                keys=guard_store_keys(steps) if steps else None)
