@@ -121,13 +121,15 @@ KIT_INTERNALS: dict[str, Internal] = {i.path: i for i in [
              attrs=("_module_info", "_orig_size", "sharded_param", "padded_sharded_param_size",
                     "all_gather_outputs", "_unsharded_param", "fsdp_placement", "mesh_info")),
     Internal(f"{_T}.fsdp._fully_shard._fsdp_common:FSDPMeshInfo", _FSDP2_GATHER,
-             attrs=("shard_mesh_size", "shard_mesh_rank", "shard_process_group")),
-    Internal(f"{_T}.tensor:DTensor", "gathering LoRA DTensors (strategy 'lora_only')", attrs=("full_tensor",)),
+             attrs=("shard_mesh_size", "shard_mesh_rank", "shard_process_group", "mesh")),
+    Internal(f"{_T}.tensor:DTensor", "gathering LoRA DTensors (strategy 'lora_only'); the master shard (sharded)",
+             attrs=("full_tensor", "_local_tensor")),
     Internal(f"{_T}.device_mesh:init_device_mesh", "FSDP2 wrapping (plan.wrap_fsdp2, strip)",
              params=("device_type", "mesh_shape")),
     # FSDP1 internals
     Internal(f"{_T}.fsdp:FullyShardedDataParallel", _FSDP1_GATHER, attrs=("_handle", "summon_full_params")),
-    Internal(f"{_T}.fsdp._flat_param:FlatParamHandle", _FSDP1_GATHER, attrs=("flat_param", "uses_sharded_strategy")),
+    Internal(f"{_T}.fsdp._flat_param:FlatParamHandle", _FSDP1_GATHER,
+             attrs=("flat_param", "uses_sharded_strategy", "world_size", "rank", "process_group")),
     Internal(f"{_T}.fsdp._flat_param:FlatParameter", _FSDP1_GATHER + ", memory.MemoryMeter",
              attrs=("_param_infos", "_shapes", "_fqns", "_padded_unsharded_size", "_unpadded_unsharded_size",
                     "_shard_param_infos", "_shared_param_infos", "_local_shard", "_numels_with_padding",
@@ -236,12 +238,16 @@ def internal(path:str,                   # "package.module:Name" of a private ob
     return LazyInternal(spec)
 
 # %% ../nbs/91_doctor.ipynb #a83a2ff5
+_REQUIRED: set[str] = set()   # internals checked in this process: a check parses torch's sources, so once is enough
+
 def require(*paths:str)->None:
-    "Check (import) each registered internal now: the first missing or changed one raises the doctor's message."
+    "Check (import) each registered internal, once per process; a missing or changed one raises the doctor's line."
     for p in paths:
+        if p in _REQUIRED: continue
         if p not in KIT_INTERNALS:
             raise ValueError(f"{p!r} is not in KIT_INTERNALS; register it with internal(..., feature=)")
         KIT_INTERNALS[p].load()
+        _REQUIRED.add(p)
 
 # %% ../nbs/91_doctor.ipynb #e278f4f6
 PACKAGES = ("torch", "transformers", "peft", "accelerate", "torch_npu")

@@ -1,0 +1,149 @@
+"""Rank-side cases for `tests/test_gather_sharded.py`: FSDP2 sharded on dim 1 (gather, save, load against peft), the
+master weights after forwards that leave units unsharded (bf16 mixed precision), no Hugging Face Hub look-up, and what
+a second gather costs (no module walk, no source parsing; the view rebuilt only when the wrapping changes)."""
+from __future__ import annotations
+
+import copy, inspect, os, tempfile, traceback
+from collections import Counter
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from peft import get_peft_model_state_dict
+
+from lora_fsdp_kit.gather import gather_lora
+from lora_fsdp_kit.sharded import sharded_view
+from lora_fsdp_kit.testing import case_model, case_wrap, peft_reference, train_steps
+
+def _equal(a:dict, b:dict)->bool: return list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in b)
+
+def _layers(pm:nn.Module)->list[nn.Module]: return list(pm.base_model.model.model.layers)
+
+def wrap_fsdp2(pm:nn.Module, *, dim1:bool=False, root_only:bool=False, **kw)->nn.Module:
+    "fully_shard on each decoder layer (unless `root_only`), then the root; `dim1`: Shard(1) wherever torch accepts it."
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Shard
+    w = dist.get_world_size()
+    if dim1: kw["shard_placement_fn"] = lambda p: Shard(1) if p.ndim == 2 and p.shape[1] % w == 0 else None
+    for layer in ([] if root_only else _layers(pm)): fully_shard(layer, **kw)
+    fully_shard(pm, **kw)
+    return pm
+
+def _shared_dir()->Path:
+    "One temporary folder, the same path on every rank (rank 0 makes it)."
+    box = [tempfile.mkdtemp(prefix="kit-gather-") if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box)
+    return Path(box[0])
+
+def dim1_case()->dict:
+    "FSDP2 with LoRA sharded on dim 1: gather before/after training, save and load, against peft on an unwrapped copy."
+    from safetensors.torch import load_file
+    from lora_fsdp_kit.export import load_lora, save_lora
+    pm = case_model("llama")
+    pristine, copy_ = get_peft_model_state_dict(pm), copy.deepcopy(pm)
+    fm = wrap_fsdp2(pm, dim1=True)
+    view = sharded_view(fm)
+    lora_dims = sorted({p.layout.dim for n, p in view.by_name.items() if ".lora_" in n})
+    res = dict(lora_dims=lora_dims, before_equal=_equal(gather_lora(fm), pristine))
+    train_steps(fm, 2)
+    ref, _ = peft_reference(fm, copy_)
+    res["after_equal"] = _equal(gather_lora(fm), ref)
+    res["changed"] = any(not torch.equal(ref[k], pristine[k]) for k in ref)
+    folder = _shared_dir()/"adapter"
+    save_lora(fm, folder)
+    if dist.get_rank() == 0:
+        saved = load_file(str(folder/"adapter_model.safetensors"))
+        res["saved_equal"] = set(saved) == set(ref) and all(torch.equal(saved[k], ref[k]) for k in ref)
+    fresh = wrap_fsdp2(case_model("llama"), dim1=True)   # pristine LoRA values, the same dim-1 sharding
+    res["loaded"] = load_lora(fresh, folder)
+    res["load_equal"] = _equal(gather_lora(fresh), ref)
+    dist.barrier()
+    return res
+
+def master_case(*, root_only:bool=False, reshard_after_forward=False, bf16:bool=True)->dict:
+    "After a training step and an eval forward that leaves units unsharded: gather, save = the sharded master weights."
+    from safetensors.torch import load_file
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy
+    from lora_fsdp_kit.export import save_lora
+    kw = {} if reshard_after_forward is None else dict(reshard_after_forward=reshard_after_forward)   # None: torch's
+    if bf16: kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    fm = wrap_fsdp2(case_model("llama"), root_only=root_only, **kw)
+    train_steps(fm, 1)
+    with torch.no_grad(): fm(input_ids=torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(5)))
+    from torch.distributed.tensor import DTensor
+    view = sharded_view(fm)   # units whose module holds a plain (unsharded) tensor now, not its sharded DTensor
+    left = sum(1 for u in view.units if u.params and not isinstance(getattr(u.params[0].module, u.params[0].attr),
+                                                                     DTensor))
+    got = gather_lora(fm)
+    folder = _shared_dir()/"adapter"
+    save_lora(fm, folder)
+    for m in fm.modules():
+        if isinstance(m, FSDPModule): m.reshard()   # every unit sharded: what the module holds is the master now
+    want = gather_lora(fm)
+    res = dict(unsharded_units=left, dtypes=sorted({str(t.dtype) for t in got.values()}), equal=_equal(got, want))
+    if dist.get_rank() == 0:
+        saved = load_file(str(folder/"adapter_model.safetensors"))
+        res["saved_equal"] = set(saved) == set(want) and all(torch.equal(saved[k], want[k]) for k in want)
+    dist.barrier()
+    return res
+
+def offline_case()->dict:
+    "A config naming a Hub id, HF_HUB_OFFLINE=1: gather, save and load ask nothing; peft itself would (the control)."
+    import peft.utils.save_and_load as S
+    from lora_fsdp_kit.export import load_lora, save_lora
+    calls, orig = [], S.check_file_exists_on_hf_hub
+    S.check_file_exists_on_hf_hub = lambda *a, **k: calls.append(a) or orig(*a, **k)
+    try:
+        pm = case_model("llama")
+        for cfg in pm.peft_config.values(): cfg.base_model_name_or_path = "kit-test-org/no-such-model"
+        copy_ = copy.deepcopy(pm)
+        fm = case_wrap(pm, "layer", "fsdp2")
+        got = [gather_lora(fm) for _ in range(3)]
+        folder = _shared_dir()/"adapter"
+        save_lora(fm, folder); load_lora(fm, folder)
+        kit = len(calls)
+        ref = get_peft_model_state_dict(copy_)   # peft's own helper, "auto": it looks the base model up
+        return dict(kit_lookups=kit, peft_lookups=len(calls) - kit, equal=all(_equal(g, ref) for g in got),
+                    offline=os.environ.get("HF_HUB_OFFLINE"))
+    finally: S.check_file_exists_on_hf_hub = orig
+
+def second_call_case(setting:str, policy:str)->dict:
+    "Count module walks and source parsing during a second gather of the same model."
+    fm = case_wrap(case_model("llama"), policy, setting)
+    first = gather_lora(fm)
+    counts, saved = Counter(), {}
+    def counting(owner, name):
+        f = getattr(owner, name); saved[(owner, name)] = f
+        def wrapper(*a, **k): counts[name] += 1; return f(*a, **k)
+        setattr(owner, name, wrapper)
+    for owner, name in ((nn.Module, "named_modules"), (nn.Module, "modules"), (inspect, "getsource"),
+                        (inspect, "getsourcelines")):
+        counting(owner, name)
+    try: second = gather_lora(fm)
+    finally:
+        for (owner, name), f in saved.items(): setattr(owner, name, f)
+    return dict(setting=setting, policy=policy, counts=dict(counts), equal=_equal(first, second))
+
+def rebuild_case()->dict:
+    "The cached view is the same object while the wrapping holds, and a new one once a unit's parameters change."
+    fm = case_wrap(case_model("llama"), "layer", "fsdp2")
+    v1 = sharded_view(fm)
+    same = sharded_view(fm) is v1
+    unit = next(u for u in v1.units if u.module is not None and u.params)
+    group = unit.key
+    kept = group.fsdp_params
+    group.fsdp_params = kept[:-1]          # as if the unit had been sharded again with other parameters
+    try: v2 = sharded_view(fm)
+    finally: group.fsdp_params = kept
+    v3 = sharded_view(fm)
+    fewer = len(v2.unit_of(unit.params[0].name).params) == len(unit.params) - 1
+    return dict(same=same, rebuilt=v2 is not v1, fewer=fewer, rebuilt_back=v3 is not v2 and sharded_view(fm) is v3)
+
+def run_all(cases:list[tuple[str, dict]])->list[dict]:
+    "Rank function: each (case function name, kwargs); an error is returned as text, never raised."
+    out = []
+    for name, kw in cases:
+        try: out.append({"case": name, **kw, **globals()[name](**kw)})
+        except Exception: out.append(dict(case=name, **kw, error=traceback.format_exc()))
+    return out

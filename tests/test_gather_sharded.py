@@ -1,0 +1,64 @@
+"""On 2 gloo ranks: FSDP2 sharded on dim 1 (`shard_placement_fn`) gathers, saves and loads peft's adapter state dict of
+the unwrapped model bit for bit; after an eval forward that leaves units unsharded (reshard_after_forward False or an
+int, LoRA in the root unit, bf16 mixed precision) gather and save return the fp32 master weights; with a config naming
+a Hub id and HF_HUB_OFFLINE=1 no gather, save or load looks anything up (peft's own helper does: the control); a second
+gather walks no modules and parses no source; the cached view is rebuilt exactly when the wrapping changes."""
+import os, sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # spawned ranks inherit sys.path
+import gather_sharded_cases as C
+from lora_fsdp_kit.launch import launch
+
+CASES = ([("dim1_case", {}), ("offline_case", {}), ("rebuild_case", {})]
+         + [("master_case", kw) for kw in (dict(), dict(root_only=True, reshard_after_forward=None),
+                                           dict(reshard_after_forward=1))]
+         + [("second_call_case", dict(setting=s, policy=p))
+            for s, p in (("fsdp1", "peft"), ("fsdp1-orig", "layer"), ("fsdp2", "layer"))])
+
+@pytest.fixture(scope="module")
+def rows():
+    os.environ["HF_HUB_OFFLINE"] = "1"   # the ranks inherit it
+    try: res = launch(C.run_all, CASES, nprocs=2, quiet=True, timeout=900)
+    finally: os.environ.pop("HF_HUB_OFFLINE", None)
+    out = [r for rank in res for r in rank]
+    errors = [r["error"] for r in out if "error" in r]
+    assert not errors, "\n".join(errors)
+    return out
+
+def of(rows, case): return [r for r in rows if r["case"] == case]
+
+def test_dim1_gather_save_load_equal_peft(rows):
+    for r in of(rows, "dim1_case"):
+        assert r["lora_dims"] == [1], r        # every LoRA tensor really sharded on dim 1
+        assert r["before_equal"] and r["after_equal"] and r["changed"] and r["load_equal"], r
+        assert r["loaded"] > 0
+        if "saved_equal" in r: assert r["saved_equal"], r
+
+def test_master_weights_after_eval_forward(rows):
+    got = of(rows, "master_case")
+    assert len(got) == 6
+    for r in got:
+        assert r["dtypes"] == ["torch.float32"], r   # not the bf16 compute copy
+        assert r["equal"], r
+        if "saved_equal" in r: assert r["saved_equal"], r
+    assert any(r["unsharded_units"] for r in got), got   # the forwards really left units unsharded
+
+def test_no_hub_lookup(rows):
+    for r in of(rows, "offline_case"):
+        assert r["offline"] == "1"
+        assert r["peft_lookups"] >= 1, r   # the counter sees peft's look-up: the test can fail
+        assert r["kit_lookups"] == 0, r
+        assert r["equal"], r
+
+def test_second_gather_walks_nothing(rows):
+    got = of(rows, "second_call_case")
+    assert len(got) == 6
+    for r in got:
+        assert r["equal"], r
+        assert r["counts"] == {}, r
+
+def test_view_rebuilt_when_wrapping_changes(rows):
+    for r in of(rows, "rebuild_case"):
+        assert r["same"] and r["rebuilt"] and r["fewer"] and r["rebuilt_back"], r
