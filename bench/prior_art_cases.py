@@ -7,7 +7,7 @@ as installed. Every case returns plain measurements (counts, bytes, error texts)
 """
 from __future__ import annotations
 
-import functools, json, os, tempfile, warnings
+import functools
 from collections import OrderedDict
 from contextlib import nullcontext
 from pathlib import Path
@@ -198,22 +198,23 @@ def layer_units(layers:int=BIG["layers"], hidden:int=BIG["hidden"])->dict:
 
 def nested_units()->dict:
     "A decoder-layer unit with an MLP unit nested inside (FSDP1, use_orig_params=True; tiny llama, LoRA r=4 on q/v)."
-    from lora_fsdp_kit.models import add_lora, tiny_model
-    pm = add_lora(tiny_model("llama"), r=4, alpha=8, target_modules=("q_proj", "v_proj"))
-    _randomize_lora_b(pm)
+    pm = _nested_model()
     ref = _reference(pm)
     layer, mlp = type(pm.base_model.model.model.layers[0]), type(pm.base_model.model.model.layers[0].mlp)
-    fm = _fsdp1(pm, functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={layer, mlp}), orig=True)
+    policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={layer, mlp})
+    fm = _fsdp1(pm, policy, orig=True)
     out = dict(wanted=len(ref), lora_bytes=_bytes(ref.values()), kit=_kit_gather(fm, ref))
     res, nb, calls = counted(verl_collect_lora_params, fm)
     out["prior"] = _ref_row(res, ref, nb, calls)
-    out["own_bytes"] = _unit_own_values(_fsdp1(_fresh_nested(), functools.partial(
-        transformer_auto_wrap_policy, transformer_layer_cls={layer, mlp}), orig=True))
+    out["own_bytes"] = _unit_own_values(_fsdp1(_nested_model(), policy, orig=True))   # fresh: no flag left set
     return out
 
-def _fresh_nested():
+def _nested_model():
+    "The tiny llama with LoRA r=4 on q/v, non-zero lora_B."
     from lora_fsdp_kit.models import add_lora, tiny_model
-    return add_lora(tiny_model("llama"), r=4, alpha=8, target_modules=("q_proj", "v_proj"))
+    pm = add_lora(tiny_model("llama"), r=4, alpha=8, target_modules=("q_proj", "v_proj"))
+    _randomize_lora_b(pm)
+    return pm
 
 def _randomize_lora_b(pm, seed:int=2):
     "Non-zero lora_B (peft starts it at zero), so that equal tensors mean something."
