@@ -18,8 +18,7 @@ import torch.distributed as dist
 
 from lora_fsdp_kit.gather import gather_engine
 from lora_fsdp_kit.launch import launch
-try: from lora_fsdp_kit.measure import GATHER_STRATEGIES, measure_gather, plot_gather   # where the meter moves to
-except ImportError: from lora_fsdp_kit.memory import GATHER_STRATEGIES, measure_gather, plot_gather
+from lora_fsdp_kit.measure import GATHER_STRATEGIES, measure_gather, plot_gather
 from lora_fsdp_kit.models import add_lora, fmt_bytes, model_from_config, shipped_config
 from lora_fsdp_kit import plan as P
 

@@ -104,8 +104,8 @@ class Internal:
 
 # %% ../nbs/91_doctor.ipynb #c7061f9e
 _T = "torch.distributed"
-_FSDP1_GATHER = "per-unit LoRA gather on FSDP1 (gather.gather_lora, memory.measure_gather)"
-_FSDP2_GATHER = "per-unit LoRA gather on FSDP2 (gather.gather_lora, memory.measure_gather)"
+_FSDP1_GATHER = "per-unit LoRA gather on FSDP1 (gather.gather_lora, measure.measure_gather)"
+_FSDP2_GATHER = "per-unit LoRA gather on FSDP2 (gather.gather_lora, measure.measure_gather)"
 _LOAD1 = "writing LoRA back into FSDP1 shards (export.load_lora)"
 _GUARD = "the collective-order guard (hazards.check_collective_order)"
 _PLAN1 = "FSDP1 unit planning from torch's own wrapping walk (plan.plan_fsdp1, plan.wrap_fsdp2_like)"

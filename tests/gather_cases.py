@@ -67,7 +67,7 @@ def bucketed(setting:str="fsdp1-orig")->dict:
 def profiles(sharding:str|None=None)->list[dict]:
     "measure_gather('packed') with the plan of the unwrapped model: measured vs predicted bytes and peak."
     from lora_fsdp_kit import plan as P
-    from lora_fsdp_kit.memory import measure_gather
+    from lora_fsdp_kit.measure import measure_gather
     import dataclasses
     out = []
     for setting, policy in (("fsdp1", "peft"), ("fsdp1-orig", "layer"), ("fsdp2", "layer")):
