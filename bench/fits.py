@@ -28,6 +28,9 @@ def thinker_config()->dict:
     from lora_fsdp_kit.models import shipped_config
     d = dict(shipped_config("qwen3_omni_default")["thinker_config"])
     d.update(architectures=["Qwen3OmniMoeThinkerForConditionalGeneration"], dtype="bfloat16")
+    # the shipped default text config names no head_dim: transformers derives hidden/heads (2048/28 = 73), while its
+    # rotary embedding is 74 wide, and a real text step fails (fits says so in one line); Qwen3-Omni's is 128
+    d["text_config"] = dict(d["text_config"], head_dim=d["text_config"].get("head_dim") or 128)
     return d
 
 def speed(name:str, cfg:dict, world:int, profile:bool)->dict:
