@@ -5,7 +5,7 @@ known to work before then. It detects the platform (`lora_fsdp_kit.platform.dete
 world size -- every visible device, and one device on its own -- launches that many ranks with the kit's launcher
 (NCCL on NVIDIA, HCCL on Ascend; on the CPU 2 gloo ranks, and `--worlds 2,1` adds a single rank). Each rank builds a
 narrow llama with LoRA on its device, wraps it with FSDP1 (LoRA leaves + decoder layers) and with FSDP2 (decoder
-layers), and gathers the LoRA weights with every strategy of `lora_fsdp_kit.memory.GATHER_STRATEGIES` through
+layers), and gathers the LoRA weights with every strategy of `lora_fsdp_kit.measure.GATHER_STRATEGIES` through
 `measure_gather`. Per unit it records the peak extra memory (the device allocator's `max_memory_allocated` on an
 accelerator; torch's MemTracker of tensor storages on the CPU), the bytes all-gathered and the time, beside what
 the plan predicted; per strategy also the allocator's reserved peak where the device reports one.
@@ -29,7 +29,7 @@ import argparse, json, os, sys, time
 import torch
 
 from lora_fsdp_kit.launch import launch
-from lora_fsdp_kit.memory import GATHER_STRATEGIES, measure_gather
+from lora_fsdp_kit.measure import GATHER_STRATEGIES, measure_gather
 from lora_fsdp_kit.models import add_lora, fmt_bytes, model_from_config, shipped_config
 from lora_fsdp_kit.platform import detect_platform, get_platform
 from lora_fsdp_kit import plan as P
