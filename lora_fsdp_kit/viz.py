@@ -382,9 +382,9 @@ def _pe_knobs_text(self:PlanExplorer)->str:
     c = self.config
     knobs = [f"model={self.source}", c.flavour, f"policy={c.policy}"]
     if c.flavour == "fsdp1":
-        knobs += [f"layer_cls={','.join(c.layer_cls or ()) or 'none'}", f"lora_leaves={self.lora_leaves.value}",
+        knobs += [f"layer_cls={', '.join(c.layer_cls or ()) or 'none'}", f"lora_leaves={self.lora_leaves.value}",
                   f"min_num_params={c.min_num_params:,}", f"use_orig_params={c.use_orig_params}"]
-    else: knobs.append(f"targets={','.join(c.targets)}")
+    else: knobs.append(f"targets={', '.join(c.targets)}")
     return " · ".join(knobs)
 
 def _pe_refresh(self:PlanExplorer):
@@ -401,9 +401,10 @@ def _pe_refresh(self:PlanExplorer):
         return
     self.findings = self.plan.check()
     n = {s: sum(f.severity == s for f in self.findings) for s in ("error", "warning")}
-    self.status.value = (f"<b>{H.escape(plan_summary(self.plan))}</b> ✖ {n['error']} ▲ {n['warning']}<br>"
+    self.status.value = (f"<div style='white-space:normal;overflow-wrap:anywhere;line-height:1.35'>"   # wraps
+                         f"<b>{H.escape(plan_summary(self.plan))}</b> ✖ {n['error']} ▲ {n['warning']}<br>"
                          f"<small>{H.escape(self.knobs_text())}<br>"
-                         f"{H.escape(self.plan.policy).replace(chr(10), '<br>')}</small>")
+                         f"{H.escape(self.plan.policy).replace(chr(10), '<br>')}</small></div>")
     self.tree.value = f"<div style='overflow:auto;max-width:100%'>{self.plan._repr_html_()}</div>"
     self.findings_view.value = findings_html(self.findings)
     self.chart.value = plot_plan(self.plan, self.findings)._repr_png_()

@@ -146,7 +146,7 @@ def test_explorer_in_chromium(voila_url):
             assert "base_model" in page.inner_text(".lfk-tree")
             page.screenshot(path=str(SHOTS/"5_tree.png"), full_page=True)
             page.click(".lfk-tabs .lm-TabBar-tab:has-text('findings')")
-            page.wait_for_selector(".lfk-findings li", state="visible", timeout=10_000)
+            page.wait_for_selector(".lfk-findings details", state="visible", timeout=10_000)   # one per kind
             assert "mixed-requires-grad" in page.inner_text(".lfk-findings")
             page.screenshot(path=str(SHOTS/"6_findings.png"), full_page=True)
             page.click(".lfk-tabs .lm-TabBar-tab:has-text('chart')")
@@ -162,7 +162,11 @@ def test_explorer_in_chromium(voila_url):
             browser.close()
     assert not errors, f"JavaScript errors on the page: {errors}"
 
-FIRST_PAINT_S = float(os.environ.get("LFK_FIRST_PAINT_S", "10"))   # the bound; noisy on a loaded machine
+FIRST_PAINT_S = float(os.environ.get("LFK_FIRST_PAINT_S", "10"))   # on an idle machine (the bound)
+
+def _first_paint_limit()->float:
+    "FIRST_PAINT_S, scaled by the load per core when the machine is busier than one process per core."
+    return FIRST_PAINT_S * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 
 def test_viz_notebook_first_paint_and_picker(viz_url):
     "04_viz in Voilà: the panel is drawn within FIRST_PAINT_S of opening the page, and the model picker re-plans."
@@ -180,22 +184,33 @@ def test_viz_notebook_first_paint_and_picker(viz_url):
             p = Panel(page)
             while not p.chart() and time.monotonic() - t0 < 120: time.sleep(0.1)
             first_paint = time.monotonic() - t0
-            print(f"04_viz first paint in Voilà: {first_paint:.1f} s")
+            limit = _first_paint_limit()
+            print(f"04_viz first paint in Voilà: {first_paint:.1f} s (limit {limit:.1f} s, "
+                  f"load {os.getloadavg()[0]:.1f})")
             page.screenshot(path=str(SHOTS/"viz_0_first_paint.png"))
-            panel = page.query_selector(".lfk-picker").evaluate_handle("e => e.closest('.widget-vbox')")
-            panel.as_element().screenshot(path=str(SHOTS/"viz_panel.png"))
-            assert first_paint <= FIRST_PAINT_S, f"first paint took {first_paint:.1f} s (> {FIRST_PAINT_S} s)"
-            assert "Qwen3OmniMoeForConditionalGeneration" in p.summary(), p.summary()
+            assert first_paint <= limit, f"first paint took {first_paint:.1f} s (> {limit:.1f} s)"
+            assert "LlamaForCausalLM" in p.summary(), p.summary()
             assert "Traceback" not in page.inner_text("body")
-            p.step("viz_1_picker_llama", lambda: page.select_option(".lfk-picker select", "llama"), "LlamaForCausalLM")
-            assert "model=llama" in p.summary()
+            p.step("viz_1_picker_omni", lambda: page.select_option(".lfk-picker select", "qwen3_omni"),
+                   "Qwen3OmniMoeForConditionalGeneration")
+            assert "model=qwen3_omni" in p.summary()
+            page.set_viewport_size({"width": 1280, "height": 2400})
+            box = page.eval_on_selector(".lfk-picker", "e => { const b = e.closest('.widget-vbox')"
+                                        ".getBoundingClientRect(); "
+                                        "return [b.x, b.y + window.scrollY, b.width, b.height]; }")
+            page.screenshot(path=str(SHOTS/"viz_panel.png"), full_page=True,   # the picture the notebook shows
+                            clip={"x": box[0], "y": box[1], "width": box[2], "height": min(box[3], 1400)})
+            page.set_viewport_size({"width": 1280, "height": 1000})
+            status = page.eval_on_selector(".lfk-status", "e => [e.scrollWidth, e.clientWidth]")
+            assert status[0] <= status[1] + 1, f"the status line runs off to the right: {status}"
             page.click(".lfk-tabs .lm-TabBar-tab:has-text('findings')")
             page.wait_for_selector(".lfk-findings details", state="visible", timeout=10_000)
             n_kinds = len(page.query_selector_all(".lfk-findings details"))
             assert 0 < n_kinds < 5, n_kinds                                  # grouped: one entry per kind
             page.click(".lfk-tabs .lm-TabBar-tab:has-text('tree')")
             page.wait_for_selector(".lfk-tree table", state="visible", timeout=10_000)
-            box = page.eval_on_selector(".lfk-tree", "e => [e.scrollWidth, e.clientWidth, getComputedStyle(e).overflowX]")
+            box = page.eval_on_selector(".lfk-tree",
+                                        "e => [e.scrollWidth, e.clientWidth, getComputedStyle(e).overflowX]")
             assert box[2] == "auto", box                                    # a wide tree scrolls inside its tab
             assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), "page overflows"
         finally:
