@@ -13,7 +13,14 @@ the plan predicted; per strategy also the allocator's reserved peak where the de
 Output (`--out`, default bench/out/device_check/): `device_check.json` (platform, versions, every run) and
 `device_check.png` (per-unit peak memory and bytes, measured vs predicted, one row per world size and flavour).
 Exit status 1 if a run failed or a measured byte count strays more than 5 % from the plan's prediction.
-Run: `python bench/device_check.py [--layers 8 --hidden 1024] [--worlds 2,1]` (a few minutes on a GPU).
+
+Memory of a training step (issue 17), on a GPU or NPU only: for 6 configurations (Llama FSDP2 fp32 and bf16 with
+activation checkpointing, FSDP1 with LoRA-leaf units and with decoder-layer units in bf16, a Qwen3 MoE and the
+Qwen3-Omni thinker in bf16), each rank trains a tiny LoRA model 2 steps on its device and reads the allocator's
+`max_memory_allocated` over the second (less what the device held before the case); `lora_fsdp_kit.fits` predicts the
+same step on one CPU. A prediction more than 5 % off is a problem (exit 1). On the CPU this part says there is no
+device and is skipped (the CPU's proof is tests/test_fits.py, against the profiler's allocator events).
+Run: `python bench/device_check.py [--layers 8 --hidden 1024] [--worlds 2,1] [--no-memory]` (minutes on a GPU).
 """
 from __future__ import annotations
 
@@ -93,6 +100,90 @@ def run_rank(layers:int, hidden:int)->dict:
         if plat.device_name != "cpu": plat.empty_cache()
     return dict(rank=dist.get_rank(), device=str(dev), backend=dist.get_backend(), seconds=time.perf_counter() - t0,
                 rows=rows, errors=errors)
+
+MEMORY_TOLERANCE = 0.05   # predicted step peak vs max_memory_allocated
+MOE_BF16 = dict(experts_implementation="grouped_mm")
+MEMORY_CASES = [   # (name, tiny model, config overrides, WrapConfig fields)
+    ("llama fsdp2 fp32", "llama", {}, dict(flavour="fsdp2")),
+    ("llama fsdp2 bf16 ac", "llama", {}, dict(flavour="fsdp2", mixed_precision="bf16", activation_checkpointing=True)),
+    ("llama fsdp1 lora fp32", "llama", {}, dict(flavour="fsdp1")),
+    ("qwen2 fsdp1 layer orig bf16", "qwen2", {}, dict(flavour="fsdp1", policy="layer", use_orig_params=True,
+                                                      mixed_precision="bf16")),
+    ("qwen3_moe fsdp2 bf16", "qwen3_moe", MOE_BF16, dict(flavour="fsdp2", mixed_precision="bf16")),
+    ("qwen3_omni_thinker fsdp2 bf16 ac", "qwen3_omni_thinker", MOE_BF16,
+     dict(flavour="fsdp2", mixed_precision="bf16", activation_checkpointing=True)),
+]
+
+def memory_rank(batch:int, seq:int)->list[dict]:
+    "On one rank: each memory case trained 2 steps on the device; the allocator's peak over the second, per case."
+    import gc, torch.distributed as dist
+    from lora_fsdp_kit.wrap import WrapConfig
+    plat, rows = get_platform(), []
+    dev = plat.torch_device()
+    for name, model, over, wrap in MEMORY_CASES:
+        row = dict(case=name, rank=dist.get_rank())
+        try:
+            gc.collect(); plat.empty_cache(); plat.synchronize()
+            held = plat.memory_allocated()   # what earlier cases left behind on the device
+            pm = add_lora(model_from_config(dict(shipped_config(model), **over), device=dev), r=8)
+            fm = WrapConfig(**wrap).wrap(pm)
+            opt = torch.optim.AdamW([p for p in fm.parameters() if p.requires_grad], lr=1e-4)
+            vocab = pm.get_input_embeddings().num_embeddings
+            for i in range(2):
+                if i == 1: plat.synchronize(); plat.reset_peak_memory_stats()
+                ids = torch.randint(0, vocab, (batch, seq), device=dev)
+                fm(input_ids=ids, labels=ids).loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+            plat.synchronize()
+            row.update(peak=plat.max_memory_allocated() - held, held=held)
+            del fm, pm, opt
+        except Exception as e: row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        rows.append(row)
+    return rows
+
+def predict_memory(world:int, batch:int, seq:int)->dict:
+    "The prediction of each memory case at `world` (traced on one CPU), or the one line it cannot predict."
+    from lora_fsdp_kit.fits import FitsError, predict_step_memory
+    from lora_fsdp_kit.wrap import WrapConfig
+    out = {}
+    for name, model, over, wrap in MEMORY_CASES:
+        pm = add_lora(model_from_config(dict(shipped_config(model), **over), device="meta"), r=8)
+        try: out[name] = predict_step_memory(pm, world=world, wrap=WrapConfig(**wrap), batch=batch, seq=seq).peak_bytes
+        except FitsError as e: out[name] = str(e)
+    return out
+
+def memory_problems(rows:list[dict], predicted:dict)->list[str]:
+    "One line per memory case that failed on a rank or whose prediction is more than MEMORY_TOLERANCE off."
+    out = []
+    for r in rows:
+        where = f"memory {r['case']} rank {r['rank']}"
+        p = predicted.get(r["case"])
+        if "error" in r: out.append(f"{where} failed: {r['error']}")
+        elif not isinstance(p, list): out.append(f"{where}: no prediction ({p})")
+        elif abs(p[r["rank"]] / r["peak"] - 1) > MEMORY_TOLERANCE:
+            out.append(f"{where}: max_memory_allocated {fmt_bytes(r['peak'])}, predicted {fmt_bytes(p[r['rank']])} "
+                       f"({p[r['rank']] / r['peak'] - 1:+.1%})")
+    return out
+
+def memory_check(plat, worlds:list[int], batch:int, seq:int, timeout:float)->tuple[list, list]:
+    "Rows and problems of the memory part; on the CPU, none (it says so)."
+    if plat.device_name == "cpu":
+        print("\nmemory check: no GPU or NPU here (platform cpu): skipped "
+              "(tests/test_fits.py checks the CPU against the profiler's allocator events)")
+        return [], []
+    rows, probs = [], []
+    for w in worlds:
+        try: res = launch(memory_rank, batch, seq, nprocs=w, quiet=True, timeout=timeout)
+        except Exception as e: probs.append(f"memory world {w}: {type(e).__name__}: {str(e).strip().splitlines()[-1]}"); continue
+        pred = predict_memory(w, batch, seq)
+        got = [dict(r, world=w, predicted=pred.get(r["case"])) for rank in res for r in rank]
+        rows += got; probs += memory_problems(got, pred)
+        print(f"\n== memory, world size {w} (batch {batch} x seq {seq})")
+        for r in got:
+            p = r["predicted"]; p = p[r["rank"]] if isinstance(p, list) else None
+            print(f"{r['case']:<34} rank {r['rank']}  max_memory_allocated {fmt_bytes(r.get('peak')):>12}  "
+                  f"predicted {fmt_bytes(p):>12}  " + (f"{p / r['peak'] - 1:+.2%}" if p and r.get("peak") else
+                                                       r.get("error", "")))
+    return rows, probs
 
 def _versions()->dict:
     import importlib.metadata as md
@@ -176,6 +267,9 @@ def main(argv=None)->int:
     ap.add_argument("--worlds", default=None, help="comma-separated world sizes (default: all devices, then 1)")
     ap.add_argument("--timeout", type=float, default=420, help="seconds each launch may take")
     ap.add_argument("--out", default=OUT)
+    ap.add_argument("--no-memory", action="store_true", help="skip the training-step memory part")
+    ap.add_argument("--batch", type=int, default=4, help="memory part: sequences per rank")
+    ap.add_argument("--seq", type=int, default=512, help="memory part: tokens per sequence")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     det = detect_platform(smi_timeout=10)
@@ -210,10 +304,12 @@ def main(argv=None)->int:
                   f"{fmt_bytes(row['predicted_peak']):>12}{fmt_bytes(row['bytes_gathered']):>12}"
                   f"{fmt_bytes(row['predicted_bytes']):>13}{'-' if dev is None else f'{dev:+.1%}':>14}"
                   f"{row['seconds'] * 1e3:>8.1f}  {al}")
+    mem_rows, mem_problems = ([], []) if a.no_memory else memory_check(plat, worlds, a.batch, a.seq, a.timeout)
     result = dict(platform=dict(name=plat.name, device=plat.device_name, device_count=count, backend=plat.dist_backend,
                                 detected_by=det.source),
                   versions=_versions(), layers=layers, hidden=hidden, world_sizes=worlds,
-                  runs=runs, failed=failed, problems=problems(runs), seconds=time.perf_counter() - t0)
+                  runs=runs, failed=failed, problems=problems(runs) + mem_problems, memory=mem_rows,
+                  memory_skipped=on_cpu or a.no_memory, seconds=time.perf_counter() - t0)
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "device_check.json"), "w") as f: json.dump(result, f, indent=1)
     print("\nsaved", os.path.join(a.out, "device_check.json"))

@@ -1,7 +1,8 @@
 """bench/device_check.py works before an accelerator is lent: run as a user runs it, on the CPU (2 gloo ranks), it
 measures every gather strategy on FSDP1 and FSDP2 and writes a JSON whose per-unit bytes equal the plan's
 prediction and whose totals are consistent with its units, and a PNG with one row per flavour; its checks flag a
-measured byte count that strays from the plan."""
+measured byte count that strays from the plan. Its training-step memory part says on the CPU that there is no device
+and skips; its check flags a prediction more than 5 % off `max_memory_allocated`."""
 import json, os, subprocess, sys
 
 import pytest
@@ -67,3 +68,21 @@ def test_world_sizes():
     assert DC.world_sizes("cpu", 1) == [2]
     assert DC.world_sizes("cuda", 8) == [8, 1] and DC.world_sizes("npu", 1) == [1]
     with pytest.raises(RuntimeError, match="nothing to run on"): DC.world_sizes("cuda", 0)
+
+def test_memory_part_skips_on_the_cpu_and_says_so(run):
+    r, out = run
+    assert "memory check: no GPU or NPU here (platform cpu): skipped" in r.stdout
+    res = json.loads((out/"device_check.json").read_text())
+    assert res["memory_skipped"] is True and res["memory"] == []
+
+def test_memory_problems_flag_a_prediction_off_by_more_than_5_percent():
+    name = DC.MEMORY_CASES[0][0]
+    assert len(DC.MEMORY_CASES) == 6
+    ok = dict(case=name, rank=1, peak=1000)
+    assert DC.memory_problems([ok], {name: [0, 1040]}) == []
+    p, = DC.memory_problems([ok], {name: [0, 1100]})
+    assert "+10.0%" in p and f"memory {name} rank 1" in p
+    p, = DC.memory_problems([dict(case=name, rank=0, error="OutOfMemoryError: x")], {name: [1]})
+    assert p.endswith("failed: OutOfMemoryError: x")
+    p, = DC.memory_problems([dict(ok, rank=0)], {name: "the experts implementation ... cannot"})
+    assert "no prediction" in p
