@@ -194,12 +194,10 @@ def test_viz_notebook_first_paint_and_picker(viz_url):
             p.step("viz_1_picker_omni", lambda: page.select_option(".lfk-picker select", "qwen3_omni"),
                    "Qwen3OmniMoeForConditionalGeneration")
             assert "model=qwen3_omni" in p.summary()
-            page.set_viewport_size({"width": 1280, "height": 2400})
-            box = page.eval_on_selector(".lfk-picker", "e => { const b = e.closest('.widget-vbox')"
-                                        ".getBoundingClientRect(); "
-                                        "return [b.x, b.y + window.scrollY, b.width, b.height]; }")
-            page.screenshot(path=str(SHOTS/"viz_panel.png"), full_page=True,   # the picture the notebook shows
-                            clip={"x": box[0], "y": box[1], "width": box[2], "height": min(box[3], 1400)})
+            page.set_viewport_size({"width": 1280, "height": 2400})    # the whole panel in view, then its picture
+            page.wait_for_timeout(500)
+            panel = page.query_selector(".lfk-picker").evaluate_handle("e => e.closest('.widget-vbox')").as_element()
+            panel.screenshot(path=str(SHOTS/"viz_panel.png"))          # the picture the notebook shows
             page.set_viewport_size({"width": 1280, "height": 1000})
             status = page.eval_on_selector(".lfk-status", "e => [e.scrollWidth, e.clientWidth]")
             assert status[0] <= status[1] + 1, f"the status line runs off to the right: {status}"
