@@ -1,6 +1,6 @@
 """`python -m lora_fsdp_kit demo` as a user runs it: on one rank (how people debug), and stopped with SIGTERM while its
-ranks run — then no process or temporary folder is left and the previous results in `--out` are intact; and `fits`, the
-step-memory predictor, reached through the kit's command line."""
+ranks run — then no process or temporary folder is left and the previous results in `--out` are intact; and `fits`,
+the step-memory predictor, reached through the kit's command line."""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 
