@@ -117,6 +117,22 @@ def _fit_text_right(fig, ax, texts, lo:float):
         if need <= l1 + 1e-6: return
         ax.set_xlim(10 ** l0, 10 ** need)
 
+# %% ../nbs/04_viz.ipynb #b8c0ffee
+def _plan_legend(fig, ax, shown:list[UnitGroup], norm, cmap):
+    "The colour bar of the LoRA share and the legend of the policy parts, under the chart."
+    from matplotlib import cm
+    from matplotlib.patches import Patch
+    # the colour bar lies under the chart, beside the legend, so no annotation can run beneath it
+    cb = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, location="bottom", shrink=0.35, aspect=35,
+                      pad=0.02, anchor=(1.0, 1.0))
+    cb.set_ticks([0, 0.1, 0.25, 0.5, 1], labels=["0", "10%", "25%", "50%", "100%"])   # spaced on the sqrt scale
+    cb.set_label("LoRA share of the unit's numel", fontsize=7.5); cb.ax.tick_params(labelsize=7)
+    parts = sorted({g.claimed_by.split("+")[0] for g in shown}, key=list(PART_COLOURS).index)
+    fig.legend(handles=[Patch(facecolor="white", edgecolor=PART_COLOURS[p], linewidth=1.6, label=f"claimed by {p}")
+                        for p in parts if p in PART_COLOURS] + [Patch(facecolor="#b0bec5", label="no LoRA")],
+               loc="outside lower left", ncol=5, fontsize=7.5, frameon=False)
+
+
 # %% ../nbs/04_viz.ipynb #5ef24d3c
 def plot_plan(plan:Plan,                 # the plan to draw
               findings:list[Finding]|None=None,  # default: plan.check()
@@ -127,8 +143,7 @@ def plot_plan(plan:Plan,                 # the plan to draw
              )->KitFigure:               # a matplotlib Figure that displays itself in Jupyter
     "Units as bars of their own bytes (log scale), coloured by LoRA share, indented by nesting, findings marked."
     import matplotlib
-    from matplotlib import cm, colors
-    from matplotlib.patches import Patch
+    from matplotlib import colors
     findings = plan.check() if findings is None else findings
     if collapse is None: collapse = len(plan) > 40
     groups = group_units(plan, findings, collapse)
@@ -140,8 +155,7 @@ def plot_plan(plan:Plan,                 # the plan to draw
     norm = colors.PowerNorm(0.5, 0, 1)   # small LoRA shares (a few %) stay visible
     lo = max(1, min(g.nbytes for g in shown if g.nbytes) / 2) if any(g.nbytes for g in shown) else 1
     hi = max((g.nbytes for g in shown), default=1) * 4
-    ys = list(range(n))[::-1]
-    texts = []
+    ys, texts = list(range(n))[::-1], []
     for y, g in zip(ys, shown):
         share = g.lora_share
         face = cmap(norm(share)) if g.n_lora else "#b0bec5"
@@ -155,11 +169,10 @@ def plot_plan(plan:Plan,                 # the plan to draw
         if g.severity: txt = _MARK[g.severity] + " " + txt    # the worst finding's marker first, in its colour
         texts.append(ax.annotate(txt, (end, y), va="center", fontsize=7.5, annotation_clip=False,
                                  color=_SEV_COLOUR.get(g.severity, "#263238") if g.severity != "info" else "#263238"))
-    ax.set_xscale("log"); ax.set_xlim(lo * 0.5, hi)
-    ax.set_ylim(-0.6, n - 0.4)
+    ax.set_xscale("log"); ax.set_xlim(lo * 0.5, hi); ax.set_ylim(-0.6, n - 0.4)
     # tree labels, left-aligned so that indentation shows the nesting; cut from the middle, so rows stay distinct
-    full = ["  " * max(g.depth - 1, 0) + ("└ " if g.depth else "") + g.label + (f"  ×{g.count}" if g.count > 1 else "")
-            for g in shown]
+    full = ["  " * max(g.depth - 1, 0) + ("└ " if g.depth else "") + g.label
+            + (f"  ×{g.count}" if g.count > 1 else "") for g in shown]
     labels = distinct_labels(full, label_chars)
     ax.set_yticks(ys, labels, fontsize=7.5, fontfamily="monospace")
     ax.tick_params(axis="y", length=0, pad=4 + 0.6 * 7.5 * max(len(l) for l in labels))
@@ -167,8 +180,7 @@ def plot_plan(plan:Plan,                 # the plan to draw
         t.set_horizontalalignment("left")
         if g.severity == "error": t.set_color(_SEV_COLOUR["error"])
     ax.set_xlabel("own bytes per unit (unsharded, log scale)", fontsize=8)
-    ax.tick_params(axis="x", labelsize=7.5)
-    ax.grid(axis="x", alpha=0.3, which="major")
+    ax.tick_params(axis="x", labelsize=7.5); ax.grid(axis="x", alpha=0.3, which="major")
     for s in ("top", "right"): ax.spines[s].set_visible(False)
     more = f" (first {n} of {len(groups)} rows)" if len(groups) > n else ""
     counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning")}
@@ -177,15 +189,7 @@ def plot_plan(plan:Plan,                 # the plan to draw
                  f"gather peak {fmt_bytes(plan.gather_peak_bytes)};  ✖ {counts['error']} errors  "
                  f"▲ {counts['warning']} warnings\n" + shorten_middle(plan.policy.splitlines()[0], 125),
                  fontsize=8.5, x=0.01, ha="left")
-    # the colour bar lies under the chart, beside the legend, so no annotation can run beneath it
-    cb = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, location="bottom", shrink=0.35, aspect=35,
-                      pad=0.02, anchor=(1.0, 1.0))
-    cb.set_ticks([0, 0.1, 0.25, 0.5, 1], labels=["0", "10%", "25%", "50%", "100%"])   # spaced on the sqrt scale
-    cb.set_label("LoRA share of the unit's numel", fontsize=7.5); cb.ax.tick_params(labelsize=7)
-    parts = sorted({g.claimed_by.split("+")[0] for g in shown}, key=list(PART_COLOURS).index)
-    fig.legend(handles=[Patch(facecolor="white", edgecolor=PART_COLOURS[p], linewidth=1.6, label=f"claimed by {p}")
-                        for p in parts if p in PART_COLOURS] + [Patch(facecolor="#b0bec5", label="no LoRA")],
-               loc="outside lower left", ncol=5, fontsize=7.5, frameon=False)
+    _plan_legend(fig, ax, shown, norm, cmap)
     _fit_text_right(fig, ax, texts, lo)
     return fig
 
