@@ -17,7 +17,8 @@ from .figures import KitFigure, new_figure
 
 # %% auto #0
 __all__ = ['PART_COLOURS', 'LINE_WIDTH', 'UnitGroup', 'group_units', 'shorten_middle', 'distinct_labels', 'plot_plan',
-           'PlanExplorer', 'explore', 'plan_text_grouped', 'build_for_plan', 'PlanReport', 'plan_command']
+           'group_findings', 'findings_html', 'build_for_plan', 'PlanReport', 'PlanExplorer', 'explore',
+           'plan_text_grouped', 'plan_command']
 
 # %% ../nbs/04_viz.ipynb #d7149cc7
 _SEV_RANK = {"error": 3, "warning": 2, "info": 1}
@@ -116,6 +117,22 @@ def _fit_text_right(fig, ax, texts, lo:float):
         if need <= l1 + 1e-6: return
         ax.set_xlim(10 ** l0, 10 ** need)
 
+# %% ../nbs/04_viz.ipynb #b8c0ffee
+def _plan_legend(fig, ax, shown:list[UnitGroup], norm, cmap):
+    "The colour bar of the LoRA share and the legend of the policy parts, under the chart."
+    from matplotlib import cm
+    from matplotlib.patches import Patch
+    # the colour bar lies under the chart, beside the legend, so no annotation can run beneath it
+    cb = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, location="bottom", shrink=0.35, aspect=35,
+                      pad=0.02, anchor=(1.0, 1.0))
+    cb.set_ticks([0, 0.1, 0.25, 0.5, 1], labels=["0", "10%", "25%", "50%", "100%"])   # spaced on the sqrt scale
+    cb.set_label("LoRA share of the unit's numel", fontsize=7.5); cb.ax.tick_params(labelsize=7)
+    parts = sorted({g.claimed_by.split("+")[0] for g in shown}, key=list(PART_COLOURS).index)
+    fig.legend(handles=[Patch(facecolor="white", edgecolor=PART_COLOURS[p], linewidth=1.6, label=f"claimed by {p}")
+                        for p in parts if p in PART_COLOURS] + [Patch(facecolor="#b0bec5", label="no LoRA")],
+               loc="outside lower left", ncol=5, fontsize=7.5, frameon=False)
+
+
 # %% ../nbs/04_viz.ipynb #5ef24d3c
 def plot_plan(plan:Plan,                 # the plan to draw
               findings:list[Finding]|None=None,  # default: plan.check()
@@ -126,8 +143,7 @@ def plot_plan(plan:Plan,                 # the plan to draw
              )->KitFigure:               # a matplotlib Figure that displays itself in Jupyter
     "Units as bars of their own bytes (log scale), coloured by LoRA share, indented by nesting, findings marked."
     import matplotlib
-    from matplotlib import cm, colors
-    from matplotlib.patches import Patch
+    from matplotlib import colors
     findings = plan.check() if findings is None else findings
     if collapse is None: collapse = len(plan) > 40
     groups = group_units(plan, findings, collapse)
@@ -139,8 +155,7 @@ def plot_plan(plan:Plan,                 # the plan to draw
     norm = colors.PowerNorm(0.5, 0, 1)   # small LoRA shares (a few %) stay visible
     lo = max(1, min(g.nbytes for g in shown if g.nbytes) / 2) if any(g.nbytes for g in shown) else 1
     hi = max((g.nbytes for g in shown), default=1) * 4
-    ys = list(range(n))[::-1]
-    texts = []
+    ys, texts = list(range(n))[::-1], []
     for y, g in zip(ys, shown):
         share = g.lora_share
         face = cmap(norm(share)) if g.n_lora else "#b0bec5"
@@ -154,11 +169,10 @@ def plot_plan(plan:Plan,                 # the plan to draw
         if g.severity: txt = _MARK[g.severity] + " " + txt    # the worst finding's marker first, in its colour
         texts.append(ax.annotate(txt, (end, y), va="center", fontsize=7.5, annotation_clip=False,
                                  color=_SEV_COLOUR.get(g.severity, "#263238") if g.severity != "info" else "#263238"))
-    ax.set_xscale("log"); ax.set_xlim(lo * 0.5, hi)
-    ax.set_ylim(-0.6, n - 0.4)
+    ax.set_xscale("log"); ax.set_xlim(lo * 0.5, hi); ax.set_ylim(-0.6, n - 0.4)
     # tree labels, left-aligned so that indentation shows the nesting; cut from the middle, so rows stay distinct
-    full = ["  " * max(g.depth - 1, 0) + ("└ " if g.depth else "") + g.label + (f"  ×{g.count}" if g.count > 1 else "")
-            for g in shown]
+    full = ["  " * max(g.depth - 1, 0) + ("└ " if g.depth else "") + g.label
+            + (f"  ×{g.count}" if g.count > 1 else "") for g in shown]
     labels = distinct_labels(full, label_chars)
     ax.set_yticks(ys, labels, fontsize=7.5, fontfamily="monospace")
     ax.tick_params(axis="y", length=0, pad=4 + 0.6 * 7.5 * max(len(l) for l in labels))
@@ -166,8 +180,7 @@ def plot_plan(plan:Plan,                 # the plan to draw
         t.set_horizontalalignment("left")
         if g.severity == "error": t.set_color(_SEV_COLOUR["error"])
     ax.set_xlabel("own bytes per unit (unsharded, log scale)", fontsize=8)
-    ax.tick_params(axis="x", labelsize=7.5)
-    ax.grid(axis="x", alpha=0.3, which="major")
+    ax.tick_params(axis="x", labelsize=7.5); ax.grid(axis="x", alpha=0.3, which="major")
     for s in ("top", "right"): ax.spines[s].set_visible(False)
     more = f" (first {n} of {len(groups)} rows)" if len(groups) > n else ""
     counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning")}
@@ -176,74 +189,161 @@ def plot_plan(plan:Plan,                 # the plan to draw
                  f"gather peak {fmt_bytes(plan.gather_peak_bytes)};  ✖ {counts['error']} errors  "
                  f"▲ {counts['warning']} warnings\n" + shorten_middle(plan.policy.splitlines()[0], 125),
                  fontsize=8.5, x=0.01, ha="left")
-    # the colour bar lies under the chart, beside the legend, so no annotation can run beneath it
-    cb = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, location="bottom", shrink=0.35, aspect=35,
-                      pad=0.02, anchor=(1.0, 1.0))
-    cb.set_ticks([0, 0.1, 0.25, 0.5, 1], labels=["0", "10%", "25%", "50%", "100%"])   # spaced on the sqrt scale
-    cb.set_label("LoRA share of the unit's numel", fontsize=7.5); cb.ax.tick_params(labelsize=7)
-    parts = sorted({g.claimed_by.split("+")[0] for g in shown}, key=list(PART_COLOURS).index)
-    fig.legend(handles=[Patch(facecolor="white", edgecolor=PART_COLOURS[p], linewidth=1.6, label=f"claimed by {p}")
-                        for p in parts if p in PART_COLOURS] + [Patch(facecolor="#b0bec5", label="no LoRA")],
-               loc="outside lower left", ncol=5, fontsize=7.5, frameon=False)
+    _plan_legend(fig, ax, shown, norm, cmap)
     _fit_text_right(fig, ax, texts, lo)
     return fig
 
+# %% ../nbs/04_viz.ipynb #93b55f6e
+def group_findings(findings:list[Finding],  # a plan's findings
+                  )->list[tuple[str, str, list[Finding]]]:  # (severity, check, its findings), worst first
+    "Findings of one kind on many units as one entry: what the command line prints and the explorer lists."
+    by_check: dict = {}
+    for f in findings: by_check.setdefault((f.severity, f.check), []).append(f)
+    return [(s, c, fs) for (s, c), fs in sorted(by_check.items(), key=lambda kv: -_SEV_RANK.get(kv[0][0], 0))]
+
+def findings_html(findings:list[Finding],  # a plan's findings
+                  max_units:int=30,        # list at most this many units per kind
+                 )->str:                   # HTML: one foldable entry per kind, its message, fix and units
+    "The findings grouped by kind, for the explorer's findings tab (480 warnings of two kinds are two entries)."
+    import html as H
+    if not findings: return "no findings"
+    out = []
+    for sev, chk, fs in group_findings(findings):
+        units = "".join(f"<li><code>{H.escape(f.unit or '<root>')}</code></li>" for f in fs[:max_units])
+        more = f"<li>… and {len(fs) - max_units} more</li>" if len(fs) > max_units else ""
+        fix = f"<br>fix: {H.escape(fs[0].fix)}" if fs[0].fix else ""
+        out.append(f"<details class='lfk-kind'><summary><b style='color:{_SEV_COLOUR[sev]}'>{_MARK[sev]} {sev}</b> "
+                   f"[{H.escape(chk)}] on {len(fs)} unit(s)</summary>{H.escape(fs[0].message)}{fix}"
+                   f"<ul>{units}{more}</ul></details>")
+    return "".join(out)
+
+# %% ../nbs/04_viz.ipynb #8f18e3e2
+def build_for_plan(model:str|None=None,        # a zoo name or a shipped full-size config name
+                   config:str|None=None,       # or a config.json (or its folder)
+                   lora_r:int=8,               # LoRA rank
+                   targets:str="q_proj,v_proj",  # comma-separated LoRA target module names
+                  )->nn.Module:                # a meta-device peft model (LoRA on the thinker of an Omni model)
+    "A meta model with LoRA for planning: a zoo name, a shipped full-size config name, or a config.json path."
+    from lora_fsdp_kit import models
+    if (model is None) == (config is None): raise ValueError("give exactly one of model (a name) or config (a path)")
+    if model is not None:
+        if model in models.model_names(): m = models.tiny_model(model, device="meta")
+        elif model in models.FULL_SIZE_CONFIGS: m = models.model_from_config(model)
+        else: raise ValueError(f"unknown model {model!r}; available: {', '.join(models.model_names())}, "
+                               f"{', '.join(models.FULL_SIZE_CONFIGS)} (or pass --config path/to/config.json)")
+    else: m = models.model_from_config(config)
+    scope = "thinker" if hasattr(m, "thinker") else None
+    return models.add_lora(m, r=lora_r, alpha=2 * lora_r, target_modules=[t for t in targets.split(",") if t],
+                           modules=scope)
+
+@dataclass(frozen=True)
+class PlanReport:
+    "What `plan_command` found: the text to print, the plan and its findings, and the exit code for a CI job."
+    text: str                        # the grouped tree and findings (lines of at most 120 characters)
+    plan: Plan
+    findings: tuple[Finding, ...]
+    def __str__(self)->str: return self.text
+    def _repr_pretty_(self, p, cycle): p.text(self.text)
+    @property
+    def n_errors(self)->int: return sum(f.severity == "error" for f in self.findings)
+    @property
+    def exit_code(self)->int:
+        "0: no ✖ error finding; 1: at least one (FSDP would refuse, crash or hang). Bad input exits 2 in the CLI."
+        return 1 if self.n_errors else 0
+
 # %% ../nbs/04_viz.ipynb #0893a6f4
 class PlanExplorer:
-    "The widget behind `explore`: knobs, and the tree, chart and findings of the current plan."
-    def __init__(self, model:nn.Module, layer_cls="auto"):
+    "The widget behind `explore`: a model picker, the knobs, and the tree, chart and findings of the current plan."
+    def __init__(self, model:nn.Module|str|None=None, layer_cls="auto", lora_r:int=8, targets:str="q_proj,v_proj"):
         import ipywidgets as W
-        self.model = model
-        try: default = sorted(c.__name__ for c in resolve_layer_classes(model, layer_cls))   # a stable order
-        except ValueError: default = []
-        # other candidates: classes of modules with children (blocks), except the root and plain containers
-        containers = sorted({type(m).__name__ for m in model.modules() if m is not model and next(m.children(), None)
-                             is not None} - set(default) - {"ModuleList", "ModuleDict"})
-        total = sum(p.numel() for p in model.parameters())
+        from lora_fsdp_kit import models
+        self.layer_cls, self.lora_r, self.targets, self._given = layer_cls, lora_r, targets, model
         whole = {"description_width": "initial"}            # descriptions are never cut
+        given = [("(the model given)", "")] if isinstance(model, nn.Module) else []
+        names = [(n, n) for n in models.model_names() + list(models.FULL_SIZE_CONFIGS)]
+        self.picker = W.Dropdown(options=given + names, value="" if given else (model or "llama"),
+                                 description="model", style=whole, layout=W.Layout(width="300px"))
+        self.config_path = W.Text(placeholder="path/to/config.json, then Enter", description="or config.json",
+                                  continuous_update=False, style=whole, layout=W.Layout(width="420px"))
         self.flavour = W.ToggleButtons(options=["fsdp1", "fsdp2"], value="fsdp1", description="FSDP", style=whole)
         self.lora_leaves = W.Checkbox(value=True, description="LoRA leaves as units (lambda part)", style=whole,
                                       indent=False, layout=W.Layout(width="auto"))
-        names = default + containers
-        self.layer_classes = W.SelectMultiple(options=names, value=tuple(default), rows=min(8, max(len(names), 2)),
-                                              layout=W.Layout(width=f"{max(len(s) for s in names + ['x' * 20]) + 4}ch"))
+        self.layer_classes = W.SelectMultiple(options=[], rows=8)
         self.size_on = W.Checkbox(value=False, description="size part (min_num_params > 0)", style=whole,
                                   indent=False, layout=W.Layout(width="auto"))
-        self.min_num_params = W.FloatLogSlider(value=max(10, total / 20), base=10, min=1,
-                                               max=max(2, math.ceil(math.log10(max(total, 10)))), step=0.1,
-                                               description="min_num_params", readout_format=",.0f", style=whole,
+        self.min_num_params = W.FloatLogSlider(value=1000, base=10, min=1, max=9, step=0.1, style=whole,
+                                               description="min_num_params", readout_format=",.0f",
                                                layout=W.Layout(width="460px"))
         self.use_orig_params = W.Checkbox(value=False, description="use_orig_params", style=whole, indent=False,
                                           layout=W.Layout(width="auto"))
-        self.status = W.HTML()
-        self.tree = W.HTML()
+        self.status, self.chart_message, self.findings_view = W.HTML(), W.HTML(), W.HTML()
+        self.tree = W.HTML(layout=W.Layout(overflow="auto", max_height="620px", width="100%"))   # scrolls, both ways
         self.chart = W.Image(format="png", layout=W.Layout(max_width="100%"))
-        self.chart_message = W.HTML()
         self.chart_box = W.Box([self.chart])                 # holds the chart, or the reason there is none
-        self.findings_view = W.HTML()
         self.controls = [self.flavour, self.lora_leaves, self.layer_classes, self.size_on, self.min_num_params,
                          self.use_orig_params]
         self._leaves_wanted, self._syncing = True, False   # the user's LoRA-leaves choice; knobs set by code
         for c in self.controls: c.observe(self._changed, names="value")
+        for c in (self.picker, self.config_path): c.observe(self._picked, names="value")
         left = W.VBox([self.flavour, self.lora_leaves,
                        W.Label("layer classes (FSDP1 layer part, FSDP2 targets; ctrl-click for several)"),
                        self.layer_classes])
-        self.widget = W.VBox([W.HBox([left, W.VBox(self.controls[3:])], layout=W.Layout(gap="24px")), self.status,
+        self.widget = W.VBox([W.HBox([self.picker, self.config_path], layout=W.Layout(gap="12px")),
+                              W.HBox([left, W.VBox(self.controls[3:])], layout=W.Layout(gap="24px")), self.status,
                               W.Tab(children=[self.chart_box, self.tree, self.findings_view],
                                     titles=("chart", "tree", "findings"))])
         self.tabs = self.widget.children[-1]
         for w, name in ((self.flavour, "flavour"), (self.lora_leaves, "leaves"), (self.layer_classes, "classes"),
                         (self.size_on, "size"), (self.min_num_params, "slider"), (self.use_orig_params, "uop"),
                         (self.status, "status"), (self.chart, "chart"), (self.chart_message, "chart-message"),
-                        (self.tree, "tree"), (self.findings_view, "findings"), (self.tabs, "tabs")):
+                        (self.tree, "tree"), (self.findings_view, "findings"), (self.tabs, "tabs"),
+                        (self.picker, "picker"), (self.config_path, "config-path")):
             w.add_class(f"lfk-{name}")                          # stable handles for a browser test
-        self.plan, self.findings, self.error = None, [], None
-        self.refresh()
+        self.plan, self.findings, self.error, self.source = None, [], None, ""
+        self.load(model if isinstance(model, nn.Module) else self.picker.value)
 
     def _changed(self, change):
         if self._syncing: return
         if change["owner"] is self.lora_leaves: self._leaves_wanted = change["new"]
         self.refresh()
+
+# %% ../nbs/04_viz.ipynb #42da2d9c
+def _pe_load(self:PlanExplorer,
+             model:nn.Module|str|None=None,  # a (peft) module, a zoo name or a shipped full-size config name
+             config:str|None=None,           # or a config.json (or its folder)
+            ):
+    "Show another model: build it (meta device, LoRA on `targets`), offer its block classes, re-plan."
+    if isinstance(model, nn.Module): m, self.source, lc = model, "the model given", self.layer_cls
+    else: m, self.source, lc = build_for_plan(model, config, self.lora_r, self.targets), model or config, "auto"
+    try: default = sorted(c.__name__ for c in resolve_layer_classes(m, lc))   # a stable order
+    except ValueError: default = []
+    # other candidates: classes of modules with children (blocks), except the root and plain containers
+    containers = sorted({type(s).__name__ for s in m.modules() if s is not m and next(s.children(), None)
+                         is not None} - set(default) - {"ModuleList", "ModuleDict"})
+    total, names = sum(p.numel() for p in m.parameters()), default + containers
+    self.model, self._syncing = m, True
+    try:
+        self.layer_classes.options = names; self.layer_classes.value = tuple(default)
+        self.layer_classes.rows = min(8, max(len(names), 2))
+        self.layer_classes.layout.width = f"{max(len(s) for s in names + ['x' * 20]) + 4}ch"
+        self.min_num_params.max = max(2, math.ceil(math.log10(max(total, 10))))
+        self.min_num_params.value = max(10, total / 20)
+    finally: self._syncing = False
+    self.refresh()
+
+def _pe__picked(self:PlanExplorer, change):
+    "The picker or the config path changed: load that model (if it cannot be built, say why; the last one stays)."
+    import html as H
+    if self._syncing: return
+    try:
+        if change["owner"] is self.config_path:
+            if change["new"].strip(): self.load(config=change["new"].strip())
+        else: self.load(change["new"] or self._given)
+    except Exception as e:
+        self.status.value = f"<b style='color:#c62828'>cannot load: {H.escape(f'{type(e).__name__}: {e}')}</b>"
+
+PlanExplorer.load = _pe_load
+PlanExplorer._picked = _pe__picked
 
 # %% ../nbs/04_viz.ipynb #65c031ef
 def _pe_min_num_params_used(self:PlanExplorer)->int:
@@ -281,6 +381,16 @@ def _pe__sync_knobs(self:PlanExplorer):
     self.lora_leaves.description = ("LoRA leaves as units (lambda part: dropped by the size guard)" if guarded
                                     else "LoRA leaves as units (lambda part)")
 
+def _pe_knobs_text(self:PlanExplorer)->str:
+    "Every knob's value in the plan, one line: which model, and the `WrapConfig` fields the knobs set."
+    c = self.config
+    knobs = [f"model={self.source}", c.flavour, f"policy={c.policy}"]
+    if c.flavour == "fsdp1":
+        knobs += [f"layer_cls={', '.join(c.layer_cls or ()) or 'none'}", f"lora_leaves={self.lora_leaves.value}",
+                  f"min_num_params={c.min_num_params:,}", f"use_orig_params={c.use_orig_params}"]
+    else: knobs.append(f"targets={', '.join(c.targets)}")
+    return " · ".join(knobs)
+
 def _pe_refresh(self:PlanExplorer):
     "Re-plan and redraw everything."
     import html as H
@@ -294,14 +404,17 @@ def _pe_refresh(self:PlanExplorer):
         self.chart_box.children = (self.chart_message,)
         return
     self.findings = self.plan.check()
-    pol = H.escape(self.plan.policy).replace("\n", "<br>")
-    self.status.value = f"<b>{H.escape(plan_summary(self.plan))}</b><br><small>{pol}</small>"
-    self.tree.value = self.plan._repr_html_()
-    self.findings_view.value = ("<ul>" + "".join(f"<li>{H.escape(str(f))}</li>" for f in self.findings) + "</ul>"
-                                if self.findings else "no findings")
+    n = {s: sum(f.severity == s for f in self.findings) for s in ("error", "warning")}
+    self.status.value = (f"<div style='white-space:normal;overflow-wrap:anywhere;line-height:1.35'>"   # wraps
+                         f"<b>{H.escape(plan_summary(self.plan))}</b> ✖ {n['error']} ▲ {n['warning']}<br>"
+                         f"<small>{H.escape(self.knobs_text())}<br>"
+                         f"{H.escape(self.plan.policy).replace(chr(10), '<br>')}</small></div>")
+    self.tree.value = f"<div style='overflow:auto;max-width:100%'>{self.plan._repr_html_()}</div>"
+    self.findings_view.value = findings_html(self.findings)
     self.chart.value = plot_plan(self.plan, self.findings)._repr_png_()
     self.chart_box.children = (self.chart,)
 
+# %% ../nbs/04_viz.ipynb #b2b0442b
 def _pe__repr_mimebundle_(self:PlanExplorer, **kw):
     b = self.widget._repr_mimebundle_(**kw)   # the live widget; below, what a viewer without a kernel shows
     b["text/plain"] = plan_summary(self.plan) if self.plan is not None else f"cannot plan: {self.error}"
@@ -309,14 +422,17 @@ def _pe__repr_mimebundle_(self:PlanExplorer, **kw):
     return b
 
 PlanExplorer._sync_knobs = _pe__sync_knobs
+PlanExplorer.knobs_text = _pe_knobs_text
 PlanExplorer.refresh = _pe_refresh
 PlanExplorer._repr_mimebundle_ = _pe__repr_mimebundle_
 
-def explore(model:nn.Module,          # the (peft) model to plan
-            layer_cls="auto",         # initially selected layer classes
-           )->PlanExplorer:           # display it; `.widget` is the ipywidgets VBox, `.plan` the current plan
-    "An ipywidgets panel that re-plans `model` and redraws tree, chart and findings whenever a knob changes."
-    return PlanExplorer(model, layer_cls)
+def explore(model:nn.Module|str|None=None,  # a (peft) model, a zoo or shipped config name; None: the tiny Llama
+            layer_cls="auto",               # initially selected layer classes (for a model given as a module)
+            lora_r:int=8,                   # LoRA rank of the models the picker builds
+            targets:str="q_proj,v_proj",    # their LoRA target modules (as `plan --targets`)
+           )->PlanExplorer:                 # display it; `.widget` is the ipywidgets VBox, `.plan` the current plan
+    "An ipywidgets panel that re-plans a model and redraws tree, chart and findings whenever a knob changes."
+    return PlanExplorer(model, layer_cls, lora_r, targets)
 
 # %% ../nbs/04_viz.ipynb #cc0a1692
 LINE_WIDTH = 120   # the command-line report never runs past this many characters
@@ -329,13 +445,15 @@ def _wrap(text:str, indent:str="", first:str="")->list[str]:
 
 def plan_text_grouped(plan:Plan,                          # the plan to report
                       findings:list[Finding]|None=None,   # default: plan.check()
+                      speak=None,                         # rewrites the settings' spelling (the CLI: its flags)
                      )->str:                              # lines of at most LINE_WIDTH characters
     "The plan as a text tree with repeated units merged (`layers.*  ×48`), then its findings grouped by check."
     findings = plan.check() if findings is None else findings
+    speak = speak or (lambda t: t)
     groups = group_units(plan, findings, collapse=True)
     uop = f" (use_orig_params={plan.use_orig_params})" if plan.flavour == "fsdp1" else ""
     lines = _wrap(plan_summary(plan), indent="    ")
-    for i, pl in enumerate(f"policy{uop}: {plan.policy}".splitlines()):
+    for i, pl in enumerate(speak(f"policy{uop}: {plan.policy}").splitlines()):
         lines += _wrap(pl.strip(), indent="    ", first="" if i == 0 else "  ")
     full = ["  " * g.depth + g.label + (f" ×{g.count}" if g.count > 1 else "") for g in groups]
     w = min(max(map(len, full)), 40)      # with a 35-character class name the row is 120 wide
@@ -350,50 +468,15 @@ def plan_text_grouped(plan:Plan,                          # the plan to report
         lines.append("findings: none")
         return "\n".join(lines)
     counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
-    by_check: dict = {}
-    for f in findings: by_check.setdefault((f.severity, f.check), []).append(f)
     lines.append(f"findings: ✖ {counts['error']} errors, ▲ {counts['warning']} warnings, · {counts['info']} info, "
-                 f"in {len(by_check)} kind(s) (one entry per kind; each unit's own in plan.check())")
-    for (sev, chk), fs in sorted(by_check.items(), key=lambda kv: -_SEV_RANK.get(kv[0][0], 0)):
+                 f"in {len(set((f.severity, f.check) for f in findings))} kind(s) (one entry per kind; each unit's own "
+                 "in plan.check())")
+    for sev, chk, fs in group_findings(findings):
         lines += _wrap(f"{_MARK[sev]} {sev} [{chk}] on {len(fs)} unit(s), e.g. {fs[0].unit or '<root>'}",
                        indent="      ", first="  ")
-        lines += _wrap(fs[0].message, indent="      ", first="      ")
-        if fs[0].fix: lines += _wrap("fix: " + fs[0].fix, indent="      ", first="      ")
+        lines += _wrap(speak(fs[0].message), indent="      ", first="      ")
+        if fs[0].fix: lines += _wrap("fix: " + speak(fs[0].fix), indent="      ", first="      ")
     return "\n".join(lines)
-
-# %% ../nbs/04_viz.ipynb #8f18e3e2
-def build_for_plan(model:str|None=None,        # a zoo name or a shipped full-size config name
-                   config:str|None=None,       # or a config.json (or its folder)
-                   lora_r:int=8,               # LoRA rank
-                   targets:str="q_proj,v_proj",  # comma-separated LoRA target module names
-                  )->nn.Module:                # a meta-device peft model (LoRA on the thinker of an Omni model)
-    "A meta model with LoRA for planning: a zoo name, a shipped full-size config name, or a config.json path."
-    from lora_fsdp_kit import models
-    if (model is None) == (config is None): raise ValueError("give exactly one of model (a name) or config (a path)")
-    if model is not None:
-        if model in models.model_names(): m = models.tiny_model(model, device="meta")
-        elif model in models.FULL_SIZE_CONFIGS: m = models.model_from_config(model)
-        else: raise ValueError(f"unknown model {model!r}; available: {', '.join(models.model_names())}, "
-                               f"{', '.join(models.FULL_SIZE_CONFIGS)} (or pass --config path/to/config.json)")
-    else: m = models.model_from_config(config)
-    scope = "thinker" if hasattr(m, "thinker") else None
-    return models.add_lora(m, r=lora_r, alpha=2 * lora_r, target_modules=[t for t in targets.split(",") if t],
-                           modules=scope)
-
-@dataclass(frozen=True)
-class PlanReport:
-    "What `plan_command` found: the text to print, the plan and its findings, and the exit code for a CI job."
-    text: str                        # the grouped tree and findings (lines of at most 120 characters)
-    plan: Plan
-    findings: tuple[Finding, ...]
-    def __str__(self)->str: return self.text
-    def _repr_pretty_(self, p, cycle): p.text(self.text)
-    @property
-    def n_errors(self)->int: return sum(f.severity == "error" for f in self.findings)
-    @property
-    def exit_code(self)->int:
-        "0: no ✖ error finding; 1: at least one (FSDP would refuse, crash or hang). Bad input exits 2 in the CLI."
-        return 1 if self.n_errors else 0
 
 # %% ../nbs/04_viz.ipynb #3dd2855b
 def plan_command(model:str|None=None,        # a zoo name or a shipped full-size config name (e.g. qwen3_omni_default)
@@ -408,6 +491,7 @@ def plan_command(model:str|None=None,        # a zoo name or a shipped full-size
                  lora_leaves:bool=True,      # FSDP1: the lambda part (each LoRA leaf its own unit); False is the fix
                                              # the nested-units and hidden-name warnings suggest
                  wrap:WrapConfig|None=None,  # the whole wrapping; None: built from fsdp, min_num_params, ...
+                 speak=None,                 # rewrites the settings' spelling in the text (the CLI: its flags)
                 )->PlanReport:               # `print` it; `.exit_code` is what the command exits with
     "Build, add LoRA, plan and report: what `python -m lora_fsdp_kit plan` prints (and writes)."
     if wrap is None:
@@ -417,7 +501,7 @@ def plan_command(model:str|None=None,        # a zoo name or a shipped full-size
     m = build_for_plan(model, config, lora_r, targets)
     plan = wrap.plan(m)
     findings = plan.check()
-    text = plan_text_grouped(plan, findings)
+    text = plan_text_grouped(plan, findings, speak)
     if png:
         plot_plan(plan, findings).savefig(png, dpi=110, bbox_inches="tight"); text += f"\nchart: {png}"
     if json_path:

@@ -1,5 +1,6 @@
 """`python -m lora_fsdp_kit demo` as a user runs it: on one rank (how people debug), and stopped with SIGTERM while its
-ranks run — then no process or temporary folder is left and the previous results in `--out` are intact."""
+ranks run — then no process or temporary folder is left and the previous results in `--out` are intact; and `fits`,
+the step-memory predictor, reached through the kit's command line."""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 
@@ -57,3 +58,15 @@ def test_demo_sigterm_keeps_previous_results(tmp_path):
     finally:
         if p.poll() is None: p.kill()
         p.wait()
+
+def test_fits_subcommand(capsys):
+    "`python -m lora_fsdp_kit fits` is `fits.fits_main` with its own flags (a real interpreter), and bad input exits 2."
+    r = subprocess.run([sys.executable, "-m", "lora_fsdp_kit", "fits", "--help"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "--device-memory" in r.stdout and "--world" in r.stdout
+    from lora_fsdp_kit.__main__ import main
+    assert main(["fits", "--config", "llama", "--world", "2", "--device-memory", "lots"]) == 2   # before any model
+    assert "fits: error:" in capsys.readouterr().err
+    assert "fits" in subprocess.run([sys.executable, "-m", "lora_fsdp_kit", "--help"], capture_output=True, text=True,
+                                    timeout=300).stdout
