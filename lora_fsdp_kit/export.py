@@ -282,7 +282,7 @@ def save_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
               path:str|Path,               # the adapter directory to write (the same path on every rank)
               *,
               adapter_name:str="default",  # which adapter to save
-              timeout:float|None=5.0,      # seconds a rank waits in the gather for a peer that failed (None: torch's)
+              timeout:float|None=8.0,      # seconds a rank waits in the gather for a peer that failed (None: torch's)
              )->Path:                      # `path`, once every rank knows the adapter is there
     "Collective: write a standard peft adapter directory at `path` from rank 0, atomically; every rank calls it."
     path = Path(path).absolute()

@@ -20,7 +20,7 @@ def results():
     out = {}
     for world, settings in ((2, TWO), (3, THREE)):
         ranks = launch(C.run, tempfile.mkdtemp(prefix="lfk_export_"), settings, nprocs=world, quiet=True,
-                       timeout=600)
+                       timeout=1200)
         out[world] = [row for rank in ranks for row in rank]
     return out
 
@@ -99,7 +99,7 @@ CAUSE = {"target is a file": "is a file", "target is a non-adapter folder": "non
 @pytest.fixture(scope="module")
 def fault_runs():
     return {(world, setting, who): launch(C.faults, tempfile.mkdtemp(prefix="lfk_faults_"), setting, who,
-                                          nprocs=world, quiet=True, timeout=240)
+                                          nprocs=world, quiet=True, timeout=600)
             for world, setting, who in FAULT_RUNS}
 
 def _cases(fault_runs):
