@@ -135,8 +135,10 @@ class RankVote:
         "{rank: cause}, once every rank has posted `stage` or as soon as one has failed ({-1: ...}: one never came)."
         if not self.on: return {0: self.posted[stage]} if self.posted.get(stage) else {}
         t0, pause = time.monotonic(), 0.001
-        while not self.store.add(self._key(stage, "failed"), 0):
-            if self.store.add(self._key(stage, "arrived"), 0) >= self.world: return {}
+        while True:   # arrivals first: a rank counts its failure before its arrival, so once all arrived it is final
+            arrived = self.store.add(self._key(stage, "arrived"), 0)
+            if self.store.add(self._key(stage, "failed"), 0): break
+            if arrived >= self.world: return {}
             if time.monotonic() - t0 > self.wait: return {-1: f"a rank did not reach {stage!r} within {self.wait:g} s"}
             time.sleep(pause); pause = min(2 * pause, 0.05)
         keys = {r: self._key(stage, "cause", r) for r in range(self.world)}
@@ -485,7 +487,7 @@ def iter_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
     wanted = engine.lora_names(adapter_name)
     # one packed gather per unit: only the LoRA pieces move, never a unit's base weights (FSDP1 layer units)
     for b in _packed_batches(engine, wanted, [ns for _, ns in engine.lora_units(list(wanted))], rank0_only):
-        yield from b
+        while b: yield b.pop(0)   # hand each tensor over: the stream keeps none once the next unit is gathered
 
 def iter_lora_buckets(model:nn.Module,            # a peft model: FSDP1- or FSDP2-wrapped, or not wrapped
                       *,

@@ -234,8 +234,8 @@ def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the 
             per_rank = [sum(b) for b in zip(*(_fsdp1_rank_lora_bytes(u, world, plan.use_orig_params, adapter_name, pos)
                                               for u in lora_units))] or [0]
         else:
-            chunks = [[c * dtype_itemsize(p.dtype) for c in _fsdp2_pieces((shapes or {}).get(p.name, (p.numel,)), world)]
-                      for p in lora]
+            piece = lambda p: _fsdp2_pieces((shapes or {}).get(p.name, (p.numel,)), world)
+            chunks = [[c * dtype_itemsize(p.dtype) for c in piece(p)] for p in lora]
             per_rank = [sum(c) for c in zip(*chunks)] or [0]
         width, total = max(per_rank), sum(per_rank)
         me = per_rank[(dist.get_rank() if rank is None and dist.is_initialized() else rank or 0) % world]
@@ -297,7 +297,8 @@ def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft mo
             meter.note()
             units.append(UnitGather(u.name, counter.bytes - b0, counter.calls - c0, meter.unit_peak - base,
                                     time.perf_counter() - t0, u.gather_bytes,
-                                    pb if strategy == "packed" else predict_unit(plan, strategy, u.name, world, shapes, order)))
+                                    pb if strategy == "packed" else
+                                    predict_unit(plan, strategy, u.name, world, shapes, order)))
 
     with meter:
         base = meter.now()

@@ -91,7 +91,8 @@ def load_variants(fm, setting:str, d:Path, trained:dict)->dict:
     src = d/"adapter"
     cfg = json.loads((src/E.ADAPTER_CONFIG).read_text())
     same = r".*\.(" + "|".join(sorted(cfg["target_modules"])) + ")"
-    variants = {"peft < 0.14": {k: v for k, v in cfg.items() if k not in OLD_FIELDS}, "regex": dict(cfg, target_modules=same),
+    variants = {"peft < 0.14": {k: v for k, v in cfg.items() if k not in OLD_FIELDS},
+                "regex": dict(cfg, target_modules=same),
                 "regex, other modules": dict(cfg, target_modules=r".*\.q_proj")}
     if dist.get_rank() == 0:
         for name, c in variants.items():
@@ -179,6 +180,7 @@ def one(folder:str, setting:str)->dict:
             except E.SaveError as e: msg = str(e)
         res["interrupted"].append(dict(who=who, message=msg, intact=_files(d/"adapter") == before,
                                        leftovers=sorted(p.name for p in d.iterdir() if p.name.startswith("."))))
+        dist.barrier()   # every rank has looked before rank 0 starts the next save (and its temporary folder)
     E.save_lora(fm, d/"adapter")   # and a save that works replaces it
     res["replaced"] = _files(d/"adapter") != before
     res["seconds"] = time.perf_counter() - t0
