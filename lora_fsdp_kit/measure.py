@@ -433,28 +433,27 @@ class StreamProfile:
 
 
 # %% ../nbs/06a_measure.ipynb #ms000006
+def _peak_of(engine:GatherEngine, run)->int:
+    "Measured peak extra bytes while the context `run()` is entered."
+    with MemoryMeter(engine.model) as meter:
+        base = meter.now()
+        with run(): meter.note()
+        return max((c for _, c in meter.timeline), default=base) - base
+
 def _unit_cost(engine:GatherEngine, what:str, adapter_name:str)->tuple[int, int]:
     "Collective: (measured peak extra bytes of producing the costliest unit alone, LoRA bytes gathered up front)."
     wanted = engine.lora_names(adapter_name)
     if what == "merged":
         # FSDP2 may hold the all-gather output and the unsharded parameters at once: measure, don't assume
         unit = max((u for u in engine.units if u.module is not None), key=lambda u: u.gather_bytes, default=None)
-        run = lambda: engine.unsharded(unit)
         # iter_merged_weights gathers first the LoRA tensors that live in other units than their layer's base weight
         home = {n: engine.unit_of.get(n.split(".lora_")[0] + ".base_layer.weight") for n in wanted}
         ahead = sum(engine.by_name[n].nbytes for n in wanted if engine.unit_of[n] is not home[n])
-    else:
-        # iter_lora packs each unit's LoRA pieces into one gather: the unit with the most LoRA bytes costs most
-        todo = engine.lora_units(list(wanted))
-        unit, names = max(todo, key=lambda t: sum(engine.owner(n).nbytes for n in t[1])) if todo else (None, [])
-        run = lambda: contextlib.ExitStack() if unit is None else _drain(engine.collect(names).items())
-        ahead = 0
-    if unit is None: return 0, ahead
-    with MemoryMeter(engine.model) as meter:
-        base = meter.now()
-        with run(): meter.note()
-        peak = max((c for _, c in meter.timeline), default=base) - base
-    return peak, ahead
+        return (0 if unit is None else _peak_of(engine, lambda: engine.unsharded(unit))), ahead
+    # iter_lora packs each unit's LoRA pieces into one gather, whose buffers depend on how the unit's pieces fall
+    # across the ranks (an all-to-all when they are uneven): measure every unit, keep the costliest
+    return max((_peak_of(engine, lambda: _drain(engine.collect(ns).items())) for _, ns in
+                engine.lora_units(list(wanted))), default=0), 0
 
 @contextlib.contextmanager
 def _drain(stream):
