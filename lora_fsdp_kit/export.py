@@ -476,7 +476,7 @@ def iter_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
               adapter_name:str="default",
               rank0_only:bool=False,       # only rank 0 gets tensors; the others take part and get nothing
              )->Iterator[tuple[str, torch.Tensor]]: # (key in peft's adapter file, full CPU tensor)
-    "Yield the adapter's tensors under peft's keys, one FSDP unit's LoRA at a time (a collective when sharded)."
+    "Yield the adapter's tensors under peft's keys, one FSDP unit at a time (a collective when sharded)."
     if not is_sharded(model):
         keys = lora_keys(model, adapter_name)
         if rank0_only and _rank() != 0: return
@@ -485,9 +485,12 @@ def iter_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
         return
     engine = gather_engine(model)
     wanted = engine.lora_names(adapter_name)
-    # one packed gather per unit: only the LoRA pieces move, never a unit's base weights (FSDP1 layer units)
-    for b in _packed_batches(engine, wanted, [ns for _, ns in engine.lora_units(list(wanted))], rank0_only):
-        while b: yield b.pop(0)   # hand each tensor over: the stream keeps none once the next unit is gathered
+    keep, seen = not rank0_only or _rank() == 0, {}
+    for unit, names in engine.lora_units(list(wanted)):
+        for n, t in engine.full_lora(unit, names, rank0_only):
+            seen[n] = None
+            if keep: yield wanted[n], t
+    check_collected(wanted, seen, engine)   # an engine that skipped a unit is an error, not a short stream
 
 def iter_lora_buckets(model:nn.Module,            # a peft model: FSDP1- or FSDP2-wrapped, or not wrapped
                       *,

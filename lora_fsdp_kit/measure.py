@@ -450,9 +450,8 @@ def _unit_cost(engine:GatherEngine, what:str, adapter_name:str)->tuple[int, int]
         home = {n: engine.unit_of.get(n.split(".lora_")[0] + ".base_layer.weight") for n in wanted}
         ahead = sum(engine.by_name[n].nbytes for n in wanted if engine.unit_of[n] is not home[n])
         return (0 if unit is None else _peak_of(engine, lambda: engine.unsharded(unit))), ahead
-    # iter_lora packs each unit's LoRA pieces into one gather, whose buffers depend on how the unit's pieces fall
-    # across the ranks (an all-to-all when they are uneven): measure every unit, keep the costliest
-    return max((_peak_of(engine, lambda: _drain(engine.collect(ns).items())) for _, ns in
+    # iter_lora gathers unit by unit: measure every unit, keep the costliest
+    return max((_peak_of(engine, lambda: _drain(engine.full_lora(u, ns))) for u, ns in
                 engine.lora_units(list(wanted))), default=0), 0
 
 @contextlib.contextmanager
