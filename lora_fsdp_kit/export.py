@@ -5,9 +5,8 @@
 # %% ../nbs/09_export.ipynb #ef665317
 from __future__ import annotations
 
-import contextlib, errno, json, os, shutil, tempfile, time, uuid
+import contextlib, datetime, json, os, re, shutil, tempfile, time, uuid
 from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -20,15 +19,16 @@ from peft import PeftModel, get_peft_model_state_dict
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from .gather import (GatherEngine, MissingLoraError, check_collected, fsdp_flavour, gather_engine,
+from .sharded import sharded_view
+from .shards import clean_name
+from .gather import (MissingLoraError, check_collected, fsdp_flavour, gather_engine,
                                   gather_lora, iter_merged_weights)
-from .doctor import require
-from .models import fmt_bytes
+from .doctor import internal, require
 
 # %% auto #0
 __all__ = ['ADAPTER_CONFIG', 'ADAPTER_WEIGHTS', 'CONFIG_FIELDS', 'is_sharded', 'peft_model_of', 'adapter_config', 'lora_keys',
-           'SaveError', 'failed_ranks', 'write_adapter', 'save_lora', 'config_differences', 'ShardWriter', 'load_lora',
-           'buckets', 'iter_lora', 'iter_lora_buckets']
+           'SaveError', 'failed_ranks', 'RankVote', 'bounded_wait', 'write_adapter', 'save_lora', 'config_differences',
+           'ShardWriter', 'load_lora', 'buckets', 'iter_lora', 'iter_lora_buckets']
 
 # %% ../nbs/09_export.ipynb #3083927b
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"   # peft's own file names
@@ -99,6 +99,103 @@ def _fsync_tree(folder:Path):
     try: os.fsync(fd)
     finally: os.close(fd)
 
+# %% ../nbs/09_export.ipynb #rv000002
+# private torch objects: imported when first used, checked by `python -m lora_fsdp_kit doctor`
+_default_store = internal("torch.distributed.distributed_c10d:_get_default_store",
+                          feature="the failure votes of save_lora (export.RankVote)")
+_VOTES = [0]   # votes opened in this process: every rank opens the same ones in the same order, so keys line up
+
+def _cause(e:BaseException)->str: return f"{type(e).__name__}: {e}".rstrip(": ")[:400]
+
+class RankVote:
+    "Ranks agree, stage by stage, which of them failed and why, through the process group's store (no collective)."
+    def __init__(self, name:str,      # what votes (part of the store keys)
+                 wait:float=1800.0,   # seconds to wait for a rank that neither arrives nor fails
+                ):
+        self.on = dist.is_available() and dist.is_initialized()
+        self.rank, self.world = (dist.get_rank(), dist.get_world_size()) if self.on else (0, 1)
+        _VOTES[0] += 1
+        self.prefix, self.wait, self.keys, self.posted = f"lfk/{name}/{_VOTES[0]}", wait, set(), {}
+        self.store = _default_store() if self.on else None
+
+    def _key(self, *parts)->str:
+        k = "/".join(map(str, (self.prefix, *parts))); self.keys.add(k); return k
+
+    def post(self, stage:str, err:BaseException|None=None):
+        "Say that this rank reached `stage`, and whether it failed (`err`); once per stage."
+        if stage in self.posted: return
+        self.posted[stage] = None if err is None else _cause(err)
+        if not self.on: return
+        if err is not None:
+            self.store.set(self._key(stage, "cause", self.rank), self.posted[stage])
+            self.store.add(self._key(stage, "failed"), 1)
+        self.store.add(self._key(stage, "arrived"), 1)
+
+    def failures(self, stage:str)->dict[int, str]:
+        "{rank: cause}, once every rank has posted `stage` or as soon as one has failed ({-1: ...}: one never came)."
+        if not self.on: return {0: self.posted[stage]} if self.posted.get(stage) else {}
+        t0, pause = time.monotonic(), 0.001
+        while True:   # arrivals first: a rank counts its failure before its arrival, so once all arrived it is final
+            arrived = self.store.add(self._key(stage, "arrived"), 0)
+            if self.store.add(self._key(stage, "failed"), 0): break
+            if arrived >= self.world: return {}
+            if time.monotonic() - t0 > self.wait: return {-1: f"a rank did not reach {stage!r} within {self.wait:g} s"}
+            time.sleep(pause); pause = min(2 * pause, 0.05)
+        keys = {r: self._key(stage, "cause", r) for r in range(self.world)}
+        return {r: self.store.get(k).decode() for r, k in keys.items() if self.store.check([k])}
+
+
+# %% ../nbs/09_export.ipynb #rv000003
+@contextlib.contextmanager
+def _noop(): yield
+
+def _vote_signal(self:RankVote, what:str):
+    "Rank 0 tells the others that `what` is done (e.g. the temporary folder is gone)."
+    if self.on: self.store.set(self._key(what), "1")
+
+def _vote_wait_for(self:RankVote, what:str, seconds:float|None=None)->bool:
+    "Wait (at most `seconds`, default `wait`) for `signal(what)`; False if it never came."
+    if not self.on: return True
+    try: self.store.wait([self._key(what)], datetime.timedelta(seconds=seconds or self.wait)); return True
+    except Exception: return False   # the store's own timeout error: rank 0 is gone
+
+def _vote_close(self:RankVote):
+    "The last rank to close deletes every key the vote used: its store use stays bounded."
+    if not self.on or self.store.add(self._key("closed"), 1) < self.world: return
+    for k in self.keys:
+        try: self.store.delete_key(k)
+        except Exception: pass   # a store without deletion (FileStore before torch 2.x): keys stay, few and small
+
+RankVote.signal, RankVote.wait_for, RankVote.close = _vote_signal, _vote_wait_for, _vote_close
+
+
+# %% ../nbs/09_export.ipynb #rv000005
+_set_pg_timeout = internal("torch.distributed.distributed_c10d:_set_pg_timeout",
+                           feature="save_lora's bounded wait inside its gather (export.bounded_wait)")
+
+def _pg_timeout(group)->datetime.timedelta|None:
+    try: return group._get_backend(_device()).options._timeout
+    except Exception: return None   # a backend without options: its timeout stays as it is
+
+@contextlib.contextmanager
+def bounded_wait(groups:list,                # process groups the block's collectives run in
+                 seconds:float|None,         # the most a collective may wait for a peer (None: unchanged)
+                ):
+    "Lower the timeout of `groups` inside the block, so a collective whose peer failed before it raises, not hangs."
+    saved = []
+    for g in (list(dict.fromkeys(groups)) if seconds else []):
+        old = _pg_timeout(g)
+        if old is None or old.total_seconds() <= seconds: continue
+        _set_pg_timeout(datetime.timedelta(seconds=seconds), g); saved.append((g, old))
+    try: yield
+    finally:
+        for g, old in saved:
+            try: _set_pg_timeout(old, g)
+            except Exception: pass   # a group closed by a timeout takes no new setting
+
+_TIMED_OUT = re.compile(r"timed out|timeout", re.I)
+
+
 # %% ../nbs/09_export.ipynb #260ea910
 def write_adapter(model:nn.Module,              # the peft model the tensors come from (FSDP-wrapped or not)
                   tensors:dict[str, torch.Tensor], # peft's adapter state dict of `adapter_name`, full tensors
@@ -157,39 +254,77 @@ def _publish(tmp:Path, path:Path):
         os.rename(old, path); raise
     shutil.rmtree(old, ignore_errors=True)
 
+# %% ../nbs/09_export.ipynb #rv000006
+_STAGES = {"ready": "checking the target", "written": "gathering and writing", "published": "publishing"}
+
+def _save_error(bad:dict[int, str], stage:str, path:Path, clean:bool)->str:
+    "The message every rank raises: the failed ranks and their causes; those that only timed out waiting for them."
+    root = {r: c for r, c in bad.items() if not _TIMED_OUT.search(c)} or bad
+    waited = sorted(r for r in bad if r not in root)
+    left = f"{path} was left as it was" if clean else f"rank 0 did not confirm that {path} was left as it was"
+    why = "; ".join(f"rank {r}: {c}" if r >= 0 else c for r, c in sorted(root.items()))
+    msg = f"save_lora failed on rank(s) {sorted(r for r in root if r >= 0)} while {_STAGES[stage]}; {left}: {why}"
+    if waited: msg += (f" (rank(s) {waited} timed out in a collective waiting for them; a process group that timed "
+                       f"out cannot be used again)")
+    return msg
+
+def _agree(vote:RankVote, stage:str, err:BaseException|None, tmp:Path|None, path:Path):
+    "Post this rank's outcome of `stage`; if any rank failed, rank 0 removes `tmp` and then every rank raises."
+    vote.post(stage, err)
+    if not vote.failures(stage): return
+    if vote.rank == 0:
+        if tmp is not None: shutil.rmtree(tmp, ignore_errors=True)
+        vote.signal("clean")
+    clean = vote.wait_for("clean")    # no rank raises before rank 0 has cleaned up: the directory is final then
+    raise SaveError(_save_error(vote.failures(stage), stage, path, clean)) from err
+
+
 # %% ../nbs/09_export.ipynb #aa8c70e0
 def save_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapped, or not wrapped
               path:str|Path,               # the adapter directory to write (the same path on every rank)
               *,
               adapter_name:str="default",  # which adapter to save
+              timeout:float|None=8.0,      # seconds a rank waits in the gather for a peer that failed (None: torch's)
              )->Path:                      # `path`, once every rank knows the adapter is there
     "Collective: write a standard peft adapter directory at `path` from rank 0, atomically; every rank calls it."
-    path, rank = Path(path).absolute(), _rank()
+    path = Path(path).absolute()
     adapter_config(model, adapter_name)      # a wrong name fails on every rank alike, before any collective
-    tmp, err = None, None
+    vote, tmp, stage, err = RankVote("save_lora"), None, "ready", None
     try:
-        if rank == 0: _check_target(path)
-        tensors = _lora_state_dict(model, adapter_name)   # every rank takes part; rank 0 keeps the tensors
-        if rank == 0:
-            if not tensors: raise MissingLoraError(f"adapter {adapter_name!r} has no tensors to save")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.saving-", dir=path.parent))
-            write_adapter(model, tensors, tmp, adapter_name)
-            _fsync_tree(tmp)
-        del tensors
-    except Exception as e: err = e
-    for stage in ("gathering and writing", "publishing"):
-        bad = failed_ranks(err is not None)
-        if bad:
-            if tmp is not None: shutil.rmtree(tmp, ignore_errors=True)
-            failed_ranks(False)   # no rank raises before rank 0 has cleaned up: the directory is final then
-            why = f": {type(err).__name__}: {err}" if err is not None else " (see the error on that rank)"
-            raise SaveError(f"save_lora failed on rank(s) {bad} while {stage}; {path} was left as it was{why}") from err
-        if stage == "publishing": break
-        if rank == 0:
-            try: _publish(tmp, path)
+        try:   # everything that can fail before the first collective, on every rank, then one vote
+            if vote.rank == 0:
+                _check_target(path)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.saving-", dir=path.parent))
+            groups = sharded_view(model).groups if is_sharded(model) else []
+        except Exception as e: err = e
+        _agree(vote, stage, err, tmp, path)
+        stage = "written"
+        try:
+            with bounded_wait(groups, timeout):
+                tensors = _lora_state_dict(model, adapter_name)   # every rank takes part; rank 0 keeps the tensors
+            if vote.rank == 0:
+                if not tensors: raise MissingLoraError(f"adapter {adapter_name!r} has no tensors to save")
+                write_adapter(model, tensors, tmp, adapter_name)
+                _fsync_tree(tmp)
+            del tensors
+        except Exception as e: err = e
+        _agree(vote, stage, err, tmp, path)
+        stage = "published"
+        if vote.rank == 0:
+            try: _publish(tmp, path); tmp = None
             except Exception as e: err = e
-    return path
+        _agree(vote, stage, err, tmp, path)
+        return path
+    except BaseException as e:     # Ctrl-C, or SaveError after the vote: the others hear of it, nothing is left behind
+        vote.post(stage, e)
+        if vote.rank == 0:
+            if tmp is not None: shutil.rmtree(tmp, ignore_errors=True)
+            vote.signal("clean")
+        elif not isinstance(e, SaveError): vote.wait_for("clean", 10)   # Ctrl-C: leave once rank 0 has cleaned up
+        raise
+    finally: vote.close()
+
 
 # %% ../nbs/09_export.ipynb #3b5bd896
 CONFIG_FIELDS = ("peft_type", "r", "lora_alpha", "target_modules", "exclude_modules", "rank_pattern", "alpha_pattern",
@@ -203,13 +338,37 @@ def _norm(v):
     if isinstance(v, dict): return v or None
     return v
 
-def config_differences(model_config,     # the model's `LoraConfig` (or its dict)
-                       saved:dict,       # the contents of a saved adapter_config.json
-                      )->list[str]:      # one line per differing field
-    "Fields of `CONFIG_FIELDS` whose values differ between the model's adapter config and a saved one."
-    mine = model_config if isinstance(model_config, dict) else model_config.to_dict()
-    return [f"{k}: model {_norm(mine.get(k))!r}, file {_norm(saved.get(k))!r}" for k in CONFIG_FIELDS
-            if _norm(mine.get(k)) != _norm(saved.get(k))]
+_MATCHED = ("target_modules", "exclude_modules", "layers_to_transform", "layers_pattern")   # say which modules
+
+def _as_peft_config(c):
+    "A config object; a saved adapter_config.json's dict is filled in as peft fills it when it loads one."
+    if not isinstance(c, dict): return c
+    from peft import PeftConfig
+    # peft's own loader: defaults for fields older peft did not write (lora_bias, exclude_modules, ...)
+    return PeftConfig.from_peft_type(**c)
+
+def _matched(cfg, modules:list[str])->set[str]:
+    "The modules `cfg` puts adapters on, as peft decides (lists, suffixes, regexes, exclusions, layer indices)."
+    from peft.tuners.tuners_utils import check_target_module_exists
+    return {m for m in modules if check_target_module_exists(cfg, m)}
+
+def config_differences(model_config,             # the model's `LoraConfig` (or its dict)
+                       saved,                    # a saved adapter's config (the contents of adapter_config.json)
+                       modules:list[str]|None=None, # the model's module names: targets compare by what they match
+                      )->list[str]:              # one line per differing field
+    "Fields of `CONFIG_FIELDS` that differ once peft has filled in both configs; targets by the modules they match."
+    mine, theirs = _as_peft_config(model_config), _as_peft_config(saved)
+    md, td = mine.to_dict(), theirs.to_dict()
+    same_modules = modules is not None and _matched(mine, modules) == _matched(theirs, modules)
+    return [f"{k}: model {_norm(md.get(k))!r}, file {_norm(td.get(k))!r}" for k in CONFIG_FIELDS
+            if not (same_modules and k in _MATCHED) and _norm(md.get(k)) != _norm(td.get(k))]
+
+def _module_names(model:nn.Module)->list[str]:
+    "The base model's module names as peft matches targets against them (LoRA's own sub-modules left out)."
+    own = ("base_layer", "original_module", "modules_to_save")
+    names = (clean_name(n) for n, _ in peft_model_of(model).base_model.model.named_modules())
+    return list(dict.fromkeys(n for n in names if not any(s.startswith("lora_") or s in own for s in n.split("."))))
+
 
 # %% ../nbs/09_export.ipynb #23326306
 class ShardWriter:
@@ -263,7 +422,8 @@ def load_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
         if not (path/f).is_file():
             raise FileNotFoundError(f"{path} has no {f}: not a peft adapter directory (write one with save_lora "
                                     f"or PeftModel.save_pretrained)")
-    diff = config_differences(adapter_config(model, adapter_name), json.loads((path/ADAPTER_CONFIG).read_text()))
+    diff = config_differences(adapter_config(model, adapter_name), json.loads((path/ADAPTER_CONFIG).read_text()),
+                              _module_names(model))
     if diff:
         raise ValueError(f"the adapter at {path} does not match adapter {adapter_name!r} of the model:\n  "
                          + "\n  ".join(diff))
@@ -300,6 +460,17 @@ def buckets(stream:Iterable[tuple[str, torch.Tensor]],  # (name, tensor) pairs, 
     if cur: yield cur
 
 # %% ../nbs/09_export.ipynb #e19d53f8
+def _packed_batches(engine, wanted:dict, batches:list[list[str]], rank0_only:bool
+                   )->Iterator[list[tuple[str, torch.Tensor]]]:
+    "Each batch of names in one packed gather, LoRA bytes only (as `gather_lora`): lists of (peft key, tensor)."
+    keep, seen = not rank0_only or _rank() == 0, {}
+    for names in batches:
+        got = engine.collect(names, rank0_only=rank0_only)
+        seen.update(dict.fromkeys(got))
+        if keep: yield [(wanted[n], got[n]) for n in names if n in got]
+        del got
+    if keep: check_collected(wanted, seen, engine)   # an engine that skipped a tensor is an error, not a short stream
+
 def iter_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapped, or not wrapped
               *,
               adapter_name:str="default",
@@ -327,9 +498,17 @@ def iter_lora_buckets(model:nn.Module,            # a peft model: FSDP1- or FSDP
                       adapter_name:str="default",
                       rank0_only:bool=False,      # only rank 0 gets buckets; the others take part and get none
                      )->Iterator[list[tuple[str, torch.Tensor]]]: # lists of (peft key, full CPU tensor)
-    "The adapter's tensors, under peft's keys, in buckets of at most `bucket_bytes` (a collective when sharded)."
-    stream = iter_lora(model, adapter_name=adapter_name, rank0_only=rank0_only)
-    if rank0_only and _rank() != 0:
-        for _ in stream: pass     # take part in every collective; nothing to hand out
+    "The adapter's tensors, under peft's keys, in buckets of at most `bucket_bytes`: one packed gather per bucket."
+    if not is_sharded(model):
+        stream = iter_lora(model, adapter_name=adapter_name, rank0_only=rank0_only)
+        if not (rank0_only and _rank() != 0): yield from buckets(stream, bucket_bytes)
         return
-    yield from buckets(stream, bucket_bytes)
+    engine = gather_engine(model)
+    wanted = engine.lora_names(adapter_name)
+    order = [n for _, ns in engine.lora_units(list(wanted)) for n in ns]
+    # cut by full size as `buckets` does, on meta stand-ins: nothing is allocated to decide
+    metas = ((n, torch.empty(engine.owner(n).shape, dtype=engine.owner(n).dtype, device="meta")) for n in order)
+    cuts = [[n for n, _ in b] for b in buckets(metas, bucket_bytes)]
+    for b in _packed_batches(engine, wanted, cuts, rank0_only):
+        if b: yield b
+

@@ -20,7 +20,7 @@ from .gather import (GatherEngine, GatherUnit, _evenly, _own_cpu_copy, check_col
 from .memory import AllGatherCounter, MemoryMeter
 from .models import fmt_bytes
 from .plan import dtype_itemsize
-from .shards import fsdp1_layouts, fsdp2_layout, fsdp2_padded_numel
+from .shards import fsdp1_layouts, fsdp1_padded_numel, fsdp2_layout, fsdp2_padded_numel
 
 # %% auto #0
 __all__ = ['GATHER_STRATEGIES', 'UnitGather', 'GatherProfile', 'gather_whole', 'gather_per_unit', 'gather_lora_only',
@@ -86,13 +86,14 @@ class GatherProfile:
 
     def _rows(self):
         pred = lambda p, m: f"{fmt_bytes(p)} ({m / p - 1:+.1%})" if p else "–"
+        bound = lambda p, m: f"≤ {fmt_bytes(p)} (measured {m / p - 1:+.1%})" if p else "–"   # peaks are bounds
         dev = self.unit_deviation
         return [("bytes all-gathered", fmt_bytes(self.bytes_gathered),
                  f"{self.bytes_ratio:.2f} × minimum ({fmt_bytes(self.min_bytes)})"),
                 ("peak extra memory", fmt_bytes(self.peak_extra),
                  f"{self.peak_ratio:.2f} × (largest LoRA unit + LoRA output)"),
                 ("predicted bytes / peak", pred(self.predicted_bytes, self.bytes_gathered),
-                 pred(self.predicted_peak, self.peak_extra)),
+                 bound(self.predicted_peak, self.peak_extra)),
                 ("per-unit bytes vs plan", "–" if dev is None else f"max deviation {dev:+.1%}",
                  f"{sum(u.predicted_bytes is not None for u in self.units)} units predicted (see unit_table())"),
                 ("units gathered", f"{self.units_gathered} of {len(self.units)} visited",
@@ -144,17 +145,22 @@ def _in_adapter(p, adapter_name:str|None=None)->bool:
     if adapter_name is None: return p.is_lora or ".modules_to_save." in p.name
     return (p.is_lora and f".{adapter_name}." in p.name) or f".modules_to_save.{adapter_name}." in p.name
 
+def _fsdp1_flat(u, use_orig_params:bool, pos:dict|None)->tuple[list, list[int], list[bool]]:
+    "Unit `u`'s FSDP1 flat parameter: its parameters in order, each entry's numel and which entries are padding."
+    # FSDP1 flattens in `module.parameters()` order: `pos` gives each name's place in the model
+    params = sorted(u.params, key=lambda p: pos.get(p.name, len(pos))) if pos else list(u.params)
+    align = 16 // dtype_itemsize(params[0].dtype) if use_orig_params and params else 0   # use_orig_params aligns
+    numels, pad, total = [], [], 0
+    for p in params:
+        if align and total % align: numels.append(align - total % align); pad.append(True); total += numels[-1]
+        numels.append(p.numel); pad.append(False); total += p.numel
+    return params, numels, pad
+
 def _fsdp1_rank_lora_bytes(u, world:int, use_orig_params:bool, adapter_name:str|None=None,
                            pos:dict|None=None)->list[int]:
     "Per rank, the bytes of LoRA pieces it holds of unit `u`'s flat parameter (FSDP1's layout, from the plan)."
     if world <= 1 or not u.params: return [0] * max(world, 1)
-    # FSDP1 flattens in `module.parameters()` order: `pos` gives each name's place in the model
-    params = sorted(u.params, key=lambda p: pos.get(p.name, len(pos))) if pos else list(u.params)
-    align = 16 // dtype_itemsize(params[0].dtype) if use_orig_params else 0   # FSDP1 aligns with use_orig_params
-    numels, pad, total = [], [], 0     # the flat parameter's entries, alignment padding included
-    for p in params:
-        if align and total % align: numels.append(align - total % align); pad.append(True); total += numels[-1]
-        numels.append(p.numel); pad.append(False); total += p.numel
+    params, numels, pad = _fsdp1_flat(u, use_orig_params, pos)
     layouts = fsdp1_layouts([(p.numel,) for p in params], numels, pad, world)
     return [sum(l.piece_numel(r) * dtype_itemsize(p.dtype) for l, p in zip(layouts, params)
                 if _in_adapter(p, adapter_name)) for r in range(world)]
@@ -164,11 +170,26 @@ def _fsdp2_pieces(shape:tuple[int, ...], world:int)->list[int]:
     layout = fsdp2_layout(shape or (1,), world)
     return [layout.piece_numel(r) for r in range(world)]
 
+def _padded(p, world:int, shapes:dict|None)->int:
+    "FSDP2's all-gather output of one parameter: dim 0 padded to a multiple of `world` (unpadded if no shape)."
+    s = (shapes or {}).get(p.name)
+    return fsdp2_padded_numel(s, world) * dtype_itemsize(p.dtype) if s else p.nbytes
+
+def _unit_gather_bytes(u, flavour:str, world:int, use_orig_params:bool, shapes:dict|None, pos:dict|None)->int:
+    "Bytes one all-gather of unit `u` moves: FSDP1 its flat parameter in `world` equal chunks, FSDP2 padded dims 0."
+    if world <= 1 or not u.params: return u.nbytes
+    if flavour == "fsdp1":
+        params, numels, _ = _fsdp1_flat(u, use_orig_params, pos)
+        return fsdp1_padded_numel(sum(numels), world) * dtype_itemsize(params[0].dtype)
+    return sum(_padded(p, world, shapes) for p in u.params)
+
+
+# %% ../nbs/06a_measure.ipynb #ms00000p
 def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the unwrapped model (or None)
             strategy:str,                  # a key of GATHER_STRATEGIES
             order:list[str]|None=None,     # unit names in the order the gather unshards them (default: the plan's)
             world:int|None=None,           # ranks in a shard group (default: the world size)
-            shapes:dict|None=None,         # {LoRA parameter name: full shape}: FSDP2 pads dim 0 to `world`
+            shapes:dict|None=None,         # {parameter name: full shape}: FSDP2 pads dim 0 to `world`
             rank:int|None=None,            # this rank in its shard group (default: world rank mod `world`)
             adapter_name:str|None=None,    # count only this adapter's tensors (None: every adapter)
             param_order:list[str]|None=None, # parameter names in the model's `named_parameters()` order
@@ -179,38 +200,42 @@ def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the 
     lora = [p for u in plan.units for p in u.params if _in_adapter(p, adapter_name)]
     lora_bytes = sum(p.nbytes for p in lora)
     lora_units = [u for u in plan.units if any(_in_adapter(p, adapter_name) for p in u.params)]
-    biggest = max((u.nbytes for u in lora_units), default=0)
-    def padded(p):   # FSDP2's all-gather output of one LoRA tensor: dim 0 padded to a multiple of `world`
-        s = (shapes or {}).get(p.name)
-        return fsdp2_padded_numel(s, world) * dtype_itemsize(p.dtype) if s else p.nbytes
+    pos = {n: i for i, n in enumerate(param_order or [])}
+    gathered = {u.name: _unit_gather_bytes(u, plan.flavour, world, plan.use_orig_params, shapes, pos)
+                for u in plan.units}
+    padded = lambda p: _padded(p, world, shapes)
     if strategy == "whole":
-        peak = plan.nbytes + plan.lora_bytes
-        if plan.flavour == "fsdp2":
-            # FSDP2 unshards unit after unit: while unit i is unsharded, its all-gather output sits beside its
-            # parameters (twice the unit) and the units before it are already full
-            rank = {n: i for i, n in enumerate(order or [])}
-            done = 0
-            for u in sorted(plan.units, key=lambda u: rank.get(u.name, len(rank))):
-                peak = max(peak, done + 2 * u.nbytes); done += u.nbytes
-        return plan.nbytes, peak
+        total = sum(gathered.values())
+        if plan.flavour == "fsdp1": return total, total + plan.lora_bytes   # every padded flat parameter, then LoRA
+        # FSDP2 unshards unit after unit: unit i's padded all-gather output and its input (this rank's padded
+        # piece) sit beside its unsharded parameters, with the units before it already full
+        rank, done, peak = {n: i for i, n in enumerate(order or [])}, 0, 0
+        for u in sorted(plan.units, key=lambda u: rank.get(u.name, len(rank))):
+            g = gathered[u.name]
+            peak = max(peak, done + g + g // max(world, 1) + u.nbytes); done += g
+        return total, max(peak, done + plan.lora_bytes)
     if strategy == "per_unit":
-        # FSDP2's unshard holds the flat all-gather output and the per-parameter copies at once: twice the unit
-        return sum(u.nbytes for u in lora_units), biggest * (2 if plan.flavour == "fsdp2" else 1) + plan.lora_bytes
+        # FSDP1: the unit's padded flat parameter; FSDP2's unshard holds the padded all-gather output, its input
+        # (this rank's padded piece) and the unpadded per-parameter copies at once
+        held = [gathered[u.name] + ((gathered[u.name] // world + u.nbytes) if plan.flavour == "fsdp2" else 0)
+                for u in lora_units]
+        return sum(gathered[u.name] for u in lora_units), max(held, default=0) + plan.lora_bytes
     if strategy == "lora_only":
-        # one full_tensor() per tensor: a padded all-gather output, then (when padded) an unpadded copy beside it
+        # one full_tensor() per tensor: a padded all-gather output, then (when padded) an unpadded copy beside it;
+        # a rank whose piece is short pads it first (at most two padded pieces in flight)
         peak, done = 0, 0
         for p in lora:
-            peak = max(peak, done + padded(p) + (p.nbytes if padded(p) != p.nbytes else 0)); done += p.nbytes
+            extra = (p.nbytes + 2 * padded(p) // world) if padded(p) != p.nbytes else 0
+            peak = max(peak, done + padded(p) + extra); done += p.nbytes
         return sum(padded(p) for p in lora), peak
     if strategy == "packed":
         if world <= 1: return 0, lora_bytes
         if plan.flavour == "fsdp1":
-            pos = {n: i for i, n in enumerate(param_order or [])}
             per_rank = [sum(b) for b in zip(*(_fsdp1_rank_lora_bytes(u, world, plan.use_orig_params, adapter_name, pos)
                                               for u in lora_units))] or [0]
         else:
-            chunks = [[c * dtype_itemsize(p.dtype) for c in _fsdp2_pieces((shapes or {}).get(p.name, (p.numel,)), world)]
-                      for p in lora]
+            piece = lambda p: _fsdp2_pieces((shapes or {}).get(p.name, (p.numel,)), world)
+            chunks = [[c * dtype_itemsize(p.dtype) for c in piece(p)] for p in lora]
             per_rank = [sum(c) for c in zip(*chunks)] or [0]
         width, total = max(per_rank), sum(per_rank)
         me = per_rank[(dist.get_rank() if rank is None and dist.is_initialized() else rank or 0) % world]
@@ -223,14 +248,21 @@ def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the 
 def predict_unit(plan,                # a `Plan` of the unwrapped model (or None)
                  strategy:str,        # a key of GATHER_STRATEGIES
                  name:str,            # the unit's clean name ("<whole model>" for the whole strategy)
+                 world:int=1,         # ranks in a shard group: FSDP pads what one all-gather moves
+                 shapes:dict|None=None,           # as for `predict`
+                 param_order:list[str]|None=None, # as for `predict`
                 )->int|None:
     "Bytes the plan says gathering unit `name` moves under `strategy`; None if the plan cannot say."
     if plan is None: return None
-    if name == "<whole model>": return plan.nbytes
+    if name == "<whole model>":
+        pos = {n: i for i, n in enumerate(param_order or [])}
+        return sum(_unit_gather_bytes(u, plan.flavour, world, plan.use_orig_params, shapes, pos) for u in plan.units)
     try: u = plan[name]
     except (KeyError, IndexError, ValueError): return None
     if strategy == "packed": return None   # one collective for all units: see `predict`
-    return u.lora_bytes if strategy == "lora_only" else u.nbytes
+    if strategy == "lora_only": return sum(_padded(p, world, shapes) for p in u.params if p.is_lora)
+    pos = {n: i for i, n in enumerate(param_order or [])}
+    return _unit_gather_bytes(u, plan.flavour, world, plan.use_orig_params, shapes, pos)
 
 
 # %% ../nbs/06a_measure.ipynb #310724e3
@@ -250,9 +282,9 @@ def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft mo
     shards = engine.shards(names)
     group = next((t.group for t in shards if t.group is not None), None)
     world = dist.get_world_size(group) if group is not None else 1
-    pb, pp = predict(plan, strategy, order=[u.name for u in engine.units], world=world,
-                     shapes={n: engine.owner(n).shape for n in names}, adapter_name=adapter_name,
-                     param_order=engine.param_order())
+    shapes, order = {n: p.shape for n, p in engine.by_name.items()}, engine.param_order()
+    pb, pp = predict(plan, strategy, order=[u.name for u in engine.units], world=world, shapes=shapes,
+                     adapter_name=adapter_name, param_order=order)
     units, meter = [], MemoryMeter(model)
     counter = AllGatherCounter(on_collective=lambda n: meter.note())
 
@@ -265,7 +297,8 @@ def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft mo
             meter.note()
             units.append(UnitGather(u.name, counter.bytes - b0, counter.calls - c0, meter.unit_peak - base,
                                     time.perf_counter() - t0, u.gather_bytes,
-                                    pb if strategy == "packed" else predict_unit(plan, strategy, u.name)))
+                                    pb if strategy == "packed" else
+                                    predict_unit(plan, strategy, u.name, world, shapes, order)))
 
     with meter:
         base = meter.now()
@@ -400,27 +433,26 @@ class StreamProfile:
 
 
 # %% ../nbs/06a_measure.ipynb #ms000006
+def _peak_of(engine:GatherEngine, run)->int:
+    "Measured peak extra bytes while the context `run()` is entered."
+    with MemoryMeter(engine.model) as meter:
+        base = meter.now()
+        with run(): meter.note()
+        return max((c for _, c in meter.timeline), default=base) - base
+
 def _unit_cost(engine:GatherEngine, what:str, adapter_name:str)->tuple[int, int]:
     "Collective: (measured peak extra bytes of producing the costliest unit alone, LoRA bytes gathered up front)."
     wanted = engine.lora_names(adapter_name)
     if what == "merged":
         # FSDP2 may hold the all-gather output and the unsharded parameters at once: measure, don't assume
         unit = max((u for u in engine.units if u.module is not None), key=lambda u: u.gather_bytes, default=None)
-        run = lambda: engine.unsharded(unit)
         # iter_merged_weights gathers first the LoRA tensors that live in other units than their layer's base weight
         home = {n: engine.unit_of.get(n.split(".lora_")[0] + ".base_layer.weight") for n in wanted}
         ahead = sum(engine.by_name[n].nbytes for n in wanted if engine.unit_of[n] is not home[n])
-    else:
-        todo = engine.lora_units(list(wanted))
-        unit, names = max(todo, key=lambda t: t[0].gather_bytes) if todo else (None, [])
-        run = lambda: contextlib.ExitStack() if unit is None else _drain(engine.full_lora(unit, names))
-        ahead = 0
-    if unit is None: return 0, ahead
-    with MemoryMeter(engine.model) as meter:
-        base = meter.now()
-        with run(): meter.note()
-        peak = max((c for _, c in meter.timeline), default=base) - base
-    return peak, ahead
+        return (0 if unit is None else _peak_of(engine, lambda: engine.unsharded(unit))), ahead
+    # iter_lora gathers unit by unit: measure every unit, keep the costliest
+    return max((_peak_of(engine, lambda: _drain(engine.full_lora(u, ns))) for u, ns in
+                engine.lora_units(list(wanted))), default=0), 0
 
 @contextlib.contextmanager
 def _drain(stream):

@@ -447,7 +447,8 @@ def hazard_case(name:str,            # "branch", "branch_drop", "switch" or "lla
     dist.barrier()
     pg = dist.new_group(timeout=datetime.timedelta(seconds=wait))
     res = dict(name=name, spec=spec, same=same, guard=guard, loss=None, lora=None, events=[], error=None,
-               findings=sorted({f.check for f in P.plan_from_spec(_build(name), spec).check() if f.severity == "error"}),
+               findings=sorted({f.check for f in P.plan_from_spec(_build(name), spec).check()
+                                if f.severity == "error"}),
                seconds=None, guard_seconds=0.0)
     model = _build(name)
     with warnings.catch_warnings():

@@ -1,7 +1,7 @@
 """Rank-side cases for tests/test_export.py: train under FSDP, save, compare with peft and torch, load, stream."""
 from __future__ import annotations
 
-import errno, json, time, traceback
+import contextlib, errno, json, shutil, time, traceback
 from pathlib import Path
 from unittest import mock
 
@@ -15,7 +15,7 @@ from lora_fsdp_kit import plan as P
 from lora_fsdp_kit.gather import gather_lora, iter_merged_weights
 from lora_fsdp_kit.memory import AllGatherCounter
 from lora_fsdp_kit.measure import measure_save, measure_stream
-from lora_fsdp_kit.testing import train_steps
+from lora_fsdp_kit.testing import case_config, train_steps
 from lora_fsdp_kit.models import tiny_model
 
 # (name, FSDP flavour, policy, use_orig_params, second adapter?)
@@ -40,9 +40,7 @@ def build(setting:str, perturb:bool=True):
 
 def wrap(pm, setting:str):
     flavour, kind, orig, _ = SETTINGS[setting]
-    pol = {"peft": lambda: P.peft_wrap_policy(pm), "guarded": lambda: P.lora_wrap_policy(pm, min_num_params=20_000),
-           "layer": lambda: P.layer_wrap_policy(pm)}[kind]()
-    return P.wrap_fsdp1(pm, pol, use_orig_params=orig) if flavour == "fsdp1" else P.wrap_fsdp2_like(pm, pol)
+    return case_config(kind, "fsdp1-orig" if orig else flavour).wrap(pm)
 
 def _equal(a:dict, b:dict)->bool: return list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
 def _files(d:Path)->dict: return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
@@ -82,6 +80,32 @@ def check_saved(d:Path, ref, name:str, folder:Path)->dict:
     ref.set_adapter(name)
     out["logits_equal"] = torch.equal(_logits(loaded), _logits(ref))
     ref.set_adapter("default")
+    return out
+
+OLD_FIELDS = ("lora_bias", "exclude_modules", "trainable_token_indices", "target_parameters", "use_qalora",
+              "qalora_group_size", "alora_invocation_tokens", "arrow_config", "ensure_weight_tying", "corda_config",
+              "eva_config")   # fields peft < 0.14 did not write
+
+def load_variants(fm, setting:str, d:Path, trained:dict)->dict:
+    "What peft loads, load_lora loads: an old peft's config, a regex naming the same modules (not: other modules)."
+    src = d/"adapter"
+    cfg = json.loads((src/E.ADAPTER_CONFIG).read_text())
+    same = r".*\.(" + "|".join(sorted(cfg["target_modules"])) + ")"
+    variants = {"peft < 0.14": {k: v for k, v in cfg.items() if k not in OLD_FIELDS},
+                "regex": dict(cfg, target_modules=same),
+                "regex, other modules": dict(cfg, target_modules=r".*\.q_proj")}
+    if dist.get_rank() == 0:
+        for name, c in variants.items():
+            shutil.copytree(src, d/name); (d/name/E.ADAPTER_CONFIG).write_text(json.dumps(c))
+    dist.barrier()
+    out = {}
+    for name in variants:
+        fresh = wrap(build(setting, perturb=False), setting)
+        try: E.load_lora(fresh, d/name); out[name] = _equal(gather_lora(fresh, progress=False), trained)
+        except Exception as e: out[name] = f"{type(e).__name__}: {e}"
+        if dist.get_rank() == 0 and name != "regex, other modules":   # and peft itself loads it, to the same tensors
+            ref = PeftModel.from_pretrained(tiny_model("llama"), d/name)
+            out[name + " (peft)"] = _equal(get_peft_model_state_dict(ref), trained)
     return out
 
 def one(folder:str, setting:str)->dict:
@@ -126,6 +150,12 @@ def one(folder:str, setting:str)->dict:
     res["lora_concat_equal"] = (_equal(dict(kv for b in lb for kv in b), dict(ls))
                                 and [k for b in lb for k, _ in b] == [k for k, _ in ls]
                                 and _equal(dict(sorted(dict(ls).items())), dict(sorted(now.items()))))
+    # LoRA buckets move only the LoRA pieces (one packed gather per bucket), as gather_lora does
+    with AllGatherCounter() as c: list(E.iter_lora_buckets(fm, bucket_bytes=1536))
+    with AllGatherCounter() as c2: gather_lora(fm, progress=False)
+    res["bucket_moved"], res["gather_moved"] = c.bytes, c2.bytes
+    res["lora_bytes"] = sum(E._nbytes(t) for t in now.values())
+    res["peft_variants"] = load_variants(fm, setting, d, trained)
     # merged buckets
     mb = list(E.buckets(iter_merged_weights(fm, progress=False), 65_536))
     ms = list(iter_merged_weights(fm, progress=False))
@@ -150,6 +180,7 @@ def one(folder:str, setting:str)->dict:
             except E.SaveError as e: msg = str(e)
         res["interrupted"].append(dict(who=who, message=msg, intact=_files(d/"adapter") == before,
                                        leftovers=sorted(p.name for p in d.iterdir() if p.name.startswith("."))))
+        dist.barrier()   # every rank has looked before rank 0 starts the next save (and its temporary folder)
     E.save_lora(fm, d/"adapter")   # and a save that works replaces it
     res["replaced"] = _files(d/"adapter") != before
     res["seconds"] = time.perf_counter() - t0
@@ -161,4 +192,68 @@ def run(folder:str, settings:tuple)->list[dict]:
     for s in settings:
         try: out.append(one(folder, s))
         except Exception: out.append(dict(setting=s, error=traceback.format_exc()))
+    return out
+
+# ---- faults: every rank raises, fast, naming the failing rank and the cause; nothing on disk changes ----
+GATHER_FAULT = "in the gather, before its collective"
+
+def _fault_cases(world:int)->list[tuple[str, int]]:
+    "(fault, rank) pairs that leave the process group usable, each rank in turn where any rank can fail."
+    every = lambda f: [(f, r) for r in range(world)]
+    return ([("target is a file", 0), ("target is a non-adapter folder", 0)] + every("before the first collective")
+            + every("after the gather") + [("during the write", 0), ("Ctrl-C during the write", 0),
+                                           ("while publishing", 0)] + every("Ctrl-C after the gather")[1:])
+
+def _inject(fault:str, rank:int, d:Path):
+    "The patch that makes `rank` fail at `fault` (a no-op context on the other ranks)."
+    import lora_fsdp_kit.gather as G
+    if dist.get_rank() != rank or fault.startswith("target"): return contextlib.nullcontext()
+    real_sd, real_write = E._lora_state_dict, E.write_adapter
+    def boom(*a, **k): raise MemoryError(f"injected on rank {rank}: {fault}")
+    def after(*a, **k):
+        real_sd(*a, **k)
+        raise (KeyboardInterrupt() if "Ctrl-C" in fault else RuntimeError(f"injected on rank {rank}: {fault}"))
+    def disk_full(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"\0" * 64); raise OSError(errno.ENOSPC, "No space left on device")
+    def interrupted(model, tensors, folder, *a, **k):
+        (Path(folder)/"partial").write_bytes(b"\0" * 64); raise KeyboardInterrupt()
+    return {"before the first collective": lambda: mock.patch.object(E, "sharded_view", boom),
+            GATHER_FAULT: lambda: mock.patch.object(G, "_gather_bucket", boom),
+            "after the gather": lambda: mock.patch.object(E, "_lora_state_dict", after),
+            "Ctrl-C after the gather": lambda: mock.patch.object(E, "_lora_state_dict", after),
+            "during the write": lambda: mock.patch.object(E, "save_file", disk_full),
+            "Ctrl-C during the write": lambda: mock.patch.object(E, "write_adapter", interrupted),
+            "while publishing": lambda: mock.patch.object(E, "_publish", boom)}[fault]()
+
+def _fault(fm, d:Path, fault:str, who:int)->dict:
+    "One injected fault: what this rank raised, how fast, and what the folder holds afterwards."
+    target = d/"adapter"
+    if fault == "target is a file": target = d/"afile"; target.write_text("x") if dist.get_rank() == 0 else None
+    if fault == "target is a non-adapter folder":
+        target = d/"notes"
+        if dist.get_rank() == 0: target.mkdir(exist_ok=True); (target/"notes.txt").write_text("mine")
+    dist.barrier()
+    before = _files(target) if target.is_dir() else target.read_bytes()
+    t0, kind, msg = time.perf_counter(), None, None
+    with _inject(fault, who, d):
+        try: E.save_lora(fm, target)
+        except BaseException as e: kind, msg = type(e).__name__, str(e)
+    seconds = time.perf_counter() - t0
+    after = _files(target) if target.is_dir() else target.read_bytes()
+    return dict(fault=fault, who=who, rank=dist.get_rank(), kind=kind, message=msg, seconds=seconds,
+                intact=after == before, leftovers=sorted(p.name for p in d.iterdir() if p.name.startswith(".")))
+
+def faults(folder:str, setting:str="fsdp2", gather_fault_rank:int|None=None)->list[dict]:
+    "Rank function: every fault of `_fault_cases` in turn, then (it closes the group) one inside the gather."
+    d = Path(folder)/f"{setting}-{dist.get_world_size()}-{gather_fault_rank}"
+    if dist.get_rank() == 0: d.mkdir(parents=True, exist_ok=True)
+    fm = wrap(build(setting), setting)
+    dist.barrier()
+    E.save_lora(fm, d/"adapter")       # the adapter every fault must leave as it was
+    out = [_fault(fm, d, f, r) for f, r in _fault_cases(dist.get_world_size())]
+    dist.barrier()
+    E.save_lora(fm, d/"adapter")       # the group still works after all of them
+    out.append(dict(fault="a save after them", rank=dist.get_rank(), kind=None, message=None, seconds=0.0,
+                    intact=True, leftovers=sorted(p.name for p in d.iterdir() if p.name.startswith("."))))
+    if gather_fault_rank is not None: out.append(_fault(fm, d, GATHER_FAULT, gather_fault_rank))
     return out

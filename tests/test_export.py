@@ -20,7 +20,7 @@ def results():
     out = {}
     for world, settings in ((2, TWO), (3, THREE)):
         ranks = launch(C.run, tempfile.mkdtemp(prefix="lfk_export_"), settings, nprocs=world, quiet=True,
-                       timeout=600)
+                       timeout=1200)
         out[world] = [row for rank in ranks for row in rank]
     return out
 
@@ -89,3 +89,62 @@ def test_save_holds_only_lora(results):
         # (+ 4 KiB: at 7 KiB of LoRA the tracker's view of the collective machinery varies by a few KiB between runs)
         assert s.peak_extra <= 2 * s.lora_bytes + s.largest_lora_unit + 4096, (r["setting"], r["world"], s)
         assert s.file_bytes > s.lora_bytes
+
+# ---- faults (issue 19, item 1): each injected on each rank in turn; before the fix every one of them hung ----
+FAULT_RUNS = ((2, "fsdp1-peft", 0), (2, "fsdp2", 1), (3, "fsdp2", 2))   # (world, setting, rank failing in the gather)
+CAUSE = {"target is a file": "is a file", "target is a non-adapter folder": "non-empty folder without",
+         "during the write": "No space left on device", "while publishing": "injected",
+         "Ctrl-C during the write": "KeyboardInterrupt", "Ctrl-C after the gather": "KeyboardInterrupt"}
+
+@pytest.fixture(scope="module")
+def fault_runs():
+    return {(world, setting, who): launch(C.faults, tempfile.mkdtemp(prefix="lfk_faults_"), setting, who,
+                                          nprocs=world, quiet=True, timeout=600)
+            for world, setting, who in FAULT_RUNS}
+
+def _cases(fault_runs):
+    for key, ranks in fault_runs.items():
+        for rows in zip(*ranks): yield key, rows
+
+def test_every_fault_raises_on_every_rank_within_10s(fault_runs):
+    seen = set()
+    for key, rows in _cases(fault_runs):
+        f, who = rows[0]["fault"], rows[0].get("who")
+        if f == "a save after them":
+            assert all(r["kind"] is None and r["leftovers"] == [] for r in rows), (key, rows); continue
+        seen.add(f)
+        for r in rows:
+            where = (key, f, who, r["rank"])
+            assert r["kind"] is not None, where                                  # every rank raised
+            assert r["seconds"] <= 10, (where, r["seconds"])
+            if r["kind"] == "KeyboardInterrupt": assert r["rank"] == who and "Ctrl-C" in f, where; continue
+            assert r["kind"] == "SaveError", (where, r["kind"], r["message"])
+            assert f"failed on rank(s) [{who}]" in r["message"], (where, r["message"])
+            assert CAUSE.get(f, "injected on rank") in r["message"], (where, r["message"])
+            assert "was left as it was" in r["message"], (where, r["message"])
+    assert seen == set(CAUSE) | {"before the first collective", "after the gather", C.GATHER_FAULT}, seen
+
+def test_faults_change_nothing_on_disk(fault_runs):
+    for key, rows in _cases(fault_runs):
+        assert all(r["intact"] and r["leftovers"] == [] for r in rows), (key, rows[0]["fault"], rows)
+
+def test_a_rank_failing_in_the_gather_is_named_by_every_rank(fault_runs):
+    for key, rows in _cases(fault_runs):
+        if rows[0]["fault"] != C.GATHER_FAULT: continue
+        who = key[2]
+        for r in rows:
+            if r["rank"] != who: assert "timed out in a collective waiting for them" in r["message"], r["message"]
+
+def test_lora_buckets_move_only_lora(results):
+    "Issue 19, item 4: FSDP1 with decoder-layer units moved whole layers (21.6x the LoRA bytes) per bucket stream."
+    for r in _rows(results):
+        assert r["bucket_moved"] <= 1.25 * max(r["gather_moved"], r["lora_bytes"]), \
+            (r["setting"], r["world"], r["bucket_moved"], r["gather_moved"], r["lora_bytes"])
+
+def test_load_accepts_what_peft_loads(results):
+    "Issue 19, item 3: a config from peft < 0.14, and target_modules as a regex naming the same modules."
+    for r in _rows(results):
+        v, key = r["peft_variants"], (r["setting"], r["world"])
+        assert v["peft < 0.14"] is True and v["regex"] is True, (key, v)
+        assert "target_modules" in str(v["regex, other modules"]), (key, v)
+        if "default" in r: assert v["peft < 0.14 (peft)"] is True and v["regex (peft)"] is True, (key, v)
