@@ -74,7 +74,7 @@ def _as_config(cfg:Any):
         close = difflib.get_close_matches(str(mt), list(CONFIG_MAPPING.keys()), n=5, cutoff=0.5)
         raise ValueError(f"unknown model_type {mt!r} in {src}; "
                          + (f"closest known: {', '.join(close)}" if close else "no known type is close")
-                         + f" (this transformers knows {len(CONFIG_MAPPING)} types)")
+                         + f" (this transformers knows {len(list(CONFIG_MAPPING.keys()))} types)")
     return AutoConfig.for_model(mt, **cfg)
 
 def _model_class(config):
