@@ -12,20 +12,28 @@ from pathlib import Path
 __all__ = ['PLAN_TARGETS', 'FLAG_WORDS', 'render_readme', 'flag_language', 'wrap_config_of', 'parser', 'main']
 
 # %% ../nbs/90_cli.ipynb #5c72cea4
+def _readme_block(text:str, lang:str="")->str: return f"```{lang}\n{text.rstrip()}\n```"
+
 def render_readme(nb:str|Path="nbs/index.ipynb",   # the notebook to render
+                  images:dict|None=None,           # filled with {repository path: PNG bytes} of its pictures
                  )->str:                           # the markdown text
-    "Render the index notebook to README markdown (code cells as code blocks, outputs dropped)."
-    import nbformat
-    from nbconvert import MarkdownExporter
-    node = nbformat.read(str(nb), as_version=4)
-    for c in node.cells:
-        if c.cell_type == "code": c.outputs = []
-    # nbdev directives (`#| hide`) are for the notebook: hidden cells are dropped, directive lines removed
-    node.cells = [c for c in node.cells if not (c.cell_type == "code" and "#| hide" in c.source)]
-    for c in node.cells:
-        if c.cell_type == "code": c.source = "\n".join(l for l in c.source.splitlines() if not l.startswith("#|"))
-    body, _ = MarkdownExporter(exclude_output=True).from_notebook_node(node)
-    return body.strip() + "\n"
+    "Render the index notebook to README markdown: code and its text output as blocks, pictures as committed files."
+    import base64, nbformat
+    node, parts = nbformat.read(str(nb), as_version=4), []
+    for i, c in enumerate(node.cells):
+        if c.cell_type == "markdown":   # pictures the notebook links (nbs/images/...) from the repository's root
+            parts.append(c.source.replace("](images/", "](nbs/images/")); continue
+        if c.cell_type != "code" or "#| hide" in c.source: continue   # nbdev directives are for the notebook
+        parts.append(_readme_block("\n".join(l for l in c.source.splitlines() if not l.startswith("#|")), "python"))
+        for j, o in enumerate(c.get("outputs", [])):
+            data = o.get("data", {})
+            if o.output_type == "stream" and o.name == "stdout": parts.append(_readme_block(o.text))
+            elif "image/png" in data:
+                path = f"nbs/images/readme_{i}_{j}.png"
+                if images is not None: images[path] = base64.b64decode(data["image/png"])
+                parts.append(f"![output of the cell above]({path})")
+            elif "text/plain" in data: parts.append(_readme_block(data["text/plain"]))
+    return "\n\n".join(p.strip() for p in parts if p.strip()) + "\n"
 
 def _repo_root()->Path:
     "The project folder (where settings.ini is), from the current directory upwards."
@@ -58,8 +66,10 @@ def _cmd_smoke(a)->int:
 
 def _cmd_readme(a)->int:
     root = _repo_root()
-    text = render_readme(root/"nbs/index.ipynb")
+    images = {}
+    text = render_readme(root/"nbs/index.ipynb", images)
     (root/"README.md").write_text(text)
+    for path, png in images.items(): (root/path).write_bytes(png)
     print(f"wrote {root/'README.md'} ({len(text.splitlines())} lines)")
     return 0
 

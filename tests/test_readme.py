@@ -1,4 +1,6 @@
-"""README.md is exactly what nbs/index.ipynb renders to, and it opens with the two commands (demo, test) that .ci/run and a new user rely on."""
+"""README.md is exactly what nbs/index.ipynb renders to, with its pictures committed; its first screen shows the kit's
+picture and a plan of a real config, then how to install, then the two commands (demo, test) that .ci/run and a new
+user rely on; every command it shows for a fresh clone runs as written."""
 import re, subprocess
 from pathlib import Path
 from lora_fsdp_kit.__main__ import render_readme
@@ -6,19 +8,39 @@ from lora_fsdp_kit.__main__ import render_readme
 ROOT = Path(__file__).resolve().parents[1]
 
 def test_readme_in_sync_with_index_notebook():
-    assert (ROOT/"README.md").read_text() == render_readme(ROOT/"nbs/index.ipynb"), \
+    images = {}
+    assert (ROOT/"README.md").read_text() == render_readme(ROOT/"nbs/index.ipynb", images), \
         "README.md is stale: run `make export` (or `python -m lora_fsdp_kit readme`) and commit it"
+    assert images, "the README shows no picture"
+    for path, png in images.items():
+        assert (ROOT/path).exists() and (ROOT/path).read_bytes() == png, f"{path} is stale: run `make export`"
+    tracked = subprocess.run(["git", "ls-files", "nbs/images"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert all(p in tracked for p in images), f"commit the README's pictures: {sorted(images)}"
 
-def test_readme_opens_with_the_two_commands():
+def test_readme_first_screen():
     text = (ROOT/"README.md").read_text()
-    first_block = re.search(r"```sh\n(.*?)```", text, re.S)
-    assert first_block and text.index("```sh") < text.index("\n## "), "the commands must come before any section"
-    cmds = [l.split("#")[0].strip() for l in first_block.group(1).splitlines() if l.strip()]
-    assert cmds == ["make demo", "make test"]
+    why = text.index("\n## Why")
+    first_picture = text.index("![")
+    assert first_picture < text.index("\n## "), "the picture comes before any section"
+    assert "plan_command(config=" in text[:first_picture], "three lines that plan the reader's config.json"
+    install = text.index("\n## Install")
+    assert install < why and "pip install" in text[install:why]
+    blocks = re.findall(r"```sh\n(.*?)```", text[:why], re.S)
+    cmds = [[l.split("#")[0].strip() for l in b.splitlines() if l.strip()] for b in blocks]
+    assert ["make demo", "make test"] in cmds, cmds
     mk = (ROOT/"Makefile").read_text()
-    assert re.search(r"^demo:", mk, re.M) and re.search(r"^test:", mk, re.M)
+    assert re.search(r"^demo:", mk, re.M) and re.search(r"^test:", mk, re.M) and re.search(r"^book:", mk, re.M)
     assert "torch==2.13.0" in mk                     # torch is pinned and installed first
     assert "make test" in (ROOT/".ci/run").read_text()
+
+def test_fresh_clone_commands_are_venv_paths_or_make():
+    "Shell commands for a fresh clone use make or .venv/bin/ (bare torchrun/python/lfk are not on a fresh PATH)."
+    text = (ROOT/"README.md").read_text()
+    start = text.index("\n## From a script")
+    for block in re.findall(r"```(?:sh|bash)\n(.*?)```", text[start:], re.S):
+        for line in filter(None, (l.split("#")[0].strip() for l in block.splitlines())):
+            assert line.startswith((".venv/bin/", "make ")), line
+    assert "runs/" in (ROOT/".gitignore").read_text()   # the script guide writes runs/demo
 
 def test_library_is_what_the_notebooks_export(tmp_path):
     "nbdev_export on a copy of the tree changes no module (no hand edits, no missed export)."
