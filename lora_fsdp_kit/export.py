@@ -280,6 +280,11 @@ def _agree(vote:RankVote, stage:str, err:BaseException|None, tmp:Path|None, path
 
 
 # %% ../nbs/09_export.ipynb #aa8c70e0
+def _umask_mode(folder:Path):
+    "Give `folder` the mode `os.makedirs` gives under this process's umask (so other users can read the adapter)."
+    mask = os.umask(0); os.umask(mask)
+    folder.chmod(0o777 & ~mask)
+
 def save_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapped, or not wrapped
               path:str|Path,               # the adapter directory to write (the same path on every rank)
               *,
@@ -296,6 +301,7 @@ def save_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
                 _check_target(path)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.saving-", dir=path.parent))
+                _umask_mode(tmp)   # mkdtemp makes 0700; peft's save_pretrained (os.makedirs) gives 0777 & ~umask
             groups = sharded_view(model).groups if is_sharded(model) else []
         except Exception as e: err = e
         _agree(vote, stage, err, tmp, path)
