@@ -430,8 +430,9 @@ def peft_logits(name:str,   # a key of `MOE_LORA`
     return probe_logits(PeftModel.from_pretrained(base, path).eval(), name)
 
 def moe_cases(cases:Sequence[dict])->list[dict]:
-    "Inside a rank: `moe_case(**c)` for each case, in order (one launch for many cases)."
-    return [moe_case(**c) for c in cases]
+    "Inside a rank: `moe_case(**c)` for each case in order, `moe_roundtrip` where `c['roundtrip']` (one launch)."
+    return [moe_roundtrip(**{k: v for k, v in c.items() if k != "roundtrip"}) if c.get("roundtrip") else moe_case(**c)
+            for c in cases]
 
 # %% ../nbs/12_moe.ipynb #2614f32a
 def moe_reference(name:str,      # a key of `MOE_LORA`
