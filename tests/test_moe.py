@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from lora_fsdp_kit import moe as M
+from lora_fsdp_kit import moe as M, moe_runs as R
 from lora_fsdp_kit.launch import launch
 
 warnings.filterwarnings("ignore", message=".*deprecated.*")
@@ -41,7 +41,7 @@ def _two_rank_cases():
 def two():
     "Every 2-rank case in one launch: {index: [rank 0's result, rank 1's]}."
     cases = _two_rank_cases()
-    res = launch(M.moe_cases, cases, quiet=True, timeout=600)
+    res = launch(R.moe_cases, cases, quiet=True, timeout=600)
     return cases, [[r[i] for r in res] for i in range(len(cases))]
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def three():
     "The 3-rank cases in one launch: 3 training steps and the round trip (FSDP2 layers, the wrapping that trains)."
     cases = [dict(name=FUSED, spec=F2, steps=3)]
     cases += [dict(roundtrip=True, name=FUSED, spec=F2, path=f"{SAVED}/rt3")]   # where training works
-    res = launch(M.moe_cases, cases, nprocs=3, quiet=True, timeout=600)
+    res = launch(R.moe_cases, cases, nprocs=3, quiet=True, timeout=600)
     return cases, [[r[i] for r in res] for i in range(len(cases))]
 
 _MODELS: dict = {}
@@ -65,11 +65,11 @@ def _errors(name, spec)->list[str]:
 def test_detection_matrix(two):
     "No false alarm and no miss: the exact check has an error exactly where the real 2-rank step is not right."
     cases, results = two
-    refs = {n: M.moe_reference(n) for n in DETECT}
+    refs = {n: R.moe_reference(n) for n in DETECT}
     seen = set()
     for c, rs in zip(cases, results):
         if c["name"] not in DETECT: continue
-        outcome, predicted = M.moe_outcome(rs, refs[c["name"]]), _errors(c["name"], c["spec"])
+        outcome, predicted = R.moe_outcome(rs, refs[c["name"]]), _errors(c["name"], c["spec"])
         assert bool(predicted) == (outcome != "right"), (c, predicted, outcome, rs[0]["error"])
         seen.add((c["name"], outcome))
     # the matrix is not trivially green: the ModuleList MoEs really fail under LoRA leaves and FSDP2
@@ -78,7 +78,7 @@ def test_detection_matrix(two):
 def test_fused_six_rows(two):
     "Each fused wrapping: the predicted finding names torch's real error, or it trains 3 steps equal to the reference."
     cases, results = two
-    ref = M.moe_reference(FUSED, steps=3)
+    ref = R.moe_reference(FUSED, steps=3)
     got = {}
     for (label, spec), (c, rs) in zip(M.FUSED_SPECS.items(), [(c, r) for c, r in zip(cases, results)
                                                              if c["name"] == FUSED and not c.get("roundtrip")]):
@@ -86,7 +86,7 @@ def test_fused_six_rows(two):
         findings = [f for f in M.moe_findings(_model(FUSED), spec) if f.severity == "error"]
         err = next((r["error"] for r in rs if r["error"]), None)
         if REAL_ERROR[label] is None:
-            assert not findings and err is None and M.moe_outcome(rs, ref) == "right", (label, err)
+            assert not findings and err is None and R.moe_outcome(rs, ref) == "right", (label, err)
         else:
             real, quoted = REAL_ERROR[label]
             assert err and real in err, (label, err)
@@ -119,7 +119,7 @@ def test_roundtrip_two_ranks(two):
 
 def test_three_ranks(three):
     cases, results = three
-    assert M.moe_outcome(results[0], M.moe_reference(FUSED, world=3, steps=3)) == "right", results[0][0]["error"]
+    assert R.moe_outcome(results[0], R.moe_reference(FUSED, world=3, steps=3)) == "right", results[0][0]["error"]
     for c, rs in zip(cases[1:], results[1:]): _check_roundtrip(rs, c["path"])
 
 @pytest.mark.xfail(strict=True, reason="gather.iter_merged_weights finds a ParamWrapper's home unit through "
@@ -136,11 +136,11 @@ def test_qwen3_omni_end_to_end(two):
     "Thinker LoRA on attention and experts: 2 steps on 2 ranks equal the reference; plain peft reloads it exactly."
     cases, results = two
     rs = next(r for c, r in zip(cases, results) if c["name"] == "qwen3_omni_fused")
-    assert M.moe_outcome(rs, M.moe_reference("qwen3_omni_fused", steps=2)) == "right", rs[0]["error"]
+    assert R.moe_outcome(rs, R.moe_reference("qwen3_omni_fused", steps=2)) == "right", rs[0]["error"]
     cfg = json.loads(Path(f"{SAVED}/omni/adapter_config.json").read_text())
     assert any(".experts." in t for t in cfg["target_parameters"])
     out = Path(SAVED)/"omni_logits.npy"
-    code = ("import numpy as np; from lora_fsdp_kit.moe import peft_logits; "
+    code = ("import numpy as np; from lora_fsdp_kit.moe_runs import peft_logits; "
             f"np.save({str(out)!r}, peft_logits('qwen3_omni_fused', {SAVED + '/omni'!r}))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
