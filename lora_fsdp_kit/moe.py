@@ -13,12 +13,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .plan import clean_name
+from .shards import clean_name   # the kit's one name function (no plan import: the plan imports this)
 
 # %% auto #0
-__all__ = ['MOE_CHECKS', 'EXPERTS', 'MOE_LORA', 'FUSED_SPECS', 'input_vocab', 'FFN', 'BareRoutedBlock', 'BareRoutedLM', 'Routing',
-           'routing', 'expert_modules', 'moe_plan', 'moe_findings', 'wrap_moe', 'moe_lora_model', 'layer_specs',
-           'moe_batch', 'moe_loss', 'param_wrappers', 'fused_lora_findings']
+__all__ = ['EXPERTS', 'MOE_LORA', 'input_vocab', 'FFN', 'BareRoutedBlock', 'BareRoutedLM', 'Routing', 'routing', 'expert_modules',
+           'fused_experts', 'wrap_moe', 'moe_lora_model', 'moe_batch', 'moe_loss', 'param_wrappers']
 
 # %% ../nbs/12_moe.ipynb #c141dbbd
 def _tokens(args:tuple, kwargs:dict)->int:
@@ -226,42 +225,25 @@ def _routing(model:nn.Module, probes:int)->Routing:
     return Routing(tuple(experts), tuple(_fused(names)), tuple(unprobed), 0 if on_meta else probes)
 
 def expert_modules(model:nn.Module)->list[tuple[str, str]]:
-    "(clean name, why) of each module a router dispatches to (the exact replacement of `plan.expert_modules`)."
+    "(clean name, why) of each module a router dispatches to: the experts the plan's rank-divergent checks use."
     return list(routing(model).experts)
 
+def fused_experts(model:nn.Module)->list[tuple[str, str]]:
+    "(clean name, why) of each module holding every expert in 3-D weights (from structure: no forward needed)."
+    return _fused({m: clean_name(n) for n, m in model.named_modules()})
+
 # %% ../nbs/12_moe.ipynb #ee63b822
-def moe_plan(model:nn.Module,   # a peft model
-             spec:dict,         # a plan fidelity configuration (flavour, policy, targets, use_orig_params, ...)
-            ):
-    "The plan `spec` describes, its conditional modules from `expert_modules` (read from the forward, not names)."
-    import dataclasses
-    from lora_fsdp_kit.plan import plan_from_spec, conditional_modules
-    plan = plan_from_spec(model, {**spec, "conditional": None})
-    cond = dict(expert_modules(model))
-    for n, why in conditional_modules(model, spec.get("conditional"), experts=False): cond.setdefault(n, why)
-    return dataclasses.replace(plan, conditional=tuple(sorted(cond.items())))
-
-def moe_findings(model:nn.Module, spec:dict)->list:
-    "Every finding of `moe_plan(model, spec)`: the plan's checks, `fused_lora_findings`, and where experts are fused."
-    from lora_fsdp_kit.plan import Finding
-    plan = moe_plan(model, spec)
-    unit_of = {p: u.name for u in plan.units for p in u.param_names}
-    fused = [Finding("info", "fused-experts", next((unit_of[p] for p in unit_of if p.startswith(n + ".")), ""),
-                     f"{n}: {why}") for n, why in routing(model).fused]
-    return [*plan.check(), *fused_lora_findings(plan, param_wrappers(model)), *fused]
-
-MOE_CHECKS = ("rank-divergent-unit", "rank-divergent-grads", "fused-lora-split", "fused-lora-fsdp1")
-
 def wrap_moe(model:nn.Module,   # a peft model with LoRA on (possibly fused) experts
-             spec:dict,         # the wrapping, e.g. `dict(flavour="fsdp2", targets="**.layers.*")`
-             **kw,              # to FSDP (`process_group`, `mesh`, ...)
+             config,            # a `lora_fsdp_kit.wrap.WrapConfig` (or its dict)
+             **kw,              # to `WrapConfig.wrap` (`mesh`, FSDP arguments)
             )->nn.Module:
-    "Wrap `model` as `spec` says, after refusing in one line a wrapping the MoE checks say fails or trains wrong."
-    from lora_fsdp_kit.plan import wrap_from_spec
-    bad = [f for f in moe_findings(model, spec) if f.severity == "error" and f.check in MOE_CHECKS]
-    if bad: raise ValueError(f"cannot wrap {type(model).__name__} as {spec} ({bad[0].check} in "
-                             f"{bad[0].unit or '<root>'!r}): {bad[0].message}")
-    return wrap_from_spec(model, spec, **kw)
+    "Wrap `model` as `config` says, after refusing in one line a wrapping whose plan has an error finding."
+    from lora_fsdp_kit.wrap import WrapConfig   # wrap imports the plan, which imports this module
+    cfg = config if isinstance(config, WrapConfig) else WrapConfig.from_dict(config)
+    bad = [f for f in cfg.plan(model).check() if f.severity == "error"]
+    if bad: raise ValueError(f"cannot wrap {type(model).__name__} as {cfg.label} ({bad[0].check} in "
+                             f"{bad[0].unit or '<root>'!r}): {bad[0].message}; fix: {bad[0].fix}")
+    return cfg.wrap(model, **kw)
 
 # %% ../nbs/12_moe.ipynb #c3510b71
 EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")   # transformers 5's fused expert weights
@@ -293,22 +275,6 @@ def moe_lora_model(name:str,   # a key of `MOE_LORA`
     else: m = tiny_model(c["model"])
     return add_lora(m, r=r, alpha=2*r, target_modules=c["targets"], target_parameters=c.get("params"))
 
-def layer_specs(name:str)->dict[str, dict]:
-    "The three wrappings of the detection table for MoE case `name`: FSDP1 LoRA leaves, FSDP1 layers, FSDP2 layers."
-    layers = MOE_LORA[name].get("layers", "**.layers.*")
-    return {"FSDP1 LoRA leaves": dict(flavour="fsdp1", policy="lora"),
-            "FSDP1 layers": dict(flavour="fsdp1", policy="layer", use_orig_params=True),   # frozen + LoRA in one unit
-            "FSDP2 layers": dict(flavour="fsdp2", targets=layers)}
-
-FUSED_SPECS: dict[str, dict] = {   # the six wrappings of LoRA on fused experts (issue 18's table)
-    "peft policy, FSDP1, use_orig_params": dict(flavour="fsdp1", policy="peft", use_orig_params=True),
-    "peft policy, FSDP1": dict(flavour="fsdp1", policy="peft"),
-    "peft policy, FSDP2": dict(flavour="fsdp2", targets=["**.lora_A.*", "**.lora_B.*", "**.layers.*"]),
-    "layers, FSDP1, use_orig_params": dict(flavour="fsdp1", policy="layer", use_orig_params=True),
-    "layers, FSDP1": dict(flavour="fsdp1", policy="layer"),
-    "layers, FSDP2": dict(flavour="fsdp2", targets="**.layers.*"),
-}
-
 def moe_batch(name:str, rank:int, vocab:int=64)->torch.Tensor:
     "Rank 0: two random sequences; other ranks: one short sequence of one repeated token (it reaches few experts)."
     g = torch.Generator().manual_seed(100 + rank)
@@ -321,9 +287,6 @@ def moe_loss(model:nn.Module, name:str, ids:torch.Tensor)->torch.Tensor:
     return model(input_ids=ids, labels=ids).loss
 
 # %% ../nbs/12_moe.ipynb #0bb540fb
-_FUSED_FIX = ("fix: FSDP2 with the decoder layers as units and LoRA inside them (plan_fsdp2(model, '**.layers.*')); "
-              "FSDP1 cannot shard peft's ParamWrapper")
-
 def param_wrappers(model:nn.Module)->list[tuple[str, str]]:
     "(clean name, clean name of the fused parameter it wraps) of each peft `ParamWrapper` (LoRA on a parameter)."
     try: from peft.tuners.lora.layer import ParamWrapper
@@ -336,33 +299,3 @@ def param_wrappers(model:nn.Module)->list[tuple[str, str]]:
             out.append((clean_name(n), clean_name(f"{bn}.{m.parameter_name}")))
     return out
 
-def fused_lora_findings(plan,                         # a `lora_fsdp_kit.plan.Plan`
-                        wrappers:list[tuple[str, str]],  # `param_wrappers` of the model it was made of
-                       )->list:                        # `plan.Finding`s, one per unit and failure
-    "What FSDP does to LoRA on fused experts (peft `ParamWrapper`): the error each wrapping meets first, and the fix."
-    from lora_fsdp_kit.plan import Finding
-    unit_of = {p: u.name for u in plan.units for p in u.param_names}
-    units = {u.name: u for u in plan.units}
-    out = {}
-    for wn, base in wrappers:
-        home = unit_of.get(base, "")
-        lora = [p for p in unit_of if p.startswith(wn + ".lora_")]
-        away = sorted({unit_of[p] for p in lora} - {home})
-        if plan.flavour == "fsdp2":
-            if away: out[(home, "split")] = Finding("error", "fused-lora-split", home,
-                f"peft's ParamWrapper adds its LoRA delta to the fused experts' {base.rsplit('.', 1)[-1]} inside "
-                f"{home or '<root>'!r}, but its lora_A/lora_B are units of their own ({away[0]!r}…), still sharded "
-                "there: the first forward fails (\"aten.baddbmm.default got mixed torch.Tensor and DTensor\"); "
-                "fix: do not make the LoRA leaves units; shard the decoder layers (plan_fsdp2(model, '**.layers.*'))")
-            continue
-        if plan.use_orig_params and away:
-            out[(home, "split")] = Finding("error", "fused-lora-split", home,
-                f"peft's ParamWrapper reads lora_A/lora_B of {wn!r} outside their own unit ({away[0]!r}), where FSDP1 "
-                "shows them as flat shards: the first forward fails (\"shape '[E, -1, …]' is invalid\"); "
-                + _FUSED_FIX)
-        elif not plan.use_orig_params and len({p.requires_grad for p in units[home].params}) > 1: continue
-        else: out[(home, "view")] = Finding("error", "fused-lora-fsdp1", home,
-            f"peft's ParamWrapper parametrizes the fused experts' {base.rsplit('.', 1)[-1]}, which FSDP1 holds as a "
-            "view of its flat parameter: the first forward fails (\"Output 0 of View is a view and its base … has "
-            "been modified inplace\"); " + _FUSED_FIX)
-    return list(out.values())

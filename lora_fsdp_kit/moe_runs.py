@@ -13,9 +13,28 @@ import torch
 import torch.nn as nn
 
 from .moe import MOE_LORA, moe_lora_model, moe_batch, moe_loss, input_vocab
+from .wrap import WrapConfig
 
 # %% auto #0
-__all__ = ['moe_case', 'probe_logits', 'peft_logits', 'moe_cases', 'moe_reference', 'moe_outcome', 'moe_roundtrip']
+__all__ = ['FUSED_SPECS', 'layer_specs', 'moe_case', 'probe_logits', 'peft_logits', 'moe_cases', 'moe_reference', 'moe_outcome',
+           'moe_roundtrip']
+
+# %% ../nbs/12a_moe_runs.ipynb #c8f3d2b1
+def layer_specs(name:str)->dict[str, WrapConfig]:
+    "The three wrappings of the detection table for MoE case `name`: FSDP1 LoRA leaves, FSDP1 layers, FSDP2 layers."
+    layers = MOE_LORA[name].get("layers", "**.layers.*")
+    return {"FSDP1 LoRA leaves": WrapConfig(flavour="fsdp1", policy="lora"),
+            "FSDP1 layers": WrapConfig(flavour="fsdp1", policy="layer", use_orig_params=True),   # frozen + LoRA
+            "FSDP2 layers": WrapConfig(flavour="fsdp2", targets=layers)}
+
+FUSED_SPECS: dict[str, WrapConfig] = {   # the six wrappings of LoRA on fused experts (issue 18's table)
+    "peft policy, FSDP1, use_orig_params": WrapConfig(flavour="fsdp1", policy="peft", use_orig_params=True),
+    "peft policy, FSDP1": WrapConfig(flavour="fsdp1", policy="peft"),
+    "peft policy, FSDP2": WrapConfig(flavour="fsdp2", targets=("**.lora_A.*", "**.lora_B.*", "**.layers.*")),
+    "layers, FSDP1, use_orig_params": WrapConfig(flavour="fsdp1", policy="layer", use_orig_params=True),
+    "layers, FSDP1": WrapConfig(flavour="fsdp1", policy="layer"),
+    "layers, FSDP2": WrapConfig(flavour="fsdp2", targets="**.layers.*"),
+}
 
 # %% ../nbs/12a_moe_runs.ipynb #34ab0ca6
 def _lora_now(model:nn.Module)->dict:
@@ -24,31 +43,26 @@ def _lora_now(model:nn.Module)->dict:
     return {k: v.float().numpy() for k, v in gather_lora(model, progress=False).items()}
 
 def moe_case(name:str,            # a key of `MOE_LORA`
-             spec:dict,           # the wrapping (a plan fidelity configuration)
+             config:WrapConfig,   # the wrapping
              steps:int=1,         # SGD steps, each on this rank's batch
              lr:float=0.5,        # large, so a wrong gradient shows after one step
              save:str|None=None,  # also `export.save_lora` the adapter to this directory
              wait:float=10.0,     # seconds a collective may wait before the case fails
             )->dict:
-    "Inside a rank: `steps` SGD steps of MoE case `name` wrapped as `spec`; losses, LoRA after, collectives, error."
+    "Inside a rank: `steps` SGD steps of MoE case `name` wrapped as `config`; losses, LoRA after, collectives, error."
     import datetime, time
     import torch.distributed as dist
-    from torch.distributed.device_mesh import DeviceMesh
     from lora_fsdp_kit.hazards import check_collective_order
-    from lora_fsdp_kit.plan import wrap_from_spec
-    from lora_fsdp_kit.platform import get_platform
     rank = dist.get_rank()
     dist.barrier()   # a rank still failing out of the previous case catches up here
     pg = dist.new_group(timeout=datetime.timedelta(seconds=wait))
     model = moe_lora_model(name)
-    res = dict(name=name, spec=spec, losses=[], lora=None, events=[], error=None, seconds=None)
+    res = dict(name=name, config=config.to_dict(), losses=[], lora=None, events=[], error=None, seconds=None)
     t0 = time.perf_counter()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            kw = (dict(mesh=DeviceMesh.from_group(pg, get_platform().torch_device().type))
-                  if spec.get("flavour") == "fsdp2" else dict(process_group=pg))
-            model = wrap_from_spec(model, spec, **kw)
+            model = config.wrap(model, mesh=pg)   # a process group: FSDP1's process_group, FSDP2's 1-D mesh
         opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
         ids = moe_batch(name, rank, input_vocab(model) or 64)
         # the ranks compare each collective before it is issued: a mismatch raises instead of aborting gloo
@@ -125,7 +139,7 @@ def moe_outcome(ranks:list[dict],   # one case's result on every rank
 
 # %% ../nbs/12a_moe_runs.ipynb #5b082506
 def moe_roundtrip(name:str,         # a key of `MOE_LORA`
-                  spec:dict,        # the wrapping
+                  config:WrapConfig,  # the wrapping
                   path:str,         # adapter directory to write (the same on every rank)
                   bucket_bytes:int=4096,
                  )->dict:
@@ -133,12 +147,11 @@ def moe_roundtrip(name:str,         # a key of `MOE_LORA`
     import torch.distributed as dist
     from lora_fsdp_kit.export import save_lora, load_lora, iter_lora_buckets
     from lora_fsdp_kit.gather import gather_lora, iter_merged_weights
-    from lora_fsdp_kit.plan import wrap_from_spec
     npy = lambda d: {k: v.float().numpy() for k, v in d.items()}
     out = dict(error=None, stage="wrap")
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore"); model = wrap_from_spec(moe_lora_model(name), spec)
+            warnings.simplefilter("ignore"); model = config.wrap(moe_lora_model(name))
         out["stage"] = "gather"; out["gathered"] = npy(gather_lora(model, progress=False))
         out["stage"] = "save"; save_lora(model, path)
         out["stage"] = "load"

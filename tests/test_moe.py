@@ -18,8 +18,8 @@ from lora_fsdp_kit.launch import launch
 warnings.filterwarnings("ignore", message=".*deprecated.*")
 DETECT = ["qwen3_moe", "qwen2_moe", "mixtral", "qwen3_omni_thinker", "switch", "bare_routed"]
 FUSED = "qwen3_moe_fused"
-F2 = M.FUSED_SPECS["layers, FSDP2"]
-F1 = M.FUSED_SPECS["layers, FSDP1, use_orig_params"]   # wraps and gathers; the forward fails (fused-lora-fsdp1)
+F2 = R.FUSED_SPECS["layers, FSDP2"]
+F1 = R.FUSED_SPECS["layers, FSDP1, use_orig_params"]   # wraps and gathers; the forward fails (fused-lora-fsdp1)
 REAL_ERROR = {   # (text of torch's real error each fused wrapping meets first, what the finding quotes); None: trains
     "peft policy, FSDP1, use_orig_params": ("is invalid for input of size", "is invalid"),
     "peft policy, FSDP1": ("has been modified inplace", "modified inplace"),
@@ -31,10 +31,10 @@ REAL_ERROR = {   # (text of torch's real error each fused wrapping meets first, 
 SAVED = tempfile.mkdtemp(prefix="lfk_moe_")
 
 def _two_rank_cases():
-    cases = [dict(name=n, spec=s) for n in DETECT for s in M.layer_specs(n).values()]
-    cases += [dict(name=FUSED, spec=s, steps=3) for s in M.FUSED_SPECS.values()]
-    cases += [dict(name="qwen3_omni_fused", spec=F2, steps=2, save=f"{SAVED}/omni")]
-    cases += [dict(roundtrip=True, name=FUSED, spec=s, path=f"{SAVED}/rt2_{i}") for i, s in enumerate((F2, F1))]
+    cases = [dict(name=n, config=s) for n in DETECT for s in R.layer_specs(n).values()]
+    cases += [dict(name=FUSED, config=s, steps=3) for s in R.FUSED_SPECS.values()]
+    cases += [dict(name="qwen3_omni_fused", config=F2, steps=2, save=f"{SAVED}/omni")]
+    cases += [dict(roundtrip=True, name=FUSED, config=s, path=f"{SAVED}/rt2_{i}") for i, s in enumerate((F2, F1))]
     return cases
 
 @pytest.fixture(scope="module")
@@ -47,8 +47,8 @@ def two():
 @pytest.fixture(scope="module")
 def three():
     "The 3-rank cases in one launch: 3 training steps and the round trip (FSDP2 layers, the wrapping that trains)."
-    cases = [dict(name=FUSED, spec=F2, steps=3)]
-    cases += [dict(roundtrip=True, name=FUSED, spec=F2, path=f"{SAVED}/rt3")]   # where training works
+    cases = [dict(name=FUSED, config=F2, steps=3)]
+    cases += [dict(roundtrip=True, name=FUSED, config=F2, path=f"{SAVED}/rt3")]   # where training works
     res = launch(R.moe_cases, cases, nprocs=3, quiet=True, timeout=600)
     return cases, [[r[i] for r in res] for i in range(len(cases))]
 
@@ -59,8 +59,9 @@ def _model(name:str):
     if name not in _MODELS: _MODELS[name] = M.moe_lora_model(name)
     return _MODELS[name]
 
-def _errors(name, spec)->list[str]:
-    return sorted({f.check for f in M.moe_findings(_model(name), spec) if f.severity == "error"})
+def _errors(name, config)->list[str]:
+    "The error checks of the plan's own findings (`WrapConfig.plan(model).check()`)."
+    return sorted({f.check for f in config.plan(_model(name)).check() if f.severity == "error"})
 
 def test_detection_matrix(two):
     "No false alarm and no miss: the exact check has an error exactly where the real 2-rank step is not right."
@@ -69,7 +70,7 @@ def test_detection_matrix(two):
     seen = set()
     for c, rs in zip(cases, results):
         if c["name"] not in DETECT: continue
-        outcome, predicted = R.moe_outcome(rs, refs[c["name"]]), _errors(c["name"], c["spec"])
+        outcome, predicted = R.moe_outcome(rs, refs[c["name"]]), _errors(c["name"], c["config"])
         assert bool(predicted) == (outcome != "right"), (c, predicted, outcome, rs[0]["error"])
         seen.add((c["name"], outcome))
     # the matrix is not trivially green: the ModuleList MoEs really fail under LoRA leaves and FSDP2
@@ -80,10 +81,10 @@ def test_fused_six_rows(two):
     cases, results = two
     ref = R.moe_reference(FUSED, steps=3)
     got = {}
-    for (label, spec), (c, rs) in zip(M.FUSED_SPECS.items(), [(c, r) for c, r in zip(cases, results)
+    for (label, spec), (c, rs) in zip(R.FUSED_SPECS.items(), [(c, r) for c, r in zip(cases, results)
                                                              if c["name"] == FUSED and not c.get("roundtrip")]):
-        assert c["spec"] == spec
-        findings = [f for f in M.moe_findings(_model(FUSED), spec) if f.severity == "error"]
+        assert c["config"] == spec
+        findings = [f for f in spec.plan(_model(FUSED)).check() if f.severity == "error"]
         err = next((r["error"] for r in rs if r["error"]), None)
         if REAL_ERROR[label] is None:
             assert not findings and err is None and R.moe_outcome(rs, ref) == "right", (label, err)
@@ -149,11 +150,11 @@ def test_qwen3_omni_end_to_end(two):
 def test_memory_predict_covers_expert_lora():
     "The bytes `memory.predict` says a gather moves are peft's adapter bytes, the fused experts' LoRA included."
     from lora_fsdp_kit.memory import predict
-    from lora_fsdp_kit.plan import clean_name
+    from lora_fsdp_kit.shards import clean_name
     from peft import get_peft_model_state_dict
     m = M.moe_lora_model(FUSED)
     sd = get_peft_model_state_dict(m)
-    plan = M.moe_plan(m, F2)
+    plan = F2.plan(m)
     shapes = {clean_name(n): tuple(p.shape) for n, p in m.named_parameters() if "lora_" in n}
     moved, _ = predict(plan, "packed", world=2, shapes=shapes)
     assert moved == sum(v.nbytes for v in sd.values())
@@ -172,5 +173,5 @@ def test_bad_input_one_line(monkeypatch):
     m = M.moe_lora_model(FUSED)
     for label in ("peft policy, FSDP2", "layers, FSDP1, use_orig_params"):
         with pytest.raises(ValueError, match="cannot wrap PeftModel as .*fused-lora") as e:
-            M.wrap_moe(m, M.FUSED_SPECS[label])
+            M.wrap_moe(m, R.FUSED_SPECS[label])
         assert "\n" not in str(e.value)
