@@ -7,7 +7,8 @@ sharding (FSDP1 with LoRA leaves as units, FSDP1 with decoder layers as units, F
 - the limit: one raw `all_gather_into_tensor` of the same bytes (each rank's packed LoRA pieces, padded to the largest)
   plus the copies around it (packing this rank's bytes into the send buffer, copying the received bytes out);
 - `save_lora(model, dir)`, against the limit plus rank 0 writing the same tensors with safetensors.
-It prints each time as a ratio to its limit (goal: <= 3x), the collectives and bytes of one gather, and the peak extra
+It prints each time as a ratio to its limit (goal: <= 3x), a raw `all_to_all_single` of the exact sizes (what the kit
+uses when pieces are uneven), the collectives and bytes of one gather, and the peak extra
 memory of one gather (torch's MemTracker) against the bound: receive buffer + send buffer + the full LoRA tensors.
 `--profile` prints cProfile's top functions of one (second) gather on rank 0. `--strategies` runs the older
 comparison of gather strategies (per unit, per tensor, whole model). Timings are noisy on a shared machine.
@@ -77,10 +78,14 @@ def raw_limit(fm)->tuple:
     send, recv = torch.empty(width, dtype=torch.uint8), torch.empty(world * width, dtype=torch.uint8)
     out = torch.empty(total, dtype=torch.uint8)
     collective = lambda: dist.all_gather_into_tensor(recv, send, group=group)
+    # the exact-size exchange the kit uses when pieces are uneven (FSDP1 decoder-layer units), for reference
+    a2a_send, a2a_recv = torch.empty(world * sizes[me], dtype=torch.uint8), torch.empty(total, dtype=torch.uint8)
+    a2a = lambda: dist.all_to_all_single(a2a_recv, a2a_send, sizes, [sizes[me]] * world, group=group)
     def with_copies():   # pack this rank's bytes, gather, copy every rank's bytes out (as the unpacking does)
         send[:sizes[me]].copy_(src); collective()
         for r in range(world): out[sum(sizes[:r]):sum(sizes[:r + 1])].copy_(recv[r * width:r * width + sizes[r]])
-    return collective, with_copies, dict(world=world, sizes=sizes, width=width, lora_bytes=total, n=len(names))
+    size = dict(shard_world=world, sizes=sizes, width=width, lora_bytes=total, n=len(names))
+    return collective, with_copies, a2a, size
 
 def _shared_dir()->str:
     box = [tempfile.mkdtemp(prefix="bench-gather-") if dist.get_rank() == 0 else None]
@@ -101,13 +106,13 @@ def run_setting(model:str, setting:str, runs:int, profile:bool)->dict:
     from lora_fsdp_kit.testing import case_wrap
     policy, kind, sharding, _ = SETTINGS[setting]
     fm = case_wrap(bench_model(model), policy, kind, sharding)
-    collective, with_copies, size = raw_limit(fm)
+    collective, with_copies, a2a, size = raw_limit(fm)
     measure_gather, AllGatherCounter = _meter()
     res = dict(model=model, setting=setting, world=dist.get_world_size(), **size)
     with AllGatherCounter() as c: got = gather_lora(fm, progress=False)
     res.update(collectives=c.calls, bytes=c.bytes)
     res["gather"] = timed(lambda: gather_lora(fm, progress=False), runs)
-    res["raw"], res["raw_copies"] = timed(collective, runs), timed(with_copies, runs)
+    res["raw"], res["raw_copies"], res["a2a"] = timed(collective, runs), timed(with_copies, runs), timed(a2a, runs)
     folder = _shared_dir()
     target, plain = os.path.join(folder, "adapter"), os.path.join(folder, "plain.safetensors")
     res["save"] = timed(lambda: save_lora(fm, target), runs)
@@ -116,7 +121,7 @@ def run_setting(model:str, setting:str, runs:int, profile:bool)->dict:
         if dist.get_rank() == 0: save_file(got, plain, metadata={"format": "pt"})
     res["save_limit"] = timed(save_limit, runs)
     p = measure_gather(fm, "packed")
-    res.update(peak=p.peak_extra, bound=size["world"] * size["width"] + size["width"] + size["lora_bytes"])
+    res.update(peak=p.peak_extra, bound=size["shard_world"] * size["width"] + size["width"] + size["lora_bytes"])
     if profile and dist.get_rank() == 0: res["profile"] = _profile(lambda: gather_lora(fm, progress=False))
     elif profile: gather_lora(fm, progress=False)
     dist.barrier()
@@ -132,7 +137,7 @@ def report(rows:list[dict], runs:int)->bool:
     print(f"\nmedians of {runs} runs (ms, the slowest rank's); limit = one raw all_gather_into_tensor of the same "
           f"bytes + the copies; save limit = that + rank 0 writing the same tensors (safetensors)")
     head = (f"{'model':<8}{'ranks':>6} {'setting':<14}{'tensors':>8}{'LoRA':>11}{'coll.':>6}{'bytes/LoRA':>11}"
-            f"{'gather':>8}{'raw':>7}{'limit':>7}{'ratio':>7}{'save':>8}{'limit':>7}{'ratio':>7}"
+            f"{'gather':>8}{'raw':>7}{'limit':>7}{'ratio':>7}{'a2a':>7}{'save':>8}{'limit':>7}{'ratio':>7}"
             f"{'peak':>11}{'bound':>11}")
     print(head)
     ok = True
@@ -141,7 +146,8 @@ def report(rows:list[dict], runs:int)->bool:
         ok &= g / lim <= 3 and r["peak"] <= r["bound"]
         print(f"{r['model']:<8}{r['world']:>6} {r['setting']:<14}{r['n']:>8}{fmt_bytes(r['lora_bytes']):>11}"
               f"{r['collectives']:>6}{r['bytes'] / r['lora_bytes']:>11.3f}{g:>8.2f}{med(r['raw']):>7.2f}{lim:>7.2f}"
-              f"{g / lim:>7.2f}{s:>8.1f}{sl:>7.1f}{s / sl:>7.2f}{fmt_bytes(r['peak']):>11}{fmt_bytes(r['bound']):>11}")
+              f"{g / lim:>7.2f}{med(r['a2a']):>7.2f}{s:>8.1f}{sl:>7.1f}{s / sl:>7.2f}{fmt_bytes(r['peak']):>11}"
+              f"{fmt_bytes(r['bound']):>11}")
     return ok
 
 def main(argv=None):
