@@ -123,10 +123,8 @@ def test_three_ranks(three):
     assert R.moe_outcome(results[0], R.moe_reference(FUSED, world=3, steps=3)) == "right", results[0][0]["error"]
     for c, rs in zip(cases[1:], results[1:]): _check_roundtrip(rs, c["path"])
 
-@pytest.mark.xfail(strict=True, reason="gather.iter_merged_weights finds a ParamWrapper's home unit through "
-                   "'<layer>.base_layer.weight' (a fused expert has no .weight) and strips one '.base_layer' only: "
-                   "fused experts come out unmerged, under 'experts.base_layer.<param>'")
 def test_merged_fused_experts_equal_peft_merge(two):
+    "iter_merged_weights merges each fused expert weight (nested ParamWrappers) as peft's merge_and_unload does."
     cases, results = two
     merged = {k: v.float().numpy() for k, v in M.moe_lora_model(FUSED).merge_and_unload().state_dict().items()
               if v.dim() == 3}
