@@ -13,8 +13,8 @@ from .plan import Finding, Plan, Unit, is_lora_name
 # %% auto #0
 __all__ = ['SEVERITIES', 'CHECKS', 'Check', 'plan_check', 'check_plan', 'nested_lambda_units', 'lora_name_hidden', 'lora_in_root',
            'mixed_requires_grad', 'mixed_dtype', 'tied_param_split', 'tied_param_copied', 'rank_divergent_unit',
-           'rank_divergent_grads', 'mixed_precision_lora_leaf', 'dora_lora_leaf', 'checks_table', 'predicted_errors',
-           'predicted_by']
+           'rank_divergent_grads', 'fused_experts_info', 'fused_lora_split', 'fused_lora_fsdp1',
+           'mixed_precision_lora_leaf', 'dora_lora_leaf', 'checks_table', 'predicted_errors', 'predicted_by']
 
 # %% ../nbs/03b_checks.ipynb #987e546c
 SEVERITIES = ("error", "warning", "info")
@@ -197,6 +197,60 @@ def rank_divergent_grads(plan:Plan):
                            f"parameters in {inside[:3]}{' …' if len(inside) > 3 else ''} get one only on ranks "
                            "whose data reach them: ranks reduce-scatter different sets (a mismatch, or gradients "
                            "mixed across experts)")
+
+# %% ../nbs/03b_checks.ipynb #a2b6f8e4
+_FUSED_FIX = ("FSDP2 with the decoder layers as units and LoRA inside them (WrapConfig(flavour='fsdp2'), targets "
+              "'**.layers.*'); FSDP1 cannot shard peft's ParamWrapper")
+
+def _wrapper_homes(plan:Plan):
+    "Per unit holding a fused parameter that a peft ParamWrapper adapts: (unit, parameter, wrapper, LoRA units apart)."
+    unit_of = {p: u.name for u in plan.units for p in u.param_names}
+    seen = set()
+    for wn, base in plan.param_wrappers:
+        home = unit_of.get(base, "")
+        away = sorted({unit_of[p] for p in unit_of if p.startswith(wn + ".lora_")} - {home})
+        if home not in seen: seen.add(home); yield home, base.rsplit(".", 1)[-1], wn, away
+
+@plan_check("fused-experts", "info",
+            "experts fused in one module (3-D weights) run whenever their block runs: no unit can diverge there, so "
+            "the rank-divergent checks are silent",
+            "none needed; LoRA on them: see fused-lora-split and fused-lora-fsdp1")
+def fused_experts_info(plan:Plan):
+    unit_of = {p: u.name for u in plan.units for p in u.param_names}
+    for n, why in plan.fused:
+        yield next((unit_of[p] for p in unit_of if p.startswith(n + ".")), ""), f"{n}: {why}"
+
+@plan_check("fused-lora-split", "error",
+            "LoRA on fused experts (peft ParamWrapper) with its lora_A/lora_B in units of their own: the wrapper "
+            "reads them still sharded, the first forward fails",
+            _FUSED_FIX, predicts=["got mixed torch.Tensor and DTensor", "is invalid for input of size"])
+def fused_lora_split(plan:Plan):
+    if plan.flavour == "fsdp1" and not plan.use_orig_params: return   # flat: fused-lora-fsdp1 fails first
+    for home, param, wn, away in _wrapper_homes(plan):
+        if not away: continue
+        if plan.flavour == "fsdp2":
+            yield home, (f"peft's ParamWrapper adds its LoRA delta to the fused experts' {param} inside "
+                         f"{home or '<root>'!r}, but its lora_A/lora_B are units of their own ({away[0]!r}…), still "
+                         "sharded there: the first forward fails (\"aten.baddbmm.default got mixed torch.Tensor and "
+                         "DTensor\")")
+        else:
+            yield home, (f"peft's ParamWrapper reads lora_A/lora_B of {wn!r} outside their own unit ({away[0]!r}), "
+                         "where FSDP1 shows them as flat shards: the first forward fails (\"shape '[E, -1, …]' is "
+                         "invalid for input of size …\")")
+
+@plan_check("fused-lora-fsdp1", "error",
+            "FSDP1 and LoRA on fused experts: peft's ParamWrapper parametrizes a weight FSDP1 holds as a view of its "
+            "flat parameter, the first forward fails",
+            _FUSED_FIX, predicts=["has been modified inplace"])
+def fused_lora_fsdp1(plan:Plan):
+    if plan.flavour != "fsdp1": return
+    units = {u.name: u for u in plan.units}
+    for home, param, wn, away in _wrapper_homes(plan):
+        if plan.use_orig_params and away: continue   # fused-lora-split fails first
+        if not plan.use_orig_params and len({p.requires_grad for p in units[home].params}) > 1: continue   # refused
+        yield home, (f"peft's ParamWrapper parametrizes the fused experts' {param}, which FSDP1 holds as a view of "
+                     "its flat parameter: the first forward fails (\"Output 0 of View is a view and its base … has "
+                     "been modified inplace\")")
 
 # %% ../nbs/03b_checks.ipynb #c9a9f86e
 def _lora_leaves(plan:Plan)->list[Unit]: return [u for u in plan.units if is_lora_name(u.name) and u.n_lora]

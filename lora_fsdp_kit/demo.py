@@ -143,8 +143,9 @@ def run_demo(out:str|Path="demo_out",  # folder for the figures and report.md (o
              nprocs:int=2,             # ranks for the FSDP part
              r:int=8,                  # LoRA rank
              started:float|None=None,  # `time.time()` the total counts from (the CLI: its process start)
+             ranks:list|None=None,     # `demo_rank`'s results, already launched (the tour reuses its own run)
             )->dict:                   # the summary (also written to summary.json)
-    "The tour as a script: platform, strip, LoRA, plans and findings, FSDP1/FSDP2 gathers on `nprocs` ranks, plots, report."
+    "The tour as a script: platform, strip, LoRA, plans, findings, FSDP1/FSDP2 gathers on `nprocs` ranks, plots."
     t_call = time.time()
     out, cfg = _check_demo_args(model, config, nprocs, r, out)
     # everything is written to a fresh folder beside `out` and moved in at the end: a failure, Ctrl-C or SIGTERM on the
@@ -153,7 +154,8 @@ def run_demo(out:str|Path="demo_out",  # folder for the figures and report.md (o
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         with _SignalsToExit():
-            summary = _demo_steps(work, model, config, cfg, nprocs, r, started if started is not None else t_call)
+            summary = _demo_steps(work, model, config, cfg, nprocs, r, started if started is not None else t_call,
+                                  ranks)
             _swap_in(work, out)
     finally: shutil.rmtree(work, ignore_errors=True)
     print(f"\nwrote {out/'report.md'} and {len(summary['figures'])} figures to {out}/")
@@ -175,8 +177,29 @@ def _plan_step(pm:nn.Module, out:Path, summary:dict):
         f = plot_plan(p, fs); f.savefig(out/fname, dpi=110, bbox_inches="tight"); plt.close(f)
         summary["figures"][f"plan: {k}"] = fname
 
+# %% ../nbs/08_tour.ipynb #e6f0d2c8
+def _gather_step(ranks, model, nprocs:int, r:int, summary:dict, steps:_Steps)->dict:
+    "Launch `demo_rank` (unless its results are given), check it gathered exactly, note the profiles; returns them."
+    if ranks is None:
+        steps(f"launching {nprocs} rank{'s' if nprocs > 1 else ''}: FSDP1 + FSDP2, gathering LoRA unit by unit, "
+              f"measuring every strategy")
+        t0 = time.perf_counter()
+        ranks = launch(demo_rank, model or DEMO_MODEL, r=r, nprocs=nprocs, quiet=True)
+        print(f"  {nprocs} rank{'s' if nprocs > 1 else ''} finished in {time.perf_counter() - t0:.1f} s")
+    else: steps(f"reading the {len(ranks)} ranks' results given (FSDP1 + FSDP2 gathers, every strategy measured)")
+    bad = {i: ok for i, rk in enumerate(ranks) for ok in [rk["exact"]] if not all(v[0] for v in ok.values())}
+    if bad: raise RuntimeError(f"gathered LoRA differs from peft's state dict on ranks {sorted(bad)}: {bad}")
+    profs = ranks[0]["profiles"]
+    summary["exact"] = {k: f"{v[1]} tensors bit-equal to peft's state dict" for k, v in ranks[0]["exact"].items()}
+    summary["profiles"] = {k: dict(peak_extra=p.peak_extra, bytes_gathered=p.bytes_gathered, min_bytes=p.min_bytes,
+                                   bytes_ratio=p.bytes_ratio, peak_ratio=p.peak_ratio, seconds=p.seconds,
+                                   predicted_peak=p.predicted_peak, predicted_bytes=p.predicted_bytes,
+                                   lora_bytes=p.lora_bytes)
+                           for k, p in profs.items()}
+    return profs
+
 # %% ../nbs/08_tour.ipynb #539bffb4
-def _demo_steps(out:Path, model, config, cfg, nprocs:int, r:int, t_all:float)->dict:
+def _demo_steps(out:Path, model, config, cfg, nprocs:int, r:int, t_all:float, ranks=None)->dict:
     "The demo's steps, writing into `out`."
     import matplotlib.pyplot as plt   # no backend switch: a notebook calling this keeps showing its charts
     from lora_fsdp_kit.memory import plot_gather
@@ -208,19 +231,7 @@ def _demo_steps(out:Path, model, config, cfg, nprocs:int, r:int, t_all:float)->d
         steps("stopping before FSDP: a config without weights is planned on meta only")
         summary["profiles"] = {}
     else:
-        steps(f"launching {nprocs} rank{'s' if nprocs > 1 else ''}: FSDP1 + FSDP2, gathering LoRA unit by unit, "
-              f"measuring every strategy")
-        t0 = time.perf_counter()
-        ranks = launch(demo_rank, model or DEMO_MODEL, r=r, nprocs=nprocs, quiet=True)
-        print(f"  {nprocs} rank{'s' if nprocs > 1 else ''} finished in {time.perf_counter() - t0:.1f} s")
-        bad = {i: ok for i, rk in enumerate(ranks) for ok in [rk["exact"]] if not all(v[0] for v in ok.values())}
-        if bad: raise RuntimeError(f"gathered LoRA differs from peft's state dict on ranks {sorted(bad)}: {bad}")
-        profs = ranks[0]["profiles"]
-        summary["exact"] = {k: f"{v[1]} tensors bit-equal to peft's state dict" for k, v in ranks[0]["exact"].items()}
-        summary["profiles"] = {k: dict(peak_extra=p.peak_extra, bytes_gathered=p.bytes_gathered, min_bytes=p.min_bytes,
-                                       bytes_ratio=p.bytes_ratio, peak_ratio=p.peak_ratio, seconds=p.seconds,
-                                       predicted_peak=p.predicted_peak, predicted_bytes=p.predicted_bytes)
-                               for k, p in profs.items()}
+        profs = _gather_step(ranks, model, nprocs, r, summary, steps)
         steps("plotting the gathers")
         for fl in ("fsdp1", "fsdp2"):
             f = plot_gather({k.split(" · ")[1]: p for k, p in profs.items() if k.startswith(fl)})
@@ -241,22 +252,28 @@ def demo_summary_text(s:dict)->str:
     L = [f"summary — {s['model']} on {s['platform']}"]
     if "strip" in s:
         st = s["strip"]
-        L.append(f"  strip: removed {', '.join(st['removed'])}: {fmt_count(st['params_before'])} -> {fmt_count(st['params_after'])} "
-                 f"params ({fmt_bytes(st['bytes_freed'])} freed)")
+        L.append(f"  strip: removed {', '.join(st['removed'])}: {fmt_count(st['params_before'])} -> "
+                 f"{fmt_count(st['params_after'])} params ({fmt_bytes(st['bytes_freed'])} freed)")
     L.append(f"  model: {fmt_count(s['params'])} params, LoRA {fmt_count(s['lora_params'])}")
     for k, p in s["plans"].items():
         L.append(f"  plan {k}: {p['units']} units ({p['lora_units']} with LoRA); findings: "
                  + (", ".join(f"{n}× {c}" for c, n in p["findings"].items()) or "none"))
     if s.get("profiles"):
-        L.append(f"  {'strategy':<20}{'peak extra':>12}{'× unit+LoRA':>13}{'gathered':>12}{'× minimum':>11}{'time':>9}")
+        base = next(iter(s["profiles"].values()))["lora_bytes"]   # one baseline for every row: the LoRA itself
+        L.append(f"  gathers (× = times the LoRA tensors' own {fmt_bytes(base)}, for every row; packed = the kit's "
+                 "gather, gather_lora):")
+        L.append(f"  {'strategy':<20}{'peak extra':>12}{'× LoRA':>9}{'gathered':>12}{'× LoRA':>9}{'time':>9}")
         for k, p in s["profiles"].items():
-            L.append(f"  {k:<20}{fmt_bytes(p['peak_extra']):>12}{p['peak_ratio']:>13.2f}{fmt_bytes(p['bytes_gathered']):>12}"
-                     f"{p['bytes_ratio']:>11.2f}{p['seconds'] * 1e3:>7.0f} ms")
+            kit = "  <- the kit's gather (gather_lora)" if k.endswith("· packed") else ""
+            L.append(f"  {k:<20}{fmt_bytes(p['peak_extra']):>12}{p['peak_extra'] / base:>9.2f}"
+                     f"{fmt_bytes(p['bytes_gathered']):>12}{p['bytes_gathered'] / base:>9.2f}"
+                     f"{p['seconds'] * 1e3:>7.0f} ms{kit}")
         for fl in ("fsdp1", "fsdp2"):
             w, best = s["profiles"].get(f"{fl} · whole"), s["profiles"].get(f"{fl} · packed")
             if w and best and best["peak_extra"] and best["bytes_gathered"]:
-                L.append(f"  {fl}: whole-model gather needs {w['peak_extra'] / best['peak_extra']:.1f}× the memory and moves "
-                         f"{w['bytes_gathered'] / best['bytes_gathered']:.1f}× the bytes of the kit's gather")
+                L.append(f"  {fl}: whole-model gather needs {w['peak_extra'] / best['peak_extra']:.1f}× the memory "
+                         f"and moves {w['bytes_gathered'] / best['bytes_gathered']:.1f}× the bytes of the kit's "
+                         "gather")
         for k, v in s.get("exact", {}).items(): L.append(f"  {k}: {v}")
     up = s.get("startup_seconds")
     L.append(f"  total {s['seconds']:.1f} s"

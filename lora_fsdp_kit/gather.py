@@ -5,7 +5,7 @@
 # %% ../nbs/05_gather.ipynb #05ee0096
 from __future__ import annotations
 
-import contextlib, copy, dataclasses, math, os, sys
+import contextlib, copy, dataclasses, math, os, re, sys
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Iterator
@@ -445,7 +445,15 @@ def plain_name(name:str, adapter_name:str="default")->str:
     "The name a parameter has in the plain transformers model (no `base_model.model.`, `base_layer`, wrappers)."
     name = unwrapped_name(name).removeprefix("base_model.model.")
     name = name.replace(f".modules_to_save.{adapter_name}.", ".").replace(".original_module.", ".")
-    return name.replace(".base_layer.", ".").removeprefix("base_layer.")
+    # peft nests one ParamWrapper per adapted parameter of fused experts: `.base_layer` may repeat
+    return re.sub(r"(?:\.base_layer)+\.", ".", name).removeprefix("base_layer.")
+
+def _base_param(ln:str, m:nn.Module)->str:
+    "The base parameter a LoRA layer merges into: a peft ParamWrapper's fused parameter, else its `.base_layer.weight`."
+    if not hasattr(m, "parameter_name"): return ln + ".base_layer.weight"
+    path, base = ln, m
+    while hasattr(base, "parameter_name"): base, path = base.base_layer, path + ".base_layer"   # nested wrappers
+    return f"{path}.{m.parameter_name}"
 
 def _adapter_layers(engine:GatherEngine, adapter_name:str)->tuple[dict[str, nn.Module], set[str]]:
     "({unwrapped name of each LoRA layer: layer}, names of parameters a merged model does not have)."
@@ -480,7 +488,8 @@ def _peft_merge(layer:nn.Module, lname:str, tensors:dict[str, torch.Tensor], eng
         for mod, attr, orig in reversed(saved): _swap_tensor(mod, attr, orig)
         layer.merged_adapters = merged_before
         if hasattr(layer, "_caches"): layer._caches = caches
-    return base
+    # a ParamWrapper merges one fused parameter; the other copies (a nested wrapper's) must not overwrite its merge
+    return {_base_param(lname, layer): base[_base_param(lname, layer)]} if hasattr(layer, "parameter_name") else base
 
 # %% ../nbs/05_gather.ipynb #67fa9167
 def iter_merged_weights(model:nn.Module,            # an FSDP1- or FSDP2-wrapped peft model
@@ -494,7 +503,7 @@ def iter_merged_weights(model:nn.Module,            # an FSDP1- or FSDP2-wrapped
     layers, drop = engine.memo(("adapter_layers", adapter_name), lambda: _adapter_layers(engine, adapter_name))
     every = list(engine.by_name) + list(engine.aliases)
     lora_of = {ln: [n for n in every if n.startswith(ln + ".") and n in drop] for ln in layers}
-    home = {ln: engine.unit_of.get(engine.primary(ln + ".base_layer.weight")) for ln in layers}
+    home = {ln: engine.unit_of.get(engine.primary(_base_param(ln, m))) for ln, m in layers.items()}
     away = [n for ln, ns in lora_of.items() for n in ns if engine.unit_of.get(engine.primary(n)) is not home[ln]]
     rank = dist.get_rank() if dist.is_initialized() else 0
     show = (launched_from_notebook() and rank == 0) if progress is None else bool(progress)

@@ -19,11 +19,14 @@ from .policies import (LORA_PREFIX, is_lora_name, is_trainable_leaf, WrapPolicy,
     resolve_layer_classes, lora_wrap_policy, peft_wrap_policy, layer_wrap_policy, size_wrap_policy, policy_parts,
     fsdp1_unit_modules, resolve_targets, _name_pattern, _targets_repr, _post_order, _ignored_sets, _lambda_part,
     _layer_part, _size_part)
+# experts are read from the forward (routing probes) in `moe`, which imports only `shards`: no cycle
+from .moe import expert_modules, fused_experts, param_wrappers
+
 
 # %% auto #0
-__all__ = ['tiny_lora_model', 'dtype_itemsize', 'ParamInfo', 'param_info', 'Unit', 'Finding', 'Plan', 'expert_modules',
-           'conditional_modules', 'mixed_precision_dtype', 'idle_modules', 'plan_fsdp1', 'plan_fsdp2', 'plan_summary',
-           'plan_text', 'plan_html']
+__all__ = ['tiny_lora_model', 'dtype_itemsize', 'ParamInfo', 'param_info', 'Unit', 'Finding', 'Plan', 'conditional_modules',
+           'mixed_precision_dtype', 'idle_modules', 'plan_fsdp1', 'plan_fsdp2', 'plan_summary', 'plan_text',
+           'plan_html']
 
 # %% ../nbs/03_plan.ipynb #16a0c149
 def tiny_lora_model(name:str="llama",                  # a `models.tiny_model` name
@@ -151,6 +154,8 @@ class Plan:
     conditional: tuple[tuple[str, str], ...] = ()  # (module, why): modules that may not run on every rank each step
     copied: tuple[tuple[str, str], ...] = ()       # (parameter, unit): tied parameters FSDP1 flattens again as a copy
     idle: tuple[tuple[str, str], ...] = ()         # (module, why): modules a forward does not run (peft originals)
+    fused: tuple[tuple[str, str], ...] = ()        # (module, why): modules holding every expert in 3-D weights
+    param_wrappers: tuple[tuple[str, str], ...] = ()  # (wrapper, fused parameter): peft ParamWrappers (LoRA on experts)
 
     def __getitem__(self, name:str)->Unit:
         for u in self.units:
@@ -204,41 +209,19 @@ def _plan_to_dict(self:Plan)->dict:
                 gather_peak_bytes=self.gather_peak_bytes, gather_total_bytes=self.gather_total_bytes,
                 ignored=list(self.ignored), tied=[list(t) for t in self.tied], mixed_precision=self.mixed_precision,
                 conditional=[list(c) for c in self.conditional], copied=[list(c) for c in self.copied],
-                idle=[list(c) for c in self.idle], units=[u.to_dict() for u in self.units],
+                idle=[list(c) for c in self.idle], fused=[list(c) for c in self.fused],
+                param_wrappers=[list(c) for c in self.param_wrappers], units=[u.to_dict() for u in self.units],
                 findings=[f.to_dict() for f in self.check()])
 
 Plan.gather_bytes, Plan.to_dict = _gather_bytes, _plan_to_dict
 Plan.gather_peak_bytes, Plan.gather_total_bytes = property(_gather_peak_bytes), property(_gather_total_bytes)
 
 # %% ../nbs/03_plan.ipynb #9b191e32
-def _row_counts(m:nn.Module)->set[int]:
-    "First dimensions of the 2-D (non-LoRA) weights in `m` (a router's weight is experts × hidden)."
-    return {p.shape[0] for n, p in m.named_parameters() if p.dim() == 2 and not is_lora_name(n)}
-
-def expert_modules(model:nn.Module)->list[tuple[str, str]]:
-    "(clean name, why) of each expert of every mixture-of-experts block in `model`, found by structure."
-    names = {m: clean_name(n) for n, m in model.named_modules()}
-    out, found = [], set()
-    for block in model.modules():   # parents first: what is inside an expert found already is not searched again
-        if block in found: continue
-        kids = list(block.named_children())
-        for cn, box in kids:
-            if box in found: continue
-            experts = [e for e in box.children() if next(e.parameters(), None) is not None]
-            if len(experts) < 2 or len({type(e) for e in experts}) != 1: continue
-            routers = [rn for rn, r in kids if type(r) is not type(box) and len(experts) in _row_counts(r)]
-            if not routers and "expert" not in (cn + type(box).__name__).lower(): continue
-            why = (f"an expert of the MoE block {names[block] or '<root>'!r}"
-                   + (f", routed by {routers[0]!r}" if routers else ""))
-            out += [(names[e], why) for e in experts]
-            found.update(m for e in experts for m in e.modules())
-    return out
-
 def conditional_modules(model:nn.Module,                           # the model to plan
                         marks:str|Sequence[str|nn.Module]|None=None, # name globs or modules that may not run everywhere
                         experts:bool=True,                         # include the detected MoE experts
                        )->tuple[tuple[str, str], ...]:
-    "(clean name, why) of the modules that may not run on every rank each step: MoE experts and marked modules."
+    "(clean name, why) of the modules that may not run on every rank each step: routed MoE experts and marked modules."
     out = dict(expert_modules(model)) if experts else {}
     if isinstance(marks, (str, nn.Module)): marks = [marks]
     names = {m: clean_name(n) for n, m in model.named_modules()}
@@ -347,7 +330,7 @@ def _build_plan(model:nn.Module, unit_claims:dict[nn.Module, str], flavour:str, 
     model_class = (f"{type(base).__name__} (peft)" if isinstance(base, nn.Module) and base is not model
                    else type(model).__name__)
     return Plan(flavour, model_class, policy, use_orig_params, units, ign, tied, mixed_precision, tuple(conditional),
-                copied, idle_modules(model))
+                copied, idle_modules(model), tuple(fused_experts(model)), tuple(param_wrappers(model)))
 
 def _refuse_wrapped(model:nn.Module, fn:str):
     "A plan is of the model *before* FSDP: planning an already wrapped one would describe wrappers, not units."

@@ -1,4 +1,4 @@
-"""The plan is what FSDP does: on 2 gloo ranks (and 3 for the forward/backward cases), the units planned by `WrapConfig.plan` (names, exact parameter sets, and each parameter's shape and dtype in FSDP's order) equal the units of the model really wrapped by `WrapConfig.wrap`, read back through the kit's sharded view, for 4 LoRA models (and a bf16 one with fp32 adapters; tied embeddings, mixed precision, DoRA and modules_to_save run forward and backward) × wrap policies × use_orig_params and FSDP2 target choices; where FSDP refuses (at wrap, first forward or backward), a registered check predicted it (the error texts come from `checks.CHECKS`), at the unit where FSDP stopped; where it runs, the plan has no error finding."""
+"""The plan is what FSDP does: on 2 gloo ranks (and 3 for the forward/backward cases), the units planned by `WrapConfig.plan` (names, exact parameter sets, and each parameter's shape and dtype in FSDP's order) equal the units of the model really wrapped by `WrapConfig.wrap`, read back through the kit's sharded view, for 4 LoRA models (a Qwen3-MoE with LoRA on its fused experts too; a bf16 one with fp32 adapters; tied embeddings, mixed precision, DoRA and modules_to_save run forward and backward) × wrap policies × use_orig_params and FSDP2 target choices; where FSDP refuses (at wrap, first forward or backward), a registered check predicted it (the error texts come from `checks.CHECKS`), at the unit where FSDP stopped; where it runs, the plan has no error finding."""
 import functools, time
 
 import pytest
@@ -6,6 +6,7 @@ import pytest
 from lora_fsdp_kit import wrap as W
 from lora_fsdp_kit.checks import CHECKS, predicted_by, predicted_errors
 from lora_fsdp_kit.launch import launch
+from lora_fsdp_kit.moe import moe_lora_model
 from lora_fsdp_kit.plan import tiny_lora_model
 from lora_fsdp_kit.wrap import WrapConfig
 
@@ -95,6 +96,12 @@ def results():
         fsdp2(targets=["**.embed_tokens", "**.lm_head"]),                       # two groups
         LAYERS)]                                                                # both in the root: fine
     cases += _forward_cases()
+    # LoRA on fused experts (peft ParamWrapper, issue 18's six rows): only FSDP2 with the layers as units runs
+    fused = functools.partial(moe_lora_model, "qwen3_moe_fused")
+    cases += [(fused, c, dict(model="qwen3_moe_fused", forward=True)) for c in (
+        fsdp1(policy="peft", use_orig_params=True), fsdp1(policy="peft"),             # split / flat view
+        fsdp2(targets=["**.lora_A.*", "**.lora_B.*", "**.layers.*"]),                 # adapters sharded apart
+        fsdp1(policy="layer", use_orig_params=True), fsdp1(policy="layer"), LAYERS)]  # view / refused / trains
     # the rest of WrapConfig, wrapped for real and run forward and backward: each must run as planned
     llama = functools.partial(tiny_lora_model, "llama")
     cases += [(llama, c, dict(model="llama_wrap", forward=True)) for c in (
