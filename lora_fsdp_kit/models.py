@@ -18,7 +18,8 @@ __all__ = ['CONFIG_DIR', 'TINY_MODELS', 'FULL_SIZE_CONFIGS', 'model_names', 'shi
            'submodule', 'add_lora', 'fmt_count', 'fmt_bytes', 'ChildSummary', 'ModelSummary', 'summarize_model']
 
 # %% ../nbs/02_models.ipynb #f68690be
-CONFIG_DIR = Path(str(importlib.resources.files("lora_fsdp_kit")/"configs"))   # works installed, editable, and in the notebook
+# works installed, editable, and in the notebook
+CONFIG_DIR = Path(str(importlib.resources.files("lora_fsdp_kit")/"configs"))
 
 TINY_MODELS: dict[str, str] = {   # name -> what it is
     "llama": "LlamaForCausalLM: dense decoder",
@@ -77,6 +78,7 @@ def _as_config(cfg:Any):
                          + f" (this transformers knows {len(list(CONFIG_MAPPING.keys()))} types)")
     return AutoConfig.for_model(mt, **cfg)
 
+# %% ../nbs/02_models.ipynb #44f5af77
 def _model_class(config):
     "The model class for `config`: its `architectures[0]`, else the causal-LM auto class, else the base auto class."
     import transformers
@@ -93,12 +95,14 @@ def _model_class(config):
 def _nan_for_uninitialized():
     "Inside, `torch.empty` gives NaN instead of leftover memory, so uninitialised parameters are detectable."
     import torch.utils.deterministic as det
-    prev = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(), det.fill_uninitialized_memory
+    prev = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            det.fill_uninitialized_memory)
     torch.use_deterministic_algorithms(True, warn_only=True); det.fill_uninitialized_memory = True
     try: yield
     finally:
         torch.use_deterministic_algorithms(prev[0], warn_only=prev[1]); det.fill_uninitialized_memory = prev[2]
 
+# %% ../nbs/02_models.ipynb #0e449f28
 def _build(config, device, dtype, seed:int)->nn.Module:
     "Construct the model class of `config` on `device`, seeded, in `dtype` (None: the config's, else float32)."
     cls = _model_class(config)
@@ -134,7 +138,7 @@ def tiny_model(name:str,                   # one of `model_names()`
     return _build(_as_config(shipped_config(name)), device, dtype, seed)
 
 # %% ../nbs/02_models.ipynb #0cb0c96a
-def model_from_config(config:Any,                      # a config.json path (or its folder), a dict with `model_type`, a `PretrainedConfig`, or a shipped name
+def model_from_config(config:Any,                      # a config.json/folder, dict, PretrainedConfig or shipped name
                       device:str|torch.device="meta",   # "meta": shapes only, no memory
                       dtype:torch.dtype|None=None,      # None: the config's dtype, else float32
                       seed:int=0,                       # seed for random weights (not meta)
@@ -166,13 +170,14 @@ def _match_names(model:nn.Module, targets:str|Iterable[str], scopes:list[str]|No
     if isinstance(targets, str): return [n for n in names if re.fullmatch(targets, n)]
     return [n for n in names if any(n == t or n.endswith("." + t) for t in targets)]
 
+# %% ../nbs/02_models.ipynb #907096ed
 def add_lora(model:nn.Module,                       # a transformers model (real or meta)
              r:int=8,                               # LoRA rank
              alpha:int=16,                          # LoRA alpha (scale = alpha / r)
-             target_modules:str|Iterable[str]=("q_proj", "k_proj", "v_proj", "o_proj"),  # module names (suffixes) or one regex
+             target_modules:str|Iterable[str]=("q_proj", "k_proj", "v_proj", "o_proj"),  # names (suffixes), or a regex
              modules:str|Iterable[str]|None=None,   # only inside these sub-modules (e.g. "thinker"); None: anywhere
              dropout:float=0.0,                     # LoRA dropout
-             init:str|bool="random",                # "random": seeded non-zero lora_B; "zeros": peft default; else peft's init_lora_weights
+             init:str|bool="random",                # "random" (seeded lora_B), "zeros", or peft's init_lora_weights
              seed:int=0,                            # seed for the adapter weights
              autocast_adapter_dtype:bool=True,      # peft's default: fp32 adapters on a bf16/fp16 base
             ):                                      # a peft `PeftModel`
@@ -200,7 +205,8 @@ def add_lora(model:nn.Module,                       # a transformers model (real
     cfg = LoraConfig(r=r, lora_alpha=alpha, target_modules=target, lora_dropout=dropout,
                      init_lora_weights=init_lora_weights)
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")  # transformers 5 deprecation seen through peft
+        # a transformers 5 deprecation, seen through peft
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
         torch.manual_seed(seed)
         peft_model = get_peft_model(model, cfg, autocast_adapter_dtype=autocast_adapter_dtype)
     from peft.tuners.tuners_utils import BaseTunerLayer
@@ -234,6 +240,7 @@ def fmt_bytes(n:int|float|None)->str:
         if abs(n) >= div: return f"{n/div:.2f} {unit}"
     return f"{n:.0f} B"
 
+# %% ../nbs/02_models.ipynb #3e8d639f
 @dataclass(frozen=True)
 class ChildSummary:
     "Parameters of one top-level sub-module."
@@ -247,11 +254,12 @@ class ChildSummary:
     @property
     def bytes(self)->int: return sum(self.bytes_by_dtype.values())
 
+# %% ../nbs/02_models.ipynb #a8662805
 @dataclass(frozen=True)
 class ModelSummary:
     "Parameters and bytes of a model by top-level sub-module (a peft wrapper is looked through)."
     cls: str                             # model class name
-    children: tuple[ChildSummary, ...]   # one row per top-level child that holds parameters (and "(own)" for the root's)
+    children: tuple[ChildSummary, ...]   # one row per top-level child holding parameters ("(own)": the root's)
     device: str                          # device type of the parameters
 
     @property
@@ -266,8 +274,8 @@ class ModelSummary:
         raise KeyError(f"{name!r} is not a top-level child; children: {', '.join(c.name for c in self.children)}")
 
     def _rows(self):
-        return [(c.name, c.cls, fmt_count(c.params), fmt_bytes(c.bytes), fmt_count(c.lora_params), fmt_count(c.trainable_params))
-                for c in self.children]
+        return [(c.name, c.cls, fmt_count(c.params), fmt_bytes(c.bytes), fmt_count(c.lora_params),
+                 fmt_count(c.trainable_params)) for c in self.children]
     def __repr__(self):
         head = ("child", "class", "params", "bytes", "LoRA", "trainable")
         rows = [head, *self._rows()]
@@ -281,6 +289,7 @@ class ModelSummary:
         return (f"<b>{html.escape(self.cls)}</b> on {self.device}: {fmt_count(self.params)} params, "
                 f"{fmt_bytes(self.bytes)}<table><tr>{head}</tr>{body}</table>")
 
+# %% ../nbs/02_models.ipynb #4261d29d
 def summarize_model(model:nn.Module)->ModelSummary:
     "Parameters, bytes by dtype, LoRA and trainable counts of each top-level sub-module of `model`."
     inner = _unwrap(model)
