@@ -93,14 +93,17 @@ class Internal:
         v = _version(self.package)
         return [f"{self.package} {v or '(not installed)'}: {b} — breaks {self.feature}" for b in bad]
 
-    def load(self)->Any:
-        "The object; raises `KitCompatibilityError` with the doctor's message if it is missing or changed."
-        obj, _ = self.find()
-        probs = self.problems()
-        if probs or obj is None:
-            raise KitCompatibilityError(f"{probs[0] if probs else self.path + ' is missing'} "
-                                        "(`python -m lora_fsdp_kit doctor` checks them all)")
-        return obj
+# %% ../nbs/91_doctor.ipynb #b0010eb2
+def _internal_load(self)->Any:
+    "The object; raises `KitCompatibilityError` with the doctor's message if it is missing or changed."
+    obj, _ = self.find()
+    probs = self.problems()
+    if probs or obj is None:
+        raise KitCompatibilityError(f"{probs[0] if probs else self.path + ' is missing'} "
+                                    "(`python -m lora_fsdp_kit doctor` checks them all)")
+    return obj
+
+Internal.load = _internal_load
 
 # %% ../nbs/91_doctor.ipynb #c7061f9e
 _T = "torch.distributed"
@@ -110,7 +113,7 @@ _LOAD1 = "writing LoRA back into FSDP1 shards (export.load_lora)"
 _GUARD = "the collective-order guard (hazards.check_collective_order)"
 _PLAN1 = "FSDP1 unit planning from torch's own wrapping walk (plan.plan_fsdp1, plan.wrap_fsdp2_like)"
 
-KIT_INTERNALS: dict[str, Internal] = {i.path: i for i in [
+_FSDP2_INTERNALS = [
     # FSDP2: public since torch 2.6 (before, torch.distributed._composable.fsdp)
     Internal(f"{_T}.fsdp:fully_shard", "FSDP2 wrapping (plan.wrap_fsdp2, strip)", params=("mesh",)),
     Internal(f"{_T}.fsdp:FSDPModule", _FSDP2_GATHER, attrs=("unshard", "reshard", "_get_fsdp_state")),
@@ -126,6 +129,10 @@ KIT_INTERNALS: dict[str, Internal] = {i.path: i for i in [
              attrs=("full_tensor", "_local_tensor")),
     Internal(f"{_T}.device_mesh:init_device_mesh", "FSDP2 wrapping (plan.wrap_fsdp2, strip)",
              params=("device_type", "mesh_shape")),
+]
+
+# %% ../nbs/91_doctor.ipynb #8f083675
+_FSDP1_INTERNALS = [
     # FSDP1 internals
     Internal(f"{_T}.fsdp:FullyShardedDataParallel", _FSDP1_GATHER, attrs=("_handle", "summon_full_params")),
     Internal(f"{_T}.fsdp._flat_param:FlatParamHandle", _FSDP1_GATHER,
@@ -163,6 +170,10 @@ KIT_INTERNALS: dict[str, Internal] = {i.path: i for i in [
              params=("root_module", "_ignored_modules")),
     Internal(f"{_T}.fsdp._init_utils:_get_ignored_params", _PLAN1 + " with ignored modules",
              params=("root_module", "ignored_modules")),
+]
+
+# %% ../nbs/91_doctor.ipynb #c7a2d68c
+_OTHER_INTERNALS = [
     # measuring
     Internal(f"{_T}._tools.mem_tracker:MemTracker", "CPU peak-memory timeline (memory.MemoryMeter)",
              attrs=("_update_snap", "_curr_mem_snap", "track_external")),
@@ -189,7 +200,10 @@ KIT_INTERNALS: dict[str, Internal] = {i.path: i for i in [
     Internal("peft.utils.other:fsdp_auto_wrap_policy", "peft's own FSDP1 policy (plan.peft_policy)"),
     Internal("peft:PeftModel._get_base_model_class", "saving a peft adapter without a task type (export.save_lora)",
              params=("is_prompt_tuning",)),
-]}
+]
+
+KIT_INTERNALS: dict[str, Internal] = {i.path: i for i in [*_FSDP2_INTERNALS, *_FSDP1_INTERNALS,
+                                                         *_OTHER_INTERNALS]}
 
 # %% ../nbs/91_doctor.ipynb #aff9196b
 def _missing_base(msg:str)->type:

@@ -43,7 +43,8 @@ class StepMemory:
     @property
     def traced_ranks(self)->dict[int, list[int]]:
         "Traced rank -> the ranks that share its trace (identical local shard shapes)."
-        return {t.rank: [r for i, r in enumerate(self.ranks) if self.trace_of[i] == j] for j, t in enumerate(self.traces)}
+        return {t.rank: [r for i, r in enumerate(self.ranks) if self.trace_of[i] == j]
+                for j, t in enumerate(self.traces)}
     @property
     def worst(self)->int: return max(self.peak_bytes)
 
@@ -91,7 +92,8 @@ def closed_form(model:nn.Module,   # the peft model before wrapping (meta is fin
                 rows = shp[d] if shp else 1
                 rest = p.numel // rows if rows else 0
                 sharded += math.ceil(rows / k) * rest * isz
-                unsharded[u.name] = unsharded.get(u.name, 0) + math.ceil(rows / k) * k * rest * (cdt.itemsize if cdt else isz)
+                unsharded[u.name] = (unsharded.get(u.name, 0)
+                                     + math.ceil(rows / k) * k * rest * (cdt.itemsize if cdt else isz))
                 if p.requires_grad: opt += 2 * _chunk(rows, k, r) * rest * isz + 4   # exp_avg, exp_avg_sq, step
             continue
         isz = dtype_itemsize(params[0].dtype)   # FSDP1: one flat parameter per unit, padded to the group
@@ -231,7 +233,8 @@ def _figure(self:StepMemory, device_memory:int|None=None):
     _stack(ax_b, [_ranks_text(rs) for _, rs in groups], [j[r].by_category for r, _ in groups], scale)
     for i, (r, _) in enumerate(groups):
         ax_b.text(i, j[r].peak / scale, fmt_bytes(j[r].peak), ha="center", va="bottom", fontsize=8)
-    if device_memory: ax_b.axhline(device_memory / scale, color="k", ls="--", lw=1.2, label=f"device {fmt_bytes(device_memory)}")
+    if device_memory:
+        ax_b.axhline(device_memory / scale, color="k", ls="--", lw=1.2, label=f"device {fmt_bytes(device_memory)}")
     ax_b.set(ylabel=unit, title="peak per rank, by category (ranks sharing a trace share a bar)")
     ax_b.legend(fontsize=7, loc="upper left", ncol=2)
     ax_b.set_ylim(0, max(self.worst, device_memory or 0) / scale * 1.45)
@@ -298,7 +301,8 @@ def plot_settings(settings:list[Setting], device:int):
     _stack(ax_b, labels, [t.by_category for t in worst], scale)
     ax_b.axhline(device / scale, color="k", ls="--", lw=1.5, label=f"device {fmt_bytes(device)}")
     ax_b.set(ylabel=unit, title="worst rank's peak by category, per setting")
-    ax_b.set_ylim(0, max([device] + [t.peak for t in worst]) / scale * 1.45); ax_b.legend(fontsize=7, ncol=2, loc="upper left")
+    ax_b.set_ylim(0, max([device] + [t.peak for t in worst]) / scale * 1.45)
+    ax_b.legend(fontsize=7, ncol=2, loc="upper left")
     for i, (s, t) in enumerate(zip(settings, worst)):
         _timeline(ax_t, t, scale, labels[i].replace("\n", " "), color=f"C{i % 10}", annotate=False)
     ax_t.axhline(device / scale, color="k", ls="--", lw=1.5)
@@ -322,6 +326,7 @@ def _ints(text:str, what:str)->list[int]:
     if any(v < 1 for v in out): raise FitsError(f"--{what} must be >= 1, got {text!r}")
     return out
 
+# %% ../nbs/11_fits.ipynb #2cb9d17f
 def fits_main(argv:list[str]|None=None)->int:
     "`fits --config config.json --world 8 --device-memory 80GiB`: which training settings fit on the device."
     import argparse, os, sys
@@ -335,7 +340,8 @@ def fits_main(argv:list[str]|None=None)->int:
     ap.add_argument("--ac", default="off,on", help="activation checkpointing: off and/or on")
     ap.add_argument("--mp", default="bf16", help="mixed precision: fp32, bf16 and/or fp16")
     ap.add_argument("--lm-head", default="root", help="lm_head in the root unit ('root') and/or apart ('apart')")
-    ap.add_argument("--lora-r", type=int, default=8); ap.add_argument("--targets", default="q_proj,k_proj,v_proj,o_proj")
+    ap.add_argument("--lora-r", type=int, default=8)
+    ap.add_argument("--targets", default="q_proj,k_proj,v_proj,o_proj")
     ap.add_argument("--backend", default="nccl", help="nccl/hccl (device buffers only) or gloo (a CPU job)")
     ap.add_argument("--png", action="store_true", help="save the charts as PNGs in --out")
     ap.add_argument("--out", default=".", help="folder for the PNGs (default: here)")

@@ -271,6 +271,7 @@ def trace_rank(model:nn.Module,      # a peft model on the meta device (copied, 
     return RankTrace(rank, tr.peak, {c: cats.get(c, 0) for c in CATEGORIES}, *tr.peak_at, tuple(tr.timeline), sig,
                      sharded, opt_bytes, time.perf_counter() - t0)
 
+# %% ../nbs/11a_fits_trace.ipynb #c6fdbaa3
 def _storage_bytes(tensors)->int:
     "Bytes of the distinct storages under `tensors`."
     seen = {}

@@ -131,6 +131,7 @@ def _store_barrier(store, name:str, rank:int, world:int, timeout:float)->None:
     store.set(f"lfk/{name}/{rank}", "1")
     store.wait([f"lfk/{name}/{r}" for r in range(world)], datetime.timedelta(seconds=timeout))
 
+# %% ../nbs/01_launch.ipynb #2ee026df
 def _rank_main(rank:int, world:int, port:int, backend:str|None, pg_timeout:float, fn_ref:tuple[str,str],
                args:tuple, kwargs:dict, log_path:str, conn, from_notebook:bool=False, parent_pid:int|None=None)->None:
     "Entry point of one spawned rank."
@@ -269,6 +270,7 @@ class _LogTail:
         self.pump(final=True)
         return "\n".join(self.last)
 
+# %% ../nbs/01_launch.ipynb #ca4f855b
 def _statuses(folder:str, ranks)->str:
     "One line per rank with its last status (see `report_status`)."
     return "\n".join(f"  rank {r}: {_read_status(folder, r) or '(no status yet: the rank was still starting)'}"
@@ -282,6 +284,75 @@ def _check_args(nprocs, **timeouts):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
             raise ValueError(f"{k} must be a number of seconds > 0, got {v!r}")
 
+# %% ../nbs/01_launch.ipynb #cfeaee97
+def _wait_for_ranks(store, procs:list, conns:dict, tails:list, results:dict, errors:dict, pending:set,
+                    start_timeout:float, timeout:float)->bool:
+    "Fill `results`, `errors`, `pending` until all ranks answered, one failed or time ran out; True if all joined."
+    nprocs = len(procs)
+    # start-up (spawn, imports, rendezvous) is slow and varies with the machine's load: `timeout` counts from
+    # when every rank has joined the group, so it bounds `fn` alone
+    joined, deadline, joined_keys = False, time.monotonic() + start_timeout, [f"lfk/joined/{r}" for r in range(nprocs)]
+    while pending and not errors:
+        if not joined and store.check(joined_keys):
+            joined, deadline = True, time.monotonic() + timeout
+        left = deadline - time.monotonic()
+        if left <= 0: break
+        ready = _mp_wait([conns[r] for r in pending] + [procs[r].sentinel for r in pending],
+                         timeout=min(left, 0.2))
+        for t in tails: t.pump()
+        for r in sorted(pending):
+            if conns[r] in ready or conns[r].poll():
+                try: kind, val, t = conns[r].recv()
+                except EOFError: kind, val, t = "error", None, time.monotonic()
+                if kind == "ok": results[r] = val
+                else: errors[r] = (t, val or f"rank {r} closed its pipe without a result; its last output:\n"
+                                             f"{tails[r].tail_text()}")
+                pending.discard(r)
+            elif procs[r].sentinel in ready and not procs[r].is_alive() and not conns[r].poll():
+                started = os.path.exists(tails[r].path)
+                why = ("" if started else " before reaching the kit's rank code (did importing the script "
+                       "that called launch() fail? its error went to the terminal)")
+                errors[r] = (time.monotonic(), f"rank {r} exited with code {procs[r].exitcode} without a "
+                                                f"result{why}; its last output:\n{tails[r].tail_text()}")
+                pending.discard(r)
+    return joined
+
+# %% ../nbs/01_launch.ipynb #767215ac
+def _stop_ranks(procs:list, tails:list, conns:dict, logdir:str, janitor, finished:bool)->None:
+    "End a launch: finished ranks leave the group on their own (10 s), the rest are killed; logs flushed, folder gone."
+    if finished:   # all results in: let the ranks leave the group on their own
+        end = time.monotonic() + 10
+        for p in procs: p.join(max(0.0, end - time.monotonic()))
+    for p in procs:
+        if p.is_alive(): p.kill()
+    for p in procs: p.join(10)
+    for t in tails: t.pump(final=True)
+    for c in conns.values(): c.close()
+    shutil.rmtree(logdir, ignore_errors=True)
+    if janitor is not None: janitor.done()
+
+def _raise_failure(errors:dict, pending:set, joined:bool, nprocs:int, status:str, timeout:float,
+                   start_timeout:float)->None:
+    "Raise the `LaunchError` naming the rank that failed first, or the ranks that did not start or finish in time."
+    if errors:
+        r0 = min(errors, key=lambda r: errors[r][0])   # the first to fail; later failures are usually its consequence
+        others = sorted(set(errors) - {r0})
+        extra = (f"; ranks {others} failed after it" if others else "") + (f"; ranks {sorted(pending)} were "
+                                                                            f"stopped" if pending else "")
+        raise LaunchError(f"rank {r0} failed{extra}:\n{errors[r0][1]}\nlast status of each rank:\n{status}",
+                          sorted(errors), {r: v[1] for r, v in errors.items()})
+    if pending:
+        done = sorted(set(range(nprocs)) - pending)
+        if not joined:
+            raise LaunchError(f"ranks {sorted(pending)} did not start and join the process group within "
+                              f"{start_timeout} s and were killed (start_timeout)\nlast status of each rank:\n{status}",
+                              sorted(pending))
+        raise LaunchError(f"ranks {sorted(pending)} did not finish within {timeout} s and were killed"
+                          + (f" (ranks {done} had finished and were waiting for them)" if done else "")
+                          + f"; a rank waiting in a collective that another rank skipped?\n"
+                          f"last status of each rank:\n{status}", sorted(pending))
+
+# %% ../nbs/01_launch.ipynb #0946d469
 def launch(fn:Callable,             # an importable function (defined in a module, not in the notebook)
            *args,                   # positional arguments, sent to every rank (must pickle)
            nprocs:int|None=None,    # number of ranks (default 2); under torchrun the group's size is used
@@ -312,7 +383,7 @@ def launch(fn:Callable,             # an importable function (defined in a modul
     port, out = store.port, sys.stdout
     logdir = tempfile.mkdtemp(prefix="lfk_launch_")   # rank logs and status files
     procs, conns, tails, janitor = [], {}, [], None
-    results, errors, pending, joined = {}, {}, set(range(nprocs)), False
+    results, errors, pending = {}, {}, set(range(nprocs))
     with _SignalsToExit():
         try:
             janitor = _Janitor(logdir)
@@ -324,61 +395,10 @@ def launch(fn:Callable,             # an importable function (defined in a modul
                                       launched_from_notebook(), os.getpid()))
                 p.start(); send.close(); janitor.watch(p.pid)
                 procs.append(p); conns[r] = recv; tails.append(_LogTail(r, path, out, quiet))
-            # start-up (spawn, imports, rendezvous) is slow and varies with the machine's load: `timeout` counts from
-            # when every rank has joined the group, so it bounds `fn` alone
-            deadline, joined_keys = time.monotonic() + start_timeout, [f"lfk/joined/{r}" for r in range(nprocs)]
-            while pending and not errors:
-                if not joined and store.check(joined_keys):
-                    joined, deadline = True, time.monotonic() + timeout
-                left = deadline - time.monotonic()
-                if left <= 0: break
-                ready = _mp_wait([conns[r] for r in pending] + [procs[r].sentinel for r in pending],
-                                 timeout=min(left, 0.2))
-                for t in tails: t.pump()
-                for r in sorted(pending):
-                    if conns[r] in ready or conns[r].poll():
-                        try: kind, val, t = conns[r].recv()
-                        except EOFError: kind, val, t = "error", None, time.monotonic()
-                        if kind == "ok": results[r] = val
-                        else: errors[r] = (t, val or f"rank {r} closed its pipe without a result; its last output:\n"
-                                                     f"{tails[r].tail_text()}")
-                        pending.discard(r)
-                    elif procs[r].sentinel in ready and not procs[r].is_alive() and not conns[r].poll():
-                        started = os.path.exists(tails[r].path)
-                        why = ("" if started else " before reaching the kit's rank code (did importing the script "
-                               "that called launch() fail? its error went to the terminal)")
-                        errors[r] = (time.monotonic(), f"rank {r} exited with code {procs[r].exitcode} without a "
-                                                        f"result{why}; its last output:\n{tails[r].tail_text()}")
-                        pending.discard(r)
+            joined = _wait_for_ranks(store, procs, conns, tails, results, errors, pending, start_timeout, timeout)
             status = _statuses(logdir, range(nprocs))   # read before the folder goes
-        finally:
-            if not errors and not pending:            # all results in: let the ranks leave the group on their own
-                end = time.monotonic() + 10
-                for p in procs: p.join(max(0.0, end - time.monotonic()))
-            for p in procs:
-                if p.is_alive(): p.kill()
-            for p in procs: p.join(10)
-            for t in tails: t.pump(final=True)
-            for c in conns.values(): c.close()
-            shutil.rmtree(logdir, ignore_errors=True)
-            if janitor is not None: janitor.done()
-    if errors:
-        r0 = min(errors, key=lambda r: errors[r][0])   # the first to fail; later failures are usually its consequence
-        others = sorted(set(errors) - {r0})
-        extra = (f"; ranks {others} failed after it" if others else "") + (f"; ranks {sorted(pending)} were "
-                                                                            f"stopped" if pending else "")
-        raise LaunchError(f"rank {r0} failed{extra}:\n{errors[r0][1]}\nlast status of each rank:\n{status}",
-                          sorted(errors), {r: v[1] for r, v in errors.items()})
-    if pending:
-        done = sorted(set(range(nprocs)) - pending)
-        if not joined:
-            raise LaunchError(f"ranks {sorted(pending)} did not start and join the process group within "
-                              f"{start_timeout} s and were killed (start_timeout)\nlast status of each rank:\n{status}",
-                              sorted(pending))
-        raise LaunchError(f"ranks {sorted(pending)} did not finish within {timeout} s and were killed"
-                          + (f" (ranks {done} had finished and were waiting for them)" if done else "")
-                          + f"; a rank waiting in a collective that another rank skipped?\n"
-                          f"last status of each rank:\n{status}", sorted(pending))
+        finally: _stop_ranks(procs, tails, conns, logdir, janitor, finished=not errors and not pending)
+    _raise_failure(errors, pending, joined, nprocs, status, timeout, start_timeout)
     return [results[r] for r in range(nprocs)]
 
 # %% ../nbs/01_launch.ipynb #974e9785

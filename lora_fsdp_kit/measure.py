@@ -84,32 +84,37 @@ class GatherProfile:
                         f"{dev:>8}{fmt_bytes(u.peak_extra):>12}{u.seconds * 1e3:>8.1f}")
         return "\n".join(rows)
 
-    def _rows(self):
-        pred = lambda p, m: f"{fmt_bytes(p)} ({m / p - 1:+.1%})" if p else "–"
-        bound = lambda p, m: f"≤ {fmt_bytes(p)} (measured {m / p - 1:+.1%})" if p else "–"   # peaks are bounds
-        dev = self.unit_deviation
-        return [("bytes all-gathered", fmt_bytes(self.bytes_gathered),
-                 f"{self.bytes_ratio:.2f} × minimum ({fmt_bytes(self.min_bytes)})"),
-                ("peak extra memory", fmt_bytes(self.peak_extra),
-                 f"{self.peak_ratio:.2f} × (largest LoRA unit + LoRA output)"),
-                ("predicted bytes / peak", pred(self.predicted_bytes, self.bytes_gathered),
-                 bound(self.predicted_peak, self.peak_extra)),
-                ("per-unit bytes vs plan", "–" if dev is None else f"max deviation {dev:+.1%}",
-                 f"{sum(u.predicted_bytes is not None for u in self.units)} units predicted (see unit_table())"),
-                ("units gathered", f"{self.units_gathered} of {len(self.units)} visited",
-                 f"{sum(u.collectives for u in self.units)} collectives"),
-                ("time", f"{self.seconds * 1e3:.1f} ms", f"world size {self.world_size}; memory: {self.memory_source}")]
+# %% ../nbs/06a_measure.ipynb #b4304ac2
+def _profile_rows(self):
+    pred = lambda p, m: f"{fmt_bytes(p)} ({m / p - 1:+.1%})" if p else "–"
+    bound = lambda p, m: f"≤ {fmt_bytes(p)} (measured {m / p - 1:+.1%})" if p else "–"   # peaks are bounds
+    dev = self.unit_deviation
+    return [("bytes all-gathered", fmt_bytes(self.bytes_gathered),
+             f"{self.bytes_ratio:.2f} × minimum ({fmt_bytes(self.min_bytes)})"),
+            ("peak extra memory", fmt_bytes(self.peak_extra),
+             f"{self.peak_ratio:.2f} × (largest LoRA unit + LoRA output)"),
+            ("predicted bytes / peak", pred(self.predicted_bytes, self.bytes_gathered),
+             bound(self.predicted_peak, self.peak_extra)),
+            ("per-unit bytes vs plan", "–" if dev is None else f"max deviation {dev:+.1%}",
+             f"{sum(u.predicted_bytes is not None for u in self.units)} units predicted (see unit_table())"),
+            ("units gathered", f"{self.units_gathered} of {len(self.units)} visited",
+             f"{sum(u.collectives for u in self.units)} collectives"),
+            ("time", f"{self.seconds * 1e3:.1f} ms", f"world size {self.world_size}; memory: {self.memory_source}")]
 
-    def __repr__(self):
-        head = f"GatherProfile({self.strategy!r}, {self.flavour}, {len(self.units)} units)"
-        return "\n".join([head] + [f"  {a:<24}{b:<22}{c}" for a, b, c in self._rows()])
+def _profile_repr(self):
+    head = f"GatherProfile({self.strategy!r}, {self.flavour}, {len(self.units)} units)"
+    return "\n".join([head] + [f"  {a:<24}{b:<22}{c}" for a, b, c in self._rows()])
 
-    def _repr_html_(self):
-        e = html.escape
-        rows = "".join(f"<tr><td>{e(a)}</td><td style='text-align:right'>{e(b)}</td><td>{e(c)}</td></tr>"
-                       for a, b, c in self._rows())
-        return (f"<b>GatherProfile</b> <code>{e(self.strategy)}</code> on {e(self.flavour)}, {len(self.units)} units"
-                f"<table>{rows}</table>")
+def _profile_repr_html(self):
+    e = html.escape
+    rows = "".join(f"<tr><td>{e(a)}</td><td style='text-align:right'>{e(b)}</td><td>{e(c)}</td></tr>"
+                   for a, b, c in self._rows())
+    return (f"<b>GatherProfile</b> <code>{e(self.strategy)}</code> on {e(self.flavour)}, {len(self.units)} units"
+            f"<table>{rows}</table>")
+
+GatherProfile._rows = _profile_rows
+GatherProfile.__repr__ = _profile_repr
+GatherProfile._repr_html_ = _profile_repr_html
 
 # %% ../nbs/06a_measure.ipynb #de4f625d
 def gather_whole(engine:GatherEngine, names:list[str], on_unit)->dict[str, torch.Tensor]:
@@ -198,7 +203,6 @@ def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the 
     if plan is None: return None, None
     if world is None: world = dist.get_world_size() if dist.is_initialized() else 1
     lora = [p for u in plan.units for p in u.params if _in_adapter(p, adapter_name)]
-    lora_bytes = sum(p.nbytes for p in lora)
     lora_units = [u for u in plan.units if any(_in_adapter(p, adapter_name) for p in u.params)]
     pos = {n: i for i, n in enumerate(param_order or [])}
     gathered = {u.name: _unit_gather_bytes(u, plan.flavour, world, plan.use_orig_params, shapes, pos)
@@ -228,23 +232,30 @@ def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the 
             extra = (p.nbytes + 2 * padded(p) // world) if padded(p) != p.nbytes else 0
             peak = max(peak, done + padded(p) + extra); done += p.nbytes
         return sum(padded(p) for p in lora), peak
-    if strategy == "packed":
-        if world <= 1: return 0, lora_bytes
-        if plan.flavour == "fsdp1":
-            per_rank = [sum(b) for b in zip(*(_fsdp1_rank_lora_bytes(u, world, plan.use_orig_params, adapter_name, pos)
-                                              for u in lora_units))] or [0]
-        else:
-            piece = lambda p: _fsdp2_pieces((shapes or {}).get(p.name, (p.numel,)), world)
-            chunks = [[c * dtype_itemsize(p.dtype) for c in piece(p)] for p in lora]
-            per_rank = [sum(c) for c in zip(*chunks)] or [0]
-        width, total = max(per_rank), sum(per_rank)
-        me = per_rank[(dist.get_rank() if rank is None and dist.is_initialized() else rank or 0) % world]
-        if world * width <= 1.05 * total:   # the all-gather of equal padded buffers (gather_packed's `_evenly`)
-            return world * width, max(width * (world + 1), world * width + lora_bytes)
-        # the all-to-all with exact split sizes: this rank's pieces, packed once per rank, beside the receive buffer
-        return total, max(me * world + total, total + lora_bytes)
+    if strategy == "packed": return _predict_packed(plan, lora, lora_units, world, shapes, rank, adapter_name, pos)
     return None, None
 
+# %% ../nbs/06a_measure.ipynb #50d9a91a
+def _predict_packed(plan, lora:list, lora_units:list, world:int, shapes:dict|None, rank:int|None,
+                    adapter_name:str|None, pos:dict)->tuple[int, int]:
+    "`predict` for strategy `packed`: (bytes all-gathered, peak extra memory) of sending each rank's LoRA pieces."
+    lora_bytes = sum(p.nbytes for p in lora)
+    if world <= 1: return 0, lora_bytes
+    if plan.flavour == "fsdp1":
+        per_rank = [sum(b) for b in zip(*(_fsdp1_rank_lora_bytes(u, world, plan.use_orig_params, adapter_name, pos)
+                                          for u in lora_units))] or [0]
+    else:
+        piece = lambda p: _fsdp2_pieces((shapes or {}).get(p.name, (p.numel,)), world)
+        chunks = [[c * dtype_itemsize(p.dtype) for c in piece(p)] for p in lora]
+        per_rank = [sum(c) for c in zip(*chunks)] or [0]
+    width, total = max(per_rank), sum(per_rank)
+    me = per_rank[(dist.get_rank() if rank is None and dist.is_initialized() else rank or 0) % world]
+    if world * width <= 1.05 * total:   # the all-gather of equal padded buffers (gather_packed's `_evenly`)
+        return world * width, max(width * (world + 1), world * width + lora_bytes)
+    # the all-to-all with exact split sizes: this rank's pieces, packed once per rank, beside the receive buffer
+    return total, max(me * world + total, total + lora_bytes)
+
+# %% ../nbs/06a_measure.ipynb #babb256b
 def predict_unit(plan,                # a `Plan` of the unwrapped model (or None)
                  strategy:str,        # a key of GATHER_STRATEGIES
                  name:str,            # the unit's clean name ("<whole model>" for the whole strategy)
@@ -263,7 +274,6 @@ def predict_unit(plan,                # a `Plan` of the unwrapped model (or None
     if strategy == "lora_only": return sum(_padded(p, world, shapes) for p in u.params if p.is_lora)
     pos = {n: i for i, n in enumerate(param_order or [])}
     return _unit_gather_bytes(u, plan.flavour, world, plan.use_orig_params, shapes, pos)
-
 
 # %% ../nbs/06a_measure.ipynb #310724e3
 def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft model

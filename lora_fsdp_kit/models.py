@@ -18,14 +18,13 @@ __all__ = ['CONFIG_DIR', 'TINY_MODELS', 'FULL_SIZE_CONFIGS', 'model_names', 'shi
            'submodule', 'add_lora', 'fmt_count', 'fmt_bytes', 'ChildSummary', 'ModelSummary', 'summarize_model']
 
 # %% ../nbs/02_models.ipynb #f68690be
-CONFIG_DIR = Path(str(importlib.resources.files("lora_fsdp_kit")/"configs"))   # works installed, editable, and in the notebook
+# works installed, editable, and in the notebook
+CONFIG_DIR = Path(str(importlib.resources.files("lora_fsdp_kit")/"configs"))
 
 TINY_MODELS: dict[str, str] = {   # name -> what it is
     "llama": "LlamaForCausalLM: dense decoder",
     "qwen2": "Qwen2ForCausalLM: dense decoder, q/k/v biases",
     "qwen3_moe": "Qwen3MoeForCausalLM: mixture-of-experts decoder (4 experts, 2 per token)",
-    "qwen2_moe": "Qwen2MoeForCausalLM: MoE decoder with a shared expert every token runs (4 experts, 2 per token)",
-    "mixtral": "MixtralForCausalLM: Mixtral-style MoE decoder (4 experts, 2 per token)",
     "qwen3_omni": "Qwen3OmniMoeForConditionalGeneration: thinker (audio+vision towers, MoE text) + talker + code2wav",
     "qwen3_omni_thinker": "Qwen3OmniMoeThinkerForConditionalGeneration: the Qwen3-Omni thinker alone",
     "qwen2_5_omni": "Qwen2_5OmniForConditionalGeneration: thinker + talker + token2wav",
@@ -79,6 +78,7 @@ def _as_config(cfg:Any):
                          + f" (this transformers knows {len(list(CONFIG_MAPPING.keys()))} types)")
     return AutoConfig.for_model(mt, **cfg)
 
+# %% ../nbs/02_models.ipynb #44f5af77
 def _model_class(config):
     "The model class for `config`: its `architectures[0]`, else the causal-LM auto class, else the base auto class."
     import transformers
@@ -95,12 +95,14 @@ def _model_class(config):
 def _nan_for_uninitialized():
     "Inside, `torch.empty` gives NaN instead of leftover memory, so uninitialised parameters are detectable."
     import torch.utils.deterministic as det
-    prev = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(), det.fill_uninitialized_memory
+    prev = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            det.fill_uninitialized_memory)
     torch.use_deterministic_algorithms(True, warn_only=True); det.fill_uninitialized_memory = True
     try: yield
     finally:
         torch.use_deterministic_algorithms(prev[0], warn_only=prev[1]); det.fill_uninitialized_memory = prev[2]
 
+# %% ../nbs/02_models.ipynb #0e449f28
 def _build(config, device, dtype, seed:int)->nn.Module:
     "Construct the model class of `config` on `device`, seeded, in `dtype` (None: the config's, else float32)."
     cls = _model_class(config)
@@ -136,7 +138,7 @@ def tiny_model(name:str,                   # one of `model_names()`
     return _build(_as_config(shipped_config(name)), device, dtype, seed)
 
 # %% ../nbs/02_models.ipynb #0cb0c96a
-def model_from_config(config:Any,                      # a config.json path (or its folder), a dict with `model_type`, a `PretrainedConfig`, or a shipped name
+def model_from_config(config:Any,                      # a config.json/folder, dict, PretrainedConfig or shipped name
                       device:str|torch.device="meta",   # "meta": shapes only, no memory
                       dtype:torch.dtype|None=None,      # None: the config's dtype, else float32
                       seed:int=0,                       # seed for random weights (not meta)
@@ -168,39 +170,16 @@ def _match_names(model:nn.Module, targets:str|Iterable[str], scopes:list[str]|No
     if isinstance(targets, str): return [n for n in names if re.fullmatch(targets, n)]
     return [n for n in names if any(n == t or n.endswith("." + t) for t in targets)]
 
-def _target_params(model:nn.Module, names:Iterable[str], scopes:list[str]|None)->list[str]:
-    "Full names of the parameters `target_parameters` names (suffix match); one clear line when it cannot."
-    from peft import LoraConfig
-    import peft
-    if "target_parameters" not in LoraConfig.__dataclass_fields__:
-        raise ImportError(f"peft {peft.__version__} has no LoraConfig(target_parameters=...) (LoRA on fused MoE "
-                          "experts needs peft >= 0.17): pip install -U peft")
-    if isinstance(names, str): names = [names]
-    params = [n for n, _ in model.named_parameters()]
-    if scopes is not None: params = [n for n in params if any(n.startswith(s + ".") for s in scopes)]
-    out = []
-    for t in names:
-        found = [n for n in params if n == t or n.endswith("." + t)]
-        if not found:
-            leaves = sorted({n.rsplit(".", 1)[-1] for n in params if _param(model, n).dim() == 3})
-            raise ValueError(f"target_parameters entry {t!r} names no parameter of {type(model).__name__}; "
-                             f"3-D (fused expert) parameter names: {', '.join(leaves) or '(none)'}")
-        out += found
-    return sorted(set(out))
-
-def _param(model:nn.Module, name:str)->torch.Tensor: return model.get_parameter(name)
-
+# %% ../nbs/02_models.ipynb #907096ed
 def add_lora(model:nn.Module,                       # a transformers model (real or meta)
              r:int=8,                               # LoRA rank
              alpha:int=16,                          # LoRA alpha (scale = alpha / r)
-             target_modules:str|Iterable[str]=("q_proj", "k_proj", "v_proj", "o_proj"),  # module names (suffixes) or one regex
+             target_modules:str|Iterable[str]=("q_proj", "k_proj", "v_proj", "o_proj"),  # names (suffixes), or a regex
              modules:str|Iterable[str]|None=None,   # only inside these sub-modules (e.g. "thinker"); None: anywhere
              dropout:float=0.0,                     # LoRA dropout
-             init:str|bool="random",                # "random": seeded non-zero lora_B; "zeros": peft default; else peft's init_lora_weights
+             init:str|bool="random",                # "random" (seeded lora_B), "zeros", or peft's init_lora_weights
              seed:int=0,                            # seed for the adapter weights
              autocast_adapter_dtype:bool=True,      # peft's default: fp32 adapters on a bf16/fp16 base
-             target_parameters:Iterable[str]|None=None,  # parameter names (suffixes), e.g. fused MoE experts' 3-D
-                                                    # "mlp.experts.gate_up_proj": peft's `ParamWrapper`
             ):                                      # a peft `PeftModel`
     "Apply peft LoRA to `model` (optionally only inside `modules`); the adapters are seeded."
     from peft import LoraConfig, get_peft_model
@@ -210,9 +189,7 @@ def add_lora(model:nn.Module,                       # a transformers model (real
         for s in scopes: submodule(model, s, what="modules=")
     if not isinstance(target_modules, str): target_modules = list(target_modules)
     hits = _match_names(model, target_modules, scopes)
-    tparams = _target_params(model, target_parameters, scopes) if target_parameters is not None else []
-    wrapped = sorted({n.rsplit(".", 1)[0] for n in tparams})
-    if not hits and not (wrapped and not target_modules):
+    if not hits:
         pool = _match_names(model, [""], scopes) if scopes else [n for n, _ in model.named_modules() if n]
         leaves = sorted({n.rsplit(".", 1)[-1] for n in pool
                          if isinstance(model.get_submodule(n), (nn.Linear, nn.Embedding, nn.Conv1d, nn.Conv2d))})
@@ -225,18 +202,15 @@ def add_lora(model:nn.Module,                       # a transformers model (real
     # LoRA lands in the talker and code2wav too.
     target = target_modules if (scopes is None and not isinstance(target_modules, str)) else hits
     init_lora_weights = {"random": True, "zeros": True}.get(init, init) if isinstance(init, str) else init
-    # full names, not the suffixes given: peft matches suffixes anywhere (a thinker's experts and the talker's)
-    kw = dict(target_parameters=tparams) if target_parameters is not None else {}
-    cfg = LoraConfig(r=r, lora_alpha=alpha, target_modules=target or [], lora_dropout=dropout,
-                     init_lora_weights=init_lora_weights, **kw)
+    cfg = LoraConfig(r=r, lora_alpha=alpha, target_modules=target, lora_dropout=dropout,
+                     init_lora_weights=init_lora_weights)
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")  # transformers 5 deprecation seen through peft
+        # a transformers 5 deprecation, seen through peft
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
         torch.manual_seed(seed)
         peft_model = get_peft_model(model, cfg, autocast_adapter_dtype=autocast_adapter_dtype)
     from peft.tuners.tuners_utils import BaseTunerLayer
     got = {n for n, m in peft_model.get_base_model().named_modules() if isinstance(m, BaseTunerLayer)}
-    got = {re.sub(r"(\.base_layer)+$", "", n) for n in got}   # a ParamWrapper per wrapped parameter, nested
-    hits = sorted({*hits, *wrapped})
     if got != set(hits):   # never hand back LoRA in places that were not asked for
         raise RuntimeError(f"peft placed LoRA on {len(got)} modules, expected {len(hits)}: extra "
                            f"{sorted(got - set(hits))[:5]}, missing {sorted(set(hits) - got)[:5]}")
@@ -266,6 +240,7 @@ def fmt_bytes(n:int|float|None)->str:
         if abs(n) >= div: return f"{n/div:.2f} {unit}"
     return f"{n:.0f} B"
 
+# %% ../nbs/02_models.ipynb #3e8d639f
 @dataclass(frozen=True)
 class ChildSummary:
     "Parameters of one top-level sub-module."
@@ -279,11 +254,12 @@ class ChildSummary:
     @property
     def bytes(self)->int: return sum(self.bytes_by_dtype.values())
 
+# %% ../nbs/02_models.ipynb #a8662805
 @dataclass(frozen=True)
 class ModelSummary:
     "Parameters and bytes of a model by top-level sub-module (a peft wrapper is looked through)."
     cls: str                             # model class name
-    children: tuple[ChildSummary, ...]   # one row per top-level child that holds parameters (and "(own)" for the root's)
+    children: tuple[ChildSummary, ...]   # one row per top-level child holding parameters ("(own)": the root's)
     device: str                          # device type of the parameters
 
     @property
@@ -298,8 +274,8 @@ class ModelSummary:
         raise KeyError(f"{name!r} is not a top-level child; children: {', '.join(c.name for c in self.children)}")
 
     def _rows(self):
-        return [(c.name, c.cls, fmt_count(c.params), fmt_bytes(c.bytes), fmt_count(c.lora_params), fmt_count(c.trainable_params))
-                for c in self.children]
+        return [(c.name, c.cls, fmt_count(c.params), fmt_bytes(c.bytes), fmt_count(c.lora_params),
+                 fmt_count(c.trainable_params)) for c in self.children]
     def __repr__(self):
         head = ("child", "class", "params", "bytes", "LoRA", "trainable")
         rows = [head, *self._rows()]
@@ -313,6 +289,7 @@ class ModelSummary:
         return (f"<b>{html.escape(self.cls)}</b> on {self.device}: {fmt_count(self.params)} params, "
                 f"{fmt_bytes(self.bytes)}<table><tr>{head}</tr>{body}</table>")
 
+# %% ../nbs/02_models.ipynb #4261d29d
 def summarize_model(model:nn.Module)->ModelSummary:
     "Parameters, bytes by dtype, LoRA and trainable counts of each top-level sub-module of `model`."
     inner = _unwrap(model)

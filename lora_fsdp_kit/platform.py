@@ -130,22 +130,6 @@ class PlatformBase(abc.ABC):
         "Availability, optionally checking the vendor SMI command first."
         return cls.probe(use_smi_check=use_smi_check, smi_timeout=smi_timeout).available
 
-    @classmethod
-    def probe(cls, use_smi_check:bool=True, smi_timeout:float=10.0)->"PlatformProbe":
-        "Probe this platform: SMI command (if any), then the torch module. Never raises."
-        t0, smi = time.perf_counter(), None
-        if use_smi_check and cls.smi_command:
-            smi = smi_probe(cls.smi_command, timeout=smi_timeout)
-            if smi.timed_out or (smi.found and smi.returncode != 0):
-                return PlatformProbe(cls.name, f"{cls.smi_command}, torch module", False,
-                                     f"{smi}; torch module not tried", time.perf_counter()-t0, smi)
-        try: ok, why = bool(cls.is_available()), ""
-        except Exception as e: ok, why = False, f"{type(e).__name__}: {e}"
-        parts = [str(smi)] if smi else []
-        parts.append(f"{cls.device_name} available" if ok else (why or cls.why_unavailable()))
-        checked = f"{cls.smi_command}, torch module" if smi else "torch module"
-        return PlatformProbe(cls.name, checked, ok, "; ".join(parts), time.perf_counter()-t0, smi)
-
     # --- addressing devices -------------------------------------------------------------------------------
     def current_device(self)->int: return self.device_module.current_device()
     def device_count(self)->int: return self.device_module.device_count()
@@ -169,7 +153,27 @@ class PlatformBase(abc.ABC):
     def communication_backend_name(self)->str: return self.dist_backend
     def visible_devices_envvar(self)->str|None: return self.visible_env
 
-    def __repr__(self): return f"{type(self).__name__}(name={self.name!r}, device={self.device_name!r}, backend={self.dist_backend!r})"
+    def __repr__(self):
+        return (f"{type(self).__name__}(name={self.name!r}, device={self.device_name!r}, "
+                f"backend={self.dist_backend!r})")
+
+# %% ../nbs/00_platform.ipynb #510e8e06
+def _platform_probe(cls, use_smi_check:bool=True, smi_timeout:float=10.0)->"PlatformProbe":
+    "Probe this platform: SMI command (if any), then the torch module. Never raises."
+    t0, smi = time.perf_counter(), None
+    if use_smi_check and cls.smi_command:
+        smi = smi_probe(cls.smi_command, timeout=smi_timeout)
+        if smi.timed_out or (smi.found and smi.returncode != 0):
+            return PlatformProbe(cls.name, f"{cls.smi_command}, torch module", False,
+                                 f"{smi}; torch module not tried", time.perf_counter()-t0, smi)
+    try: ok, why = bool(cls.is_available()), ""
+    except Exception as e: ok, why = False, f"{type(e).__name__}: {e}"
+    parts = [str(smi)] if smi else []
+    parts.append(f"{cls.device_name} available" if ok else (why or cls.why_unavailable()))
+    checked = f"{cls.smi_command}, torch module" if smi else "torch module"
+    return PlatformProbe(cls.name, checked, ok, "; ".join(parts), time.perf_counter()-t0, smi)
+
+PlatformBase.probe = classmethod(_platform_probe)
 
 # %% ../nbs/00_platform.ipynb #c77e6332
 @dataclass(frozen=True)
@@ -207,7 +211,8 @@ class PlatformRegistry:
     def get(cls, name:str)->type[PlatformBase]:
         "The platform class registered as `name`; `PlatformError` listing the known names if there is none."
         try: return cls._platforms[name.lower()]
-        except KeyError: raise PlatformError(f"unknown platform {name!r}; registered: {', '.join(cls.names())}") from None
+        except KeyError:
+            raise PlatformError(f"unknown platform {name!r}; registered: {', '.join(cls.names())}") from None
 
     @classmethod
     def names(cls)->list[str]: return list(cls._platforms)
@@ -427,7 +432,8 @@ class EngineRegistry:
     def register(cls, flavour:str, device:str|None=None):
         "Class decorator registering an engine for `flavour` ('fsdp1'/'fsdp2') on `device` (None: any)."
         fl = flavour.lower()
-        if fl not in FSDP_FLAVOURS: raise ValueError(f"unknown FSDP flavour {flavour!r}; expected one of {FSDP_FLAVOURS}")
+        if fl not in FSDP_FLAVOURS:
+            raise ValueError(f"unknown FSDP flavour {flavour!r}; expected one of {FSDP_FLAVOURS}")
         key = (fl, device.lower() if device else None)
         def deco(ecls):
             old = cls._engines.get(key)

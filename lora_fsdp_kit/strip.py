@@ -66,6 +66,7 @@ class RemovedModule:
     @property
     def bytes(self)->int: return sum(self.bytes_by_dtype.values())
 
+# %% ../nbs/07_strip.ipynb #ee01df8a
 @dataclass(frozen=True)
 class StripReport:
     "What `strip_submodules` removed, what it freed, and what remains."
@@ -114,38 +115,41 @@ class StripReport:
         return (f"<b>{html.escape(self.summary())}</b><table><tr><th>removed</th><th>class</th><th>params</th>"
                 f"<th>bytes</th></tr>{body}</table>remains: {rem}{cfg}")
 
-    def plot(self, ax=None):
-        "Bar chart of parameters by top-level sub-module, before and after the strip; returns the Figure."
-        from lora_fsdp_kit.figures import new_figure
-        names = [c.name for c in self.before.children]
-        after = {c.name: c.params for c in self.after.children}
-        before = [c.params for c in self.before.children]
-        big = max(before + [1])
-        div, unit = next(((d, u) for d, u in ((1e9, "B"), (1e6, "M"), (1e3, "k"), (1, "")) if big >= d), (1, ""))
-        fig = ax.figure if ax is not None else new_figure(figsize=(7, 0.6 * len(names) + 1.6), layout=None)
-        ax = ax or fig.add_subplot()
-        y = range(len(names))
-        ax.barh([i + 0.2 for i in y], [b / div for b in before], height=0.4, color="#bbbbbb", label="before")
-        ax.barh([i - 0.2 for i in y], [after.get(n, 0) / div for n in names], height=0.4, color="#3b7dd8",
-                label="after")
-        gone = {n.split(".")[0] for n in self.removed_names if "." not in n}
-        pad = big / div * 0.01
-        for i, n in enumerate(names):
-            a = after.get(n, 0)
-            if n in gone:
-                ax.text(before[i] / div + pad, i + 0.2, f"{fmt_count(before[i])}: removed", va="center", fontsize=9,
-                        color="#c0392b")
-            else:
-                lab = fmt_count(a) + (f" (was {fmt_count(before[i])})" if a != before[i] else "")
-                ax.text(a / div + pad, i - 0.2, lab, va="center", fontsize=9, color="#222222")
-        ax.set_yticks(list(y), names); ax.invert_yaxis()
-        ax.set_xlabel(f"parameters ({unit})" if unit else "parameters")
-        ax.set_xlim(0, big / div * 1.35)
-        ax.set_title(f"{self.model_cls}: strip frees {fmt_count(self.params_freed)} params "
-                     f"({self.fraction_freed:.0%}), {fmt_bytes(self.bytes_freed)}", fontsize=10)
-        ax.legend(loc="lower right", fontsize=9)
-        fig.tight_layout()
-        return fig
+# %% ../nbs/07_strip.ipynb #f2c6e231
+def _strip_report_plot(self, ax=None):
+    "Bar chart of parameters by top-level sub-module, before and after the strip; returns the Figure."
+    from lora_fsdp_kit.figures import new_figure
+    names = [c.name for c in self.before.children]
+    after = {c.name: c.params for c in self.after.children}
+    before = [c.params for c in self.before.children]
+    big = max(before + [1])
+    div, unit = next(((d, u) for d, u in ((1e9, "B"), (1e6, "M"), (1e3, "k"), (1, "")) if big >= d), (1, ""))
+    fig = ax.figure if ax is not None else new_figure(figsize=(7, 0.6 * len(names) + 1.6), layout=None)
+    ax = ax or fig.add_subplot()
+    y = range(len(names))
+    ax.barh([i + 0.2 for i in y], [b / div for b in before], height=0.4, color="#bbbbbb", label="before")
+    ax.barh([i - 0.2 for i in y], [after.get(n, 0) / div for n in names], height=0.4, color="#3b7dd8",
+            label="after")
+    gone = {n.split(".")[0] for n in self.removed_names if "." not in n}
+    pad = big / div * 0.01
+    for i, n in enumerate(names):
+        a = after.get(n, 0)
+        if n in gone:
+            ax.text(before[i] / div + pad, i + 0.2, f"{fmt_count(before[i])}: removed", va="center", fontsize=9,
+                    color="#c0392b")
+        else:
+            lab = fmt_count(a) + (f" (was {fmt_count(before[i])})" if a != before[i] else "")
+            ax.text(a / div + pad, i - 0.2, lab, va="center", fontsize=9, color="#222222")
+    ax.set_yticks(list(y), names); ax.invert_yaxis()
+    ax.set_xlabel(f"parameters ({unit})" if unit else "parameters")
+    ax.set_xlim(0, big / div * 1.35)
+    ax.set_title(f"{self.model_cls}: strip frees {fmt_count(self.params_freed)} params "
+                 f"({self.fraction_freed:.0%}), {fmt_bytes(self.bytes_freed)}", fontsize=10)
+    ax.legend(loc="lower right", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+StripReport.plot = _strip_report_plot
 
 # %% ../nbs/07_strip.ipynb #a23a3482
 _TALKER_STAGES = ("talker", "code2wav", "token2wav")
@@ -242,6 +246,7 @@ class LoraDtypeReport:
                 f"{self.units_checked} FSDP1 unit(s) uniform under {self.policy}")
     def _repr_html_(self): return f"<code>{html.escape(repr(self))}</code>"
 
+# %% ../nbs/07_strip.ipynb #9009f63e
 def _adapter_tensors(model:nn.Module)->list[tuple[str, nn.Parameter, torch.dtype|None]]:
     "(name, tensor, base layer dtype) for every adapter parameter of every peft tuner layer."
     from peft.tuners.tuners_utils import BaseTunerLayer
@@ -257,6 +262,7 @@ def _adapter_tensors(model:nn.Module)->list[tuple[str, nn.Parameter, torch.dtype
                 seen.add(id(p)); out.append((f"{mname}.{attr}.{pname}", p, base_dtype))
     return out
 
+# %% ../nbs/07_strip.ipynb #29d20770
 def align_lora_dtype(model:nn.Module,                       # a peft model (real or meta)
                      dtype:torch.dtype|None=None,           # None: each adapter to its base layer's dtype
                      policy:Callable|None=None,             # the FSDP1 auto_wrap_policy you will use; None: none

@@ -70,6 +70,7 @@ def case_model(model:str="llama",                 # a tiny model of `lora_fsdp_k
     _randomize_lora_b(pm, 2)
     return pm
 
+# %% ../nbs/95_testing.ipynb #1a56e304
 _CASE_POLICIES = {"peft": dict(policy="peft"), "guarded": dict(policy="lora", min_num_params=20_000),
                   "layer": dict(policy="layer"), "size": dict(policy="size", min_num_params=20_000),
                   "root": dict(policy="root")}
@@ -99,7 +100,6 @@ def case_wrap(pm:nn.Module,                 # the model from `case_model`
              )->nn.Module:
     "Wrap `pm` as `case_config(policy, setting, sharding, shard)` says (inside a process group)."
     return case_config(policy, setting, sharding, shard).wrap(pm)
-
 
 # %% ../nbs/95_testing.ipynb #t95t07
 def _vocab(model:nn.Module)->int:
@@ -159,6 +159,7 @@ def _equal(got:dict, ref:dict)->bool:
 def _same_set(got:dict, ref:dict)->bool:
     return set(got) == set(ref) and all(torch.equal(got[k], ref[k]) for k in ref)
 
+# %% ../nbs/95_testing.ipynb #2dbb6609
 def gather_case(model:str="llama",          # a tiny model of `lora_fsdp_kit.models`
                 setting:str="fsdp1",        # "fsdp1", "fsdp1-orig" or "fsdp2"
                 policy:str="peft",          # a `case_policy` name
@@ -216,6 +217,7 @@ def gather_case(model:str="llama",          # a tiny model of `lora_fsdp_kit.mod
     res["seconds"] = time.perf_counter() - t0
     return res
 
+# %% ../nbs/95_testing.ipynb #d3a55a01
 def _dim0_padded(shapes:dict, ref:dict, world:int)->int:
     "LoRA bytes with each tensor's dim 0 padded to a multiple of `world` (what FSDP2's shards hold)."
     return sum(fsdp2_padded_numel(s, world) * t.element_size() for s, t in zip(shapes.values(), ref.values()))
@@ -471,6 +473,7 @@ def hazard_case(name:str,            # "branch", "branch_drop", "switch" or "lla
     res["events"], res["guard_seconds"] = [e.key() for e in g.events], g.seconds
     return res
 
+# %% ../nbs/95_testing.ipynb #ecd7ebc0
 def hazard_cases(cases:Sequence[dict])->list[dict]:
     "Inside a rank: `hazard_case(**c)` for each case, in order (one launch for many cases)."
     return [hazard_case(**c) for c in cases]
