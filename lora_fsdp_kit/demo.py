@@ -67,7 +67,7 @@ def demo_rank(name:str|None=DEMO_MODEL,  # the tiny model
     "Rank function: FSDP1 and FSDP2 on the demo model; per-strategy gather profiles and the bit-exact check."
     from peft import get_peft_model_state_dict
     from lora_fsdp_kit.gather import gather_lora
-    from lora_fsdp_kit.memory import measure_gather
+    from lora_fsdp_kit.measure import measure_gather
     out: dict = {"profiles": {}, "exact": {}}
     for flavour, strategies in (("fsdp1", ("whole", "per_unit", "packed")),
                                  ("fsdp2", ("whole", "per_unit", "lora_only", "packed"))):
@@ -202,7 +202,7 @@ def _gather_step(ranks, model, nprocs:int, r:int, summary:dict, steps:_Steps)->d
 def _demo_steps(out:Path, model, config, cfg, nprocs:int, r:int, t_all:float, ranks=None)->dict:
     "The demo's steps, writing into `out`."
     import matplotlib.pyplot as plt   # no backend switch: a notebook calling this keeps showing its charts
-    from lora_fsdp_kit.memory import plot_gather
+    from lora_fsdp_kit.measure import plot_gather
     meta = config is not None
     steps = _Steps(5 if meta else 6)
     summary: dict = {"model": config or model or DEMO_MODEL, "figures": {}}

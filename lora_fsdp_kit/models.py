@@ -25,6 +25,8 @@ TINY_MODELS: dict[str, str] = {   # name -> what it is
     "llama": "LlamaForCausalLM: dense decoder",
     "qwen2": "Qwen2ForCausalLM: dense decoder, q/k/v biases",
     "qwen3_moe": "Qwen3MoeForCausalLM: mixture-of-experts decoder (4 experts, 2 per token)",
+    "qwen2_moe": "Qwen2MoeForCausalLM: MoE decoder with a shared expert every token runs (4 experts, 2 per token)",
+    "mixtral": "MixtralForCausalLM: Mixtral-style MoE decoder (4 experts, 2 per token)",
     "qwen3_omni": "Qwen3OmniMoeForConditionalGeneration: thinker (audio+vision towers, MoE text) + talker + code2wav",
     "qwen3_omni_thinker": "Qwen3OmniMoeThinkerForConditionalGeneration: the Qwen3-Omni thinker alone",
     "qwen2_5_omni": "Qwen2_5OmniForConditionalGeneration: thinker + talker + token2wav",
@@ -170,6 +172,30 @@ def _match_names(model:nn.Module, targets:str|Iterable[str], scopes:list[str]|No
     if isinstance(targets, str): return [n for n in names if re.fullmatch(targets, n)]
     return [n for n in names if any(n == t or n.endswith("." + t) for t in targets)]
 
+# %% ../nbs/02_models.ipynb #4e22f938
+def _target_params(model:nn.Module, names:Iterable[str], scopes:list[str]|None)->list[str]:
+    "Full names of the parameters `target_parameters` names (suffix match); one clear line when it cannot."
+    from peft import LoraConfig
+    import peft
+    if "target_parameters" not in LoraConfig.__dataclass_fields__:
+        raise ImportError(f"peft {peft.__version__} has no LoraConfig(target_parameters=...) (LoRA on fused MoE "
+                          "experts needs peft >= 0.17): pip install -U peft")
+    if isinstance(names, str): names = [names]
+    params = [n for n, _ in model.named_parameters()]
+    if scopes is not None: params = [n for n in params if any(n.startswith(s + ".") for s in scopes)]
+    out = []
+    for t in names:
+        found = [n for n in params if n == t or n.endswith("." + t)]
+        if not found:
+            leaves = sorted({n.rsplit(".", 1)[-1] for n in params if _param(model, n).dim() == 3})
+            raise ValueError(f"target_parameters entry {t!r} names no parameter of {type(model).__name__}; "
+                             f"3-D (fused expert) parameter names: {', '.join(leaves) or '(none)'}")
+        out += found
+    return sorted(set(out))
+
+def _param(model:nn.Module, name:str)->torch.Tensor: return model.get_parameter(name)
+
+
 # %% ../nbs/02_models.ipynb #907096ed
 def add_lora(model:nn.Module,                       # a transformers model (real or meta)
              r:int=8,                               # LoRA rank
@@ -180,6 +206,8 @@ def add_lora(model:nn.Module,                       # a transformers model (real
              init:str|bool="random",                # "random" (seeded lora_B), "zeros", or peft's init_lora_weights
              seed:int=0,                            # seed for the adapter weights
              autocast_adapter_dtype:bool=True,      # peft's default: fp32 adapters on a bf16/fp16 base
+             target_parameters:Iterable[str]|None=None,  # parameter names (suffixes), e.g. fused MoE experts' 3-D
+                                                    # "mlp.experts.gate_up_proj": peft's `ParamWrapper`
             ):                                      # a peft `PeftModel`
     "Apply peft LoRA to `model` (optionally only inside `modules`); the adapters are seeded."
     from peft import LoraConfig, get_peft_model
@@ -189,7 +217,9 @@ def add_lora(model:nn.Module,                       # a transformers model (real
         for s in scopes: submodule(model, s, what="modules=")
     if not isinstance(target_modules, str): target_modules = list(target_modules)
     hits = _match_names(model, target_modules, scopes)
-    if not hits:
+    tparams = _target_params(model, target_parameters, scopes) if target_parameters is not None else []
+    wrapped = sorted({n.rsplit(".", 1)[0] for n in tparams})
+    if not hits and not (wrapped and not target_modules):
         pool = _match_names(model, [""], scopes) if scopes else [n for n, _ in model.named_modules() if n]
         leaves = sorted({n.rsplit(".", 1)[-1] for n in pool
                          if isinstance(model.get_submodule(n), (nn.Linear, nn.Embedding, nn.Conv1d, nn.Conv2d))})
@@ -202,8 +232,10 @@ def add_lora(model:nn.Module,                       # a transformers model (real
     # LoRA lands in the talker and code2wav too.
     target = target_modules if (scopes is None and not isinstance(target_modules, str)) else hits
     init_lora_weights = {"random": True, "zeros": True}.get(init, init) if isinstance(init, str) else init
-    cfg = LoraConfig(r=r, lora_alpha=alpha, target_modules=target, lora_dropout=dropout,
-                     init_lora_weights=init_lora_weights)
+    # full names, not the suffixes given: peft matches suffixes anywhere (a thinker's experts and the talker's)
+    kw = dict(target_parameters=tparams) if target_parameters is not None else {}
+    cfg = LoraConfig(r=r, lora_alpha=alpha, target_modules=target or [], lora_dropout=dropout,
+                     init_lora_weights=init_lora_weights, **kw)
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
         # a transformers 5 deprecation, seen through peft
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
@@ -211,6 +243,8 @@ def add_lora(model:nn.Module,                       # a transformers model (real
         peft_model = get_peft_model(model, cfg, autocast_adapter_dtype=autocast_adapter_dtype)
     from peft.tuners.tuners_utils import BaseTunerLayer
     got = {n for n, m in peft_model.get_base_model().named_modules() if isinstance(m, BaseTunerLayer)}
+    got = {re.sub(r"(\.base_layer)+$", "", n) for n in got}   # a ParamWrapper per wrapped parameter, nested
+    hits = sorted({*hits, *wrapped})
     if got != set(hits):   # never hand back LoRA in places that were not asked for
         raise RuntimeError(f"peft placed LoRA on {len(got)} modules, expected {len(hits)}: extra "
                            f"{sorted(got - set(hits))[:5]}, missing {sorted(set(hits) - got)[:5]}")

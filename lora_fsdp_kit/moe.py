@@ -270,7 +270,7 @@ def moe_lora_model(name:str,   # a key of `MOE_LORA`
     torch.manual_seed(0)
     if c["model"] == "bare_routed": m = BareRoutedLM()
     elif c["model"] == "switch":
-        from lora_fsdp_kit.hazards import SWITCH_CONFIG
+        from lora_fsdp_kit.testing import SWITCH_CONFIG
         m = model_from_config(dict(SWITCH_CONFIG), device="cpu", dtype=torch.float32)
     else: m = tiny_model(c["model"])
     return add_lora(m, r=r, alpha=2*r, target_modules=c["targets"], target_parameters=c.get("params"))
