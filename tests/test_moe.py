@@ -147,7 +147,7 @@ def test_qwen3_omni_end_to_end(two):
 
 def test_memory_predict_covers_expert_lora():
     "The bytes `memory.predict` says a gather moves are peft's adapter bytes, the fused experts' LoRA included."
-    from lora_fsdp_kit.memory import predict
+    from lora_fsdp_kit.measure import predict
     from lora_fsdp_kit.shards import clean_name
     from peft import get_peft_model_state_dict
     m = M.moe_lora_model(FUSED)
