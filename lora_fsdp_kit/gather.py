@@ -214,6 +214,8 @@ class _KeysOnlyWrapper:
                                                                                for a, k in keys.items()}))
         return view
 
+
+# %% ../nbs/05_gather.ipynb #95516102
 def _own_cpu_copy(t:torch.Tensor)->torch.Tensor:
     "A detached CPU tensor with its own storage holding exactly `t` (on the CPU, `.cpu()` does not copy)."
     t = t.detach()

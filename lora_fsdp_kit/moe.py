@@ -224,6 +224,8 @@ def _routing(model:nn.Module, probes:int)->Routing:
                       "with real weights, e.g. tiny, to read the routing from its forward)", stacklevel=2)
     return Routing(tuple(experts), tuple(_fused(names)), tuple(unprobed), 0 if on_meta else probes)
 
+
+# %% ../nbs/12_moe.ipynb #525617fa
 def expert_modules(model:nn.Module)->list[tuple[str, str]]:
     "(clean name, why) of each module a router dispatches to: the experts the plan's rank-divergent checks use."
     return list(routing(model).experts)
