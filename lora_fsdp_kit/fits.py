@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .fits_trace import CATEGORIES, STAGING_BACKENDS, RankTrace, _chunk, trace_rank
+from .fits_trace import CATEGORIES, STAGING_BACKENDS, RankTrace, _chunk, attention_kernel, trace_rank
 from .models import fmt_bytes
 from .plan import clean_name, dtype_itemsize
 from .wrap import WrapConfig
@@ -148,8 +148,8 @@ def _explain(e:Exception, model:nn.Module)->str|None:
         return f"the step itself fails (it would on the devices too): {name}: {msg.splitlines()[0][:200]}"
     return None
 
-def _trace(model, cfg, world, rank, batch, seq, backend)->RankTrace:
-    try: return trace_rank(model, cfg, world, rank, batch, seq, backend)
+def _trace(model, cfg, world, rank, batch, seq, backend, attention)->RankTrace:
+    try: return trace_rank(model, cfg, world, rank, batch, seq, backend, attention)
     except (RuntimeError, NotImplementedError, TypeError, ValueError, AssertionError) as e:
         why = _explain(e, model)
         if why is None: raise
@@ -168,6 +168,7 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
                         activation_checkpointing:bool=False, # checkpoint_wrapper on each decoder layer
                         rank:int|None=None,            # predict only this rank (None: every rank)
                         backend:str="nccl",            # the job's backend: "gloo" adds its staging copies
+                        attention:str="auto",          # "auto" (what the job's devices run), "fused" or "math"
                        )->StepMemory:
     "Per-rank peak memory of a LoRA training step (2 AdamW iterations, the second's peak), traced on fake tensors."
     if not isinstance(world, int) or not 1 <= world <= 1024: raise FitsError(f"world must be 1-1024, got {world!r}")
@@ -177,15 +178,19 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
                              "(models.model_from_config(..., device='meta')); the trace allocates nothing real")
     if rank is not None and not 0 <= rank < world: raise FitsError(f"rank {rank} is not in a world of {world}")
     cfg = _config(flavour, wrap, mixed_precision, activation_checkpointing)
+    if attention not in ("auto", "fused", "math"):
+        raise FitsError(f"attention must be 'auto', 'fused' or 'math', got {attention!r}")
+    att = attention_kernel(model, cfg, backend) if attention == "auto" else attention
     ranks = list(range(world)) if rank is None else [rank]
-    first = _trace(model, cfg, world, ranks[0], batch, seq, backend)
+    first = _trace(model, cfg, world, ranks[0], batch, seq, backend, att)
     traces, index, trace_of = [first], {first.signatures[ranks[0]]: 0}, []
     for r in ranks:
         s = first.signatures[r]
         if s not in index:
-            index[s] = len(traces); traces.append(_trace(model, cfg, world, r, batch, seq, backend))
+            index[s] = len(traces); traces.append(_trace(model, cfg, world, r, batch, seq, backend, att))
         trace_of.append(index[s])
-    label = f"{cfg.label}, batch {batch} x seq {seq}" + (f", {backend}" if backend != "nccl" else "")
+    label = (f"{cfg.label}, batch {batch} x seq {seq}" + (f", {backend}" if backend != "nccl" else "")
+             + (", math attention" if att == "math" else ""))
     closed = {t.rank: closed_form(model, cfg, world, t.rank) for t in traces}
     return StepMemory(label, world, tuple(ranks), tuple(traces), tuple(trace_of), closed)
 
@@ -343,6 +348,8 @@ def fits_main(argv:list[str]|None=None)->int:
     ap.add_argument("--lora-r", type=int, default=8)
     ap.add_argument("--targets", default="q_proj,k_proj,v_proj,o_proj")
     ap.add_argument("--backend", default="nccl", help="nccl/hccl (device buffers only) or gloo (a CPU job)")
+    ap.add_argument("--attention", default="auto", choices=("auto", "fused", "math"),
+                    help="attention kernel: auto (CUDA runs fp32 with grouped-query heads unfused), fused or math")
     ap.add_argument("--png", action="store_true", help="save the charts as PNGs in --out")
     ap.add_argument("--out", default=".", help="folder for the PNGs (default: here)")
     a = ap.parse_args(argv)
@@ -364,7 +371,7 @@ def fits_main(argv:list[str]|None=None)->int:
         cfg = WrapConfig(flavour=f, activation_checkpointing=ac, mixed_precision=mp, wrap_lm_head=h)
         t0 = time.perf_counter()
         try: done.append(Setting(cfg, b, s, predict_step_memory(model, world=a.world, wrap=cfg, batch=b, seq=s,
-                                                                backend=a.backend)))
+                                                                backend=a.backend, attention=a.attention)))
         except FitsError as e: failed.append(f"{cfg.label}, {b} x {s}: {e}")
         except Exception as e:   # the step itself fails on this setting (it would on the devices too)
             failed.append(f"{cfg.label}, {b} x {s}: the step fails: {type(e).__name__}: {str(e).splitlines()[0][:160]}")

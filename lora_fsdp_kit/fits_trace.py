@@ -16,7 +16,7 @@ from .plan import clean_name
 from .wrap import WrapConfig
 
 # %% auto #0
-__all__ = ['CATEGORIES', 'STAGING_BACKENDS', 'fake_world', 'RankTrace', 'trace_rank']
+__all__ = ['CATEGORIES', 'STAGING_BACKENDS', 'fake_world', 'RankTrace', 'attention_kernel', 'trace_rank']
 
 # %% ../nbs/11a_fits_trace.ipynb #9e5fcb84
 CATEGORIES = ("sharded parameters", "unsharded parameters", "buffers", "gradients", "unsharded gradients",
@@ -37,8 +37,9 @@ STAGING_BACKENDS = ("gloo",)
 # %% ../nbs/11a_fits_trace.ipynb #a45d4075
 class _StepPeak:
     "Mixin for torch's trackers: the peak of one recorded window, where it happened, and a timeline."
-    def _init_step(self, staging:bool):
+    def _init_step(self, staging:bool, cuda:bool=False):
         self.recording, self.staging, self.peak, self.peak_snap, self.peak_at = False, staging, 0, {}, ("", "")
+        self.cuda = cuda   # add the temporaries CUDA kernels allocate inside themselves
         self.timeline: list[tuple[int, int]] = []   # (op index, live bytes)
         self.n_ops = 0
 
@@ -51,7 +52,7 @@ class _StepPeak:
         phase = "optimizer step" if self._in_opt else "backward" if self._mod_tracker.is_bw else "forward"
         return mod, phase
 
-    def _note(self, extra:int=0):
+    def _note(self, extra:int=0, category:str="backend staging"):
         if not self.recording: return
         total = self._total() + extra
         self.n_ops += 1
@@ -61,7 +62,7 @@ class _StepPeak:
             for dev in self._curr_mem_snap.values():
                 for k, v in dev.items():
                     if k != "Total": snap[str(getattr(k, "value", k))] = snap.get(str(getattr(k, "value", k)), 0) + v
-            if extra: snap["backend staging"] = extra
+            if extra: snap[category] = snap.get(category, 0) + extra
             self.peak, self.peak_snap, self.peak_at = total, snap, self._where()
 
     def _update_peak_stats(self, peak_state):   # torch calls this after every op: one global peak, no per-module copies
@@ -69,12 +70,21 @@ class _StepPeak:
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         res = super().__torch_dispatch__(func, types, args, kwargs)
-        if self.staging and self.recording and res is not NotImplemented:
-            n = _staging_bytes(func, args)
+        if self.recording and res is not NotImplemented:
+            n = _staging_bytes(func, args) if self.staging else 0
             if n: self._note(n)
+            n = _cuda_temp_bytes(func, args) if self.cuda else 0
+            if n: self._note(n, "Temp")
         return res
 
 # %% ../nbs/11a_fits_trace.ipynb #74044ea0
+def _cuda_temp_bytes(func, args)->int:
+    "Bytes a CUDA kernel allocates inside itself where the CPU's does not (read from an H200's allocator history)."
+    # softmax's backward on CUDA first computes `grad * output` into a temporary of the gradient's size; it matters
+    # where the softmax is big: the math attention kernel's B x H x L x L scores
+    if func is torch.ops.aten._softmax_backward_data.default: return args[0].numel() * args[0].element_size()
+    return 0
+
 def _staging_bytes(func, args)->int:
     "Bytes gloo copies a collective through: the output of an all-gather, the input of a reduce-scatter."
     c10d = torch.ops.c10d
@@ -229,12 +239,32 @@ def _step(model:nn.Module, opt, batch:int, seq:int, vocab:int):
     model(input_ids=ids, labels=ids).loss.backward()
     opt.step(); opt.zero_grad(set_to_none=True)
 
+def attention_kernel(model:nn.Module, cfg:WrapConfig, backend:str)->str:
+    "The attention kernel the job's devices run: 'math' (softmax(QK^T)V, the B x H x L x L scores kept) or 'fused'."
+    # On CUDA, SDPA has no fused kernel for float32 with grouped-query heads: flash takes only fp16/bf16 and the
+    # memory-efficient kernel refuses `enable_gqa`, so it falls back to math (torch._fused_sdp_choice on an H200).
+    # The CPU's flash kernel takes both, so a CPU job (gloo) runs fused, as the trace does by default.
+    if backend != "nccl": return "fused"
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision)
+    dt = dt or next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    conf = getattr(model, "config", None)
+    text = conf.get_text_config() if hasattr(conf, "get_text_config") else conf
+    heads, kv = getattr(text, "num_attention_heads", None), getattr(text, "num_key_value_heads", None)
+    return "math" if dt == torch.float32 and heads and kv and kv < heads else "fused"
+
+def _attention(kind:str):
+    "Run SDPA as `kind` says: the math kernel, or whichever fused kernel the CPU picks."
+    if kind == "fused": return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([SDPBackend.MATH])
+
 def trace_rank(model:nn.Module,      # a peft model on the meta device (copied, never changed)
                cfg:WrapConfig,       # how it is sharded
                world:int,            # ranks
                rank:int,             # the rank to trace
                batch:int=1, seq:int=512,
                backend:str="nccl",   # the job's backend: "gloo" adds its staging copies of collectives
+               attention:str="fused",# the attention kernel: "fused" or "math" (`attention_kernel`)
               )->RankTrace:
     "Two training steps of `rank` of a `world`-rank job under fake tensors; the peak of the second."
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -256,8 +286,9 @@ def trace_rank(model:nn.Module,      # a peft model on the meta device (copied, 
             cls = _tracker_class(cfg.flavour)
             tr = cls(wrapped, opt) if cfg.flavour == "fsdp2" else cls()
             if cfg.flavour == "fsdp1": tr.track_external(wrapped, opt)
-            tr._init_step(staging=backend in STAGING_BACKENDS)
-            with tr, (_cpu_rng_states() if backend in STAGING_BACKENDS else contextlib.nullcontext()):
+            tr._init_step(staging=backend in STAGING_BACKENDS, cuda=backend == "nccl")
+            with tr, _attention(attention), (_cpu_rng_states() if backend in STAGING_BACKENDS
+                                             else contextlib.nullcontext()):
                 for i in range(2):
                     tr.reset_mod_stats(); tr.recording = i == 1
                     _step(wrapped, opt, batch, seq, vocab)

@@ -182,7 +182,8 @@ def _padded(p, world:int, shapes:dict|None)->int:
 
 def _unit_gather_bytes(u, flavour:str, world:int, use_orig_params:bool, shapes:dict|None, pos:dict|None)->int:
     "Bytes one all-gather of unit `u` moves: FSDP1 its flat parameter in `world` equal chunks, FSDP2 padded dims 0."
-    if world <= 1 or not u.params: return u.nbytes
+    if not u.params: return u.nbytes
+    if world <= 1: return 0   # one rank holds every unit whole: FSDP gathers nothing
     if flavour == "fsdp1":
         params, numels, _ = _fsdp1_flat(u, use_orig_params, pos)
         return fsdp1_padded_numel(sum(numels), world) * dtype_itemsize(params[0].dtype)
