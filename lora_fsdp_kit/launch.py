@@ -17,8 +17,8 @@ import torch.distributed as dist
 from .platform import get_platform
 
 # %% auto #0
-__all__ = ['STATUS_ENV', 'NOTEBOOK_ENV', 'LaunchError', 'check_importable', 'check_main_guard', 'report_status',
-           'launched_from_notebook', 'launch', 'smoke']
+__all__ = ['STATUS_ENV', 'NOTEBOOK_ENV', 'START_ENV', 'PRELOAD', 'LaunchError', 'check_importable', 'check_main_guard',
+           'report_status', 'launched_from_notebook', 'rank_context', 'launch', 'smoke']
 
 # %% ../nbs/01_launch.ipynb #06879aa3
 class LaunchError(RuntimeError):
@@ -352,6 +352,23 @@ def _raise_failure(errors:dict, pending:set, joined:bool, nprocs:int, status:str
                           + f"; a rank waiting in a collective that another rank skipped?\n"
                           f"last status of each rank:\n{status}", sorted(pending))
 
+# %% ../nbs/01_launch.ipynb #2fd10bb8
+START_ENV = "LFK_START_METHOD"
+PRELOAD = ("torch", "torch.distributed", "torch.distributed.fsdp", "transformers", "peft",
+           "transformers.models.llama.modeling_llama", "transformers.models.qwen2.modeling_qwen2")
+
+def rank_context()->tuple:
+    "The multiprocessing context ranks start from, and the pid of the process that will be their parent."
+    default = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    method = os.environ.get(START_ENV) or default
+    if method not in ("forkserver", "spawn"): raise LaunchError(f"{START_ENV}={method!r}: use forkserver or spawn")
+    ctx = mp.get_context(method)
+    if method == "spawn": return ctx, os.getpid()
+    ctx.set_forkserver_preload([m for m in PRELOAD])   # a module that fails to import is skipped by the server
+    from multiprocessing import forkserver
+    forkserver.ensure_running()
+    return ctx, forkserver._forkserver._forkserver_pid   # private attribute: the ranks' parent, which they die with
+
 # %% ../nbs/01_launch.ipynb #0946d469
 def launch(fn:Callable,             # an importable function (defined in a module, not in the notebook)
            *args,                   # positional arguments, sent to every rank (must pickle)
@@ -372,7 +389,7 @@ def launch(fn:Callable,             # an importable function (defined in a modul
     nprocs = 2 if nprocs is None else nprocs
     check_main_guard()
     fn_ref = check_importable(fn)
-    ctx = mp.get_context("spawn")
+    ctx, parent = rank_context()
     # the target must be the package's function even when this code runs from the notebook that defines it
     from lora_fsdp_kit.launch import _rank_main as target
     # The launcher hosts the ranks' rendezvous store on a port the OS picks, and holds it for the whole run: no
@@ -392,7 +409,7 @@ def launch(fn:Callable,             # an importable function (defined in a modul
                 path = os.path.join(logdir, f"rank{r}.log")
                 p = ctx.Process(target=target, name=f"lfk-rank{r}", daemon=True,
                                 args=(r, nprocs, port, backend, pg_timeout, fn_ref, args, kwargs, path, send,
-                                      launched_from_notebook(), os.getpid()))
+                                      launched_from_notebook(), parent))
                 p.start(); send.close(); janitor.watch(p.pid)
                 procs.append(p); conns[r] = recv; tails.append(_LogTail(r, path, out, quiet))
             joined = _wait_for_ranks(store, procs, conns, tails, results, errors, pending, start_timeout, timeout)

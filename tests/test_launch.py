@@ -47,19 +47,30 @@ def _default_signals():
     # (a background job without job control ignores SIGINT; nohup ignores SIGHUP), which a child inherits
     for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM): signal.signal(s, signal.SIG_DFL)
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 128 + 15), (signal.SIGINT, -signal.SIGINT),
-                                       (signal.SIGHUP, 128 + 1), (signal.SIGKILL, -signal.SIGKILL)])
-def test_nothing_outlives_the_launcher(tmp_path, sig, code):
+def _ranks(names:list[str], method:str)->int:
+    "How many of these command lines are ranks."
+    if method == "spawn": return sum("spawn_main" in n for n in names)
+    return sum("multiprocessing.forkserver" in n for n in names) - 1   # the ranks share their fork server's line
+
+# every signal with the default start method (the fork server), and the hardest two with spawn
+@pytest.mark.parametrize("sig, code, method", [(signal.SIGTERM, 128 + 15, "forkserver"),
+                                               (signal.SIGINT, -signal.SIGINT, "forkserver"),
+                                               (signal.SIGHUP, 128 + 1, "forkserver"),
+                                               (signal.SIGKILL, -signal.SIGKILL, "forkserver"),
+                                               (signal.SIGTERM, 128 + 15, "spawn"),
+                                               (signal.SIGKILL, -signal.SIGKILL, "spawn")])
+def test_nothing_outlives_the_launcher(tmp_path, sig, code, method):
     (tmp_path/"t").mkdir()
     (tmp_path/"lfk_signal_cases.py").write_text(CASES); (tmp_path/"parent.py").write_text(PARENT)
-    p = subprocess.Popen([sys.executable, str(tmp_path/"parent.py")], env=_env(tmp_path), start_new_session=True,
+    p = subprocess.Popen([sys.executable, str(tmp_path/"parent.py")], env=_env(tmp_path, LFK_START_METHOD=method),
+                         start_new_session=True,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_default_signals)
     try:
         _wait_until(lambda: _ready(tmp_path) or p.poll() is not None, 240, "both ranks to report 'ready'")
         assert p.poll() is None, p.stdout.read().decode()
         family = psutil.Process(p.pid).children(recursive=True)
         names = sorted(" ".join(c.cmdline()) for c in family)
-        assert sum("spawn_main" in n for n in names) == 2, names                # the two ranks
+        assert _ranks(names, method) == 2, names                                 # the two ranks
         assert sum("resource_tracker" in n for n in names) == 1, names          # multiprocessing's tracker
         assert sum("shutil" in n for n in names) == 1, names                    # the janitor
         p.send_signal(sig)
