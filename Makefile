@@ -1,19 +1,23 @@
 # One entry point for a fresh machine: `make demo` and `make test` create the project-local virtual environment,
 # install torch 2.13.0 FIRST (a CPU build lies on disk here; plain `torch` would fetch a multi-GB CUDA build),
 # then the package with its dev extras, and run. Both are idempotent: the install step re-runs only when
-# settings.ini or setup.py change.
+# settings.ini or setup.py change. The requirements go in with uv (seconds, where pip takes a minute); where uv
+# cannot be had, pip does the same. uv keeps the torch already installed, since it satisfies the requirement.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.lfk-installed
 OUT    ?= demo_out
+# install into the venv of python $(1): uv, else pip (uv reads no pip.conf: pip installs torch, from the local wheel)
+INSTALL = { $(dir $(1))uv pip install --quiet --python $(1) $(2) || $(1) -m pip install --quiet $(2); }
 
 .PHONY: install demo test nbtest pytest export readme bench clean-nbs docs book browser-deps test-oldest
 
 $(STAMP): settings.ini setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet uv || true
+	$(call INSTALL,$(PY),-C editable_mode=compat -e ".[dev]")
 	$(PY) -m pip check
 	touch $(STAMP)
 
@@ -24,13 +28,13 @@ demo: $(STAMP)
 
 test: $(STAMP) browser-deps
 	$(VENV)/bin/nbdev_test
-	$(VENV)/bin/python -m pytest -q tests
+	$(VENV)/bin/python -m pytest -q -n 2 tests
 
 nbtest: $(STAMP)
 	$(VENV)/bin/nbdev_test
 
 pytest: $(STAMP) browser-deps
-	$(VENV)/bin/python -m pytest -q tests
+	$(VENV)/bin/python -m pytest -q -n 2 tests
 
 # What tests/test_browser.py needs: Debian's Chromium and a font (apt, when root and missing), Voila and Playwright
 # (pip, into the venv). Never `playwright install`: it downloads a browser. Where apt cannot run, the browser test
@@ -40,7 +44,7 @@ browser-deps: $(STAMP)
 	@if [ ! -x $(CHROMIUM) ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core) \
 	    >/dev/null || echo "browser-deps: apt-get could not install chromium"; fi
-	@$(PY) -c "import voila, playwright" 2>/dev/null || $(PY) -m pip install --quiet voila playwright \
+	@$(PY) -c "import voila, playwright" 2>/dev/null || $(call INSTALL,$(PY),voila playwright) \
 	  || echo "browser-deps: pip could not install voila playwright"
 
 # execute every notebook in place (so they are committed with their outputs), clean their metadata, render README
@@ -84,12 +88,13 @@ $(STAMP_OLDEST): settings.ini setup.py $(wildcard lora_fsdp_kit/*.py lora_fsdp_k
 	test -x $(PY_OLDEST) || $(PYTHON) -m venv $(VENV_OLDEST)
 	echo '*' > $(VENV_OLDEST)/.gitignore
 	$(PY_OLDEST) -m pip install --quiet torch==2.13.0
+	$(PY_OLDEST) -m pip install --quiet uv || true
 	$(PY_OLDEST) -m pip uninstall --quiet --yes fastcore nbdev execnb ghapi pytest 2>/dev/null || true
-	$(PY_OLDEST) -m pip install --quiet . $$(PYTHONPATH=. $(PYTHON) -c \
-	    "from lora_fsdp_kit.doctor import oldest_requirements as o; print(' '.join(o()))")
+	$(call INSTALL,$(PY_OLDEST),. $$(PYTHONPATH=. $(PYTHON) -c \
+	    "from lora_fsdp_kit.doctor import oldest_requirements as o; print(' '.join(o()))"))
 	$(PY_OLDEST) -m pip check
 	cd /tmp && $(abspath $(PY_OLDEST)) -m lora_fsdp_kit.doctor --no-models
-	$(PY_OLDEST) -m pip install --quiet ".[dev]"
+	$(call INSTALL,$(PY_OLDEST),".[dev]")
 	$(PY_OLDEST) -m pip check
 	touch $(STAMP_OLDEST)
 
