@@ -352,13 +352,16 @@ def _raise_failure(errors:dict, pending:set, joined:bool, nprocs:int, status:str
                           + f"; a rank waiting in a collective that another rank skipped?\n"
                           f"last status of each rank:\n{status}", sorted(pending))
 
-# %% ../nbs/01_launch.ipynb #2fd10bb8
+# %% ../nbs/01_launch.ipynb #4a1ab830
 START_ENV = "LFK_START_METHOD"
 PRELOAD = ("torch", "torch.distributed", "torch.distributed.fsdp", "transformers", "peft",
            "transformers.models.llama.modeling_llama", "transformers.models.qwen2.modeling_qwen2")
 
+_server_env: dict|None = None   # the environment the fork server started with
+
 def rank_context()->tuple:
     "The multiprocessing context ranks start from, and the pid of the process that will be their parent."
+    global _server_env
     default = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
     method = os.environ.get(START_ENV) or default
     if method not in ("forkserver", "spawn"): raise LaunchError(f"{START_ENV}={method!r}: use forkserver or spawn")
@@ -366,7 +369,11 @@ def rank_context()->tuple:
     if method == "spawn": return ctx, os.getpid()
     ctx.set_forkserver_preload([m for m in PRELOAD])   # a module that fails to import is skipped by the server
     from multiprocessing import forkserver
-    forkserver.ensure_running()
+    # Ranks inherit the server's environment, and libraries read some variables once, on import (HF_HUB_OFFLINE,
+    # say): a server started before the caller changed os.environ is replaced, so ranks see what spawn would give
+    env = dict(os.environ)
+    if _server_env is not None and env != _server_env: forkserver._forkserver._stop()   # private, since 3.8
+    forkserver.ensure_running(); _server_env = env
     return ctx, forkserver._forkserver._forkserver_pid   # private attribute: the ranks' parent, which they die with
 
 # %% ../nbs/01_launch.ipynb #0946d469

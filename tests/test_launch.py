@@ -7,6 +7,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from procs import rank_processes
+
 # Each rank reports a status and then sleeps: the parent is stopped while its ranks are running.
 CASES = '''
 import time
@@ -47,11 +49,6 @@ def _default_signals():
     # (a background job without job control ignores SIGINT; nohup ignores SIGHUP), which a child inherits
     for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM): signal.signal(s, signal.SIG_DFL)
 
-def _ranks(names:list[str], method:str)->int:
-    "How many of these command lines are ranks."
-    if method == "spawn": return sum("spawn_main" in n for n in names)
-    return sum("multiprocessing.forkserver" in n for n in names) - 1   # the ranks share their fork server's line
-
 # every signal with the default start method (the fork server), and the hardest two with spawn
 @pytest.mark.parametrize("sig, code, method", [(signal.SIGTERM, 128 + 15, "forkserver"),
                                                (signal.SIGINT, -signal.SIGINT, "forkserver"),
@@ -70,7 +67,8 @@ def test_nothing_outlives_the_launcher(tmp_path, sig, code, method):
         assert p.poll() is None, p.stdout.read().decode()
         family = psutil.Process(p.pid).children(recursive=True)
         names = sorted(" ".join(c.cmdline()) for c in family)
-        assert _ranks(names, method) == 2, names                                 # the two ranks
+        assert len(rank_processes(family)) == 2, names                           # the two ranks
+        assert sum("multiprocessing.forkserver" in n for n in names) == (3 if method == "forkserver" else 0), names
         assert sum("resource_tracker" in n for n in names) == 1, names          # multiprocessing's tracker
         assert sum("shutil" in n for n in names) == 1, names                    # the janitor
         p.send_signal(sig)
