@@ -1,7 +1,7 @@
 """The notebooks are committed executed (`make docs`): every cell that draws shows a picture, no cell shows an
 error or a bare `<Figure size …>` text, and the whole book stays small enough to read on a code host. The committed
 outputs read as a chapter (issue 20): no machine path, no warning spam, no text dump over 2 KB, no cut table, and a
-feature notebook that draws shows its first picture within its first two screens."""
+feature notebook that draws shows its first picture within its first two screens; no export cell runs past 60 lines."""
 import ast, html, math, re
 from pathlib import Path
 
@@ -178,7 +178,16 @@ def cut_tables(nb)->list[str]:
                     found.append(f"cell {i}: a table row cut short: {line.strip()[-80:]!r}")
     return found
 
-RULES = {"machine path": machine_paths, "warning spam": warning_spam, "text dump": text_dumps, "cut table": cut_tables}
+MAX_EXPORT_LINES = 60                               # the house rule: a short export cell, then its prose and example
+
+def long_exports(nb)->list[str]:
+    "Export cells longer than `MAX_EXPORT_LINES` lines of code (their nbdev directives aside)."
+    return [f"cell {i}: {n} lines" for i, c in enumerate(nb.cells) if c.cell_type == "code"
+            and _directives(c.source).keys() & {"export", "exporti", "exports"}
+            for n in [sum(not DIRECTIVE.match(l.strip()) for l in c.source.splitlines())] if n > MAX_EXPORT_LINES]
+
+RULES = {"machine path": machine_paths, "warning spam": warning_spam, "text dump": text_dumps, "cut table": cut_tables,
+         "long export cell": long_exports}
 
 # ---- the first picture: where a reader of the book (`make book`, tools/book.py) meets it
 LINE_PX, SCREEN_PX = 20, 800                        # a rendered line of code or prose; a laptop screen's height
@@ -237,6 +246,7 @@ PENDING = {
     "09_export.ipynb": {"machine path", "first picture"},   # transformers' FutureWarning with its site-packages path
     "11_fits.ipynb": {"machine path"},                      # `saved /tmp/…/fits.png`
     "index.ipynb": {"text dump"},                           # the README's report, 3.3 KB printed whole
+    "11a_fits_trace.ipynb": {"long export cell"},           # cell 29: 68 lines
     "06a_measure.ipynb": {"first picture"},                 # at line 178
     "10_hazards.ipynb": {"first picture"},                  # at line 211
     "05_gather.ipynb": {"first picture"},                   # none yet; issue 20 asks for one
@@ -307,6 +317,10 @@ def test_cut_tables_can_fail():
     assert not cut_tables(_nb(_cell("x", _stream(rows.replace("L…", "Layer")))))
     df = "   a    b  ...    y    z\n0  1    2  ...    3    4\n1  1    2  ...    3    4\n\n[2 rows x 26 columns]"
     assert cut_tables(_nb(_cell("x", _stream(df))))
+
+def test_long_exports_can_fail():
+    assert long_exports(_nb(_cell("#| export\n" + "x = 1\n" * 61)))
+    assert not long_exports(_nb(_cell("#| export\n" + "x = 1\n" * 60), _cell("x = 1\n" * 100)))
 
 def test_first_picture_can_fail():
     png = _value(**{"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"})
