@@ -17,8 +17,8 @@ from .figures import KitFigure, new_figure
 
 # %% auto #0
 __all__ = ['PART_COLOURS', 'LINE_WIDTH', 'UnitGroup', 'group_units', 'shorten_middle', 'distinct_labels', 'plot_plan',
-           'group_findings', 'findings_html', 'build_for_plan', 'PlanReport', 'PlanExplorer', 'explore',
-           'plan_text_grouped', 'plan_command']
+           'group_findings', 'findings_html', 'PlanReport', 'PlanExplorer', 'explore', 'plan_text_grouped',
+           'plan_command']
 
 # %% ../nbs/04_viz.ipynb #d7149cc7
 _SEV_RANK = {"error": 3, "warning": 2, "info": 1}
@@ -221,24 +221,7 @@ def findings_html(findings:list[Finding],  # a plan's findings
 # the default LoRA targets, every attention projection (the CLI's, the demo's and fits'); the CLI's module imports
 # nothing heavy, so `lfk --help` stays instant
 from .__main__ import PLAN_TARGETS
-
-def build_for_plan(model:str|None=None,        # a zoo name or a shipped full-size config name
-                   config:str|None=None,       # or a config.json (or its folder)
-                   lora_r:int=8,               # LoRA rank
-                   targets:str=PLAN_TARGETS,    # comma-separated LoRA target module names
-                  )->nn.Module:                # a meta-device peft model (LoRA on the thinker of an Omni model)
-    "A meta model with LoRA for planning: a zoo name, a shipped full-size config name, or a config.json path."
-    from lora_fsdp_kit import models
-    if (model is None) == (config is None): raise ValueError("give exactly one of model (a name) or config (a path)")
-    if model is not None:
-        if model in models.model_names(): m = models.tiny_model(model, device="meta")
-        elif model in models.FULL_SIZE_CONFIGS: m = models.model_from_config(model)
-        else: raise ValueError(f"unknown model {model!r}; available: {', '.join(models.model_names())}, "
-                               f"{', '.join(models.FULL_SIZE_CONFIGS)} (or pass --config path/to/config.json)")
-    else: m = models.model_from_config(config)
-    scope = "thinker" if hasattr(m, "thinker") else None
-    return models.add_lora(m, r=lora_r, alpha=2 * lora_r, target_modules=[t for t in targets.split(",") if t],
-                           modules=scope)
+from .models import build_for_plan   # what the CLI, the explorer and plan_command plan
 
 @dataclass(frozen=True)
 class PlanReport:
