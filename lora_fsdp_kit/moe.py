@@ -230,10 +230,10 @@ def moe_lora_model(name:str,   # a key of `MOE_LORA`
     c = MOE_LORA[name]
     torch.manual_seed(0)
     if c["model"] == "bare_routed":
-        from lora_fsdp_kit.testing import BareRoutedLM   # toy models live in testing (it imports this module)
+        from lora_fsdp_kit.toys import BareRoutedLM   # toy models live in toys (it imports models)
         m = BareRoutedLM()
     elif c["model"] == "switch":
-        from lora_fsdp_kit.testing import SWITCH_CONFIG
+        from lora_fsdp_kit.toys import SWITCH_CONFIG
         m = model_from_config(dict(SWITCH_CONFIG), device="cpu", dtype=torch.float32)
     else: m = tiny_model(c["model"])
     return add_lora(m, r=r, alpha=2*r, target_modules=c["targets"], target_parameters=c.get("params"))
