@@ -1,7 +1,8 @@
 """The notebooks are committed executed (`make docs`): every cell that draws shows a picture, no cell shows an
 error or a bare `<Figure size …>` text, and the whole book stays small enough to read on a code host. The committed
-outputs read as a chapter (issue 20): no machine path, no warning spam, no text dump over 2 KB, no cut table, and a
-feature notebook that draws shows its first picture within its first two screens; no export cell runs past 60 lines or\ngoes without the prose that says what it is for."""
+outputs read as a chapter (issue 20): no machine path, no warning spam, no text dump over 2 KB, no cut table; a
+feature notebook that draws shows its first picture within its first two screens; no export cell runs past 60 lines
+or goes without the prose that says what it is for."""
 import ast, html, math, re
 from pathlib import Path
 
@@ -159,7 +160,7 @@ def _text_table_blocks(t:str)->list[list[str]]:
     return blocks
 
 def cut_tables(nb)->list[str]:
-    "Tables cut mid-row (a row with more or fewer cells than its header) or mid-word (`word…` ending a row), or elided."
+    "Tables cut mid-row (a row with more or fewer cells than its header), mid-word (`word…` ending a row), or elided."
     found = []
     for i, kind, t in _cells_texts(nb):
         if kind == "text/html":
@@ -192,8 +193,7 @@ IMPORTS_ONLY = re.compile(r"^(from\s+\S+\s+import\s+(\([^)]*\)|.*)|import\s+.*|#
 def _imports_only(src:str)->bool:
     "A cell of imports (and comments) only: the module's header, which needs no prose of its own."
     code = "\n".join(l for l in src.splitlines() if not DIRECTIVE.match(l.strip()))
-    return not re.sub(r"\([^)]*\)", "()", code).strip() or all(IMPORTS_ONLY.fullmatch(l) or l.startswith(" ")
-                                                             for l in re.sub(r"\([^)]*\)", "()", code).splitlines())
+    return all(IMPORTS_ONLY.fullmatch(l) for l in re.sub(r"\([^)]*\)", "()", code).splitlines())   # (…) one line
 
 def exports_without_prose(nb)->list[str]:
     """Export cells followed straight by another export cell: no sentence, example or test says what the first is for.
@@ -352,7 +352,8 @@ def test_exports_without_prose_can_fail():
 
 def test_first_picture_can_fail():
     png = _value(**{"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"})
-    top = _nb(_cell("# Title\n\nWhat it shows.", md=True), _cell("#| hide\n" + "import x\n" * 200), _cell("plot()", png))
+    hidden = _cell("#| hide\n" + "import x\n" * 200)
+    top = _nb(_cell("# Title\n\nWhat it shows.", md=True), hidden, _cell("plot()", png))
     assert first_picture_line(top) == 3 + 1 and not chapter_faults(top, "x.ipynb")
     late = _nb(_cell("# Title", md=True), _cell("setup()\n" * 90), _cell("plot()", png))
     assert first_picture_line(late) > FIRST_PICTURE_LINES and "first picture" in chapter_faults(late, "x.ipynb")
