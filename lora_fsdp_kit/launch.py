@@ -352,7 +352,7 @@ def _raise_failure(errors:dict, pending:set, joined:bool, nprocs:int, status:str
                           + f"; a rank waiting in a collective that another rank skipped?\n"
                           f"last status of each rank:\n{status}", sorted(pending))
 
-# %% ../nbs/01_launch.ipynb #4a1ab830
+# %% ../nbs/01_launch.ipynb #2e4fd00e
 START_ENV = "LFK_START_METHOD"
 PRELOAD = ("torch", "torch.distributed", "torch.distributed.fsdp", "transformers", "peft",
            "transformers.models.llama.modeling_llama", "transformers.models.qwen2.modeling_qwen2")

@@ -15,7 +15,8 @@ from torch import nn
 
 # %% auto #0
 __all__ = ['CONFIG_DIR', 'TINY_MODELS', 'FULL_SIZE_CONFIGS', 'model_names', 'shipped_config', 'tiny_model', 'model_from_config',
-           'submodule', 'add_lora', 'fmt_count', 'fmt_bytes', 'ChildSummary', 'ModelSummary', 'summarize_model']
+           'submodule', 'add_lora', 'build_for_plan', 'fmt_count', 'fmt_bytes', 'ChildSummary', 'ModelSummary',
+           'summarize_model']
 
 # %% ../nbs/02_models.ipynb #f68690be
 # works installed, editable, and in the notebook
@@ -255,6 +256,29 @@ def add_lora(model:nn.Module,                       # a transformers model (real
                 if ".lora_B." in n and p.device.type != "meta":
                     p.copy_((torch.randn(p.shape, generator=gen) * 0.02).to(p.dtype))
     return peft_model
+
+# %% ../nbs/02_models.ipynb #dbc9a700
+# the default LoRA targets, every attention projection (the CLI's, the demo's and fits'); the CLI's module imports
+# nothing heavy, so `lfk --help` stays instant
+from .__main__ import PLAN_TARGETS
+
+def build_for_plan(model:str|None=None,        # a zoo name or a shipped full-size config name
+                   config:str|None=None,       # or a config.json (or its folder)
+                   lora_r:int=8,               # LoRA rank
+                   targets:str=PLAN_TARGETS,    # comma-separated LoRA target module names
+                  )->nn.Module:                # a meta-device peft model (LoRA on the thinker of an Omni model)
+    "A meta model with LoRA for planning: a zoo name, a shipped full-size config name, or a config.json path."
+    if (model is None) == (config is None): raise ValueError("give exactly one of model (a name) or config (a path)")
+    if model is not None:
+        if model in model_names(): m = tiny_model(model, device="meta")
+        elif model in FULL_SIZE_CONFIGS: m = model_from_config(model)
+        else: raise ValueError(f"unknown model {model!r}; available: {', '.join(model_names())}, "
+                               f"{', '.join(FULL_SIZE_CONFIGS)} (or pass --config path/to/config.json)")
+    else: m = model_from_config(config)
+    scope = "thinker" if hasattr(m, "thinker") else None
+    return add_lora(m, r=lora_r, alpha=2 * lora_r, target_modules=[t for t in targets.split(",") if t],
+                           modules=scope)
+
 
 # %% ../nbs/02_models.ipynb #91684db9
 def _unwrap(model:nn.Module)->nn.Module:

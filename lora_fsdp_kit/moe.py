@@ -16,8 +16,8 @@ import torch.nn as nn
 from .shards import clean_name   # the kit's one name function (no plan import: the plan imports this)
 
 # %% auto #0
-__all__ = ['EXPERTS', 'MOE_LORA', 'input_vocab', 'FFN', 'BareRoutedBlock', 'BareRoutedLM', 'Routing', 'routing', 'expert_modules',
-           'fused_experts', 'wrap_moe', 'moe_lora_model', 'moe_batch', 'moe_loss', 'param_wrappers']
+__all__ = ['EXPERTS', 'MOE_LORA', 'input_vocab', 'Routing', 'routing', 'expert_modules', 'fused_experts', 'wrap_moe',
+           'moe_lora_model', 'moe_batch', 'moe_loss', 'param_wrappers']
 
 # %% ../nbs/12_moe.ipynb #c141dbbd
 def _tokens(args:tuple, kwargs:dict)->int:
@@ -97,47 +97,6 @@ def _fused(names:dict[nn.Module, str])->list[tuple[str, str]]:
             out.append((n, f"fused experts: one module holds all {p.shape[0]} experts' weights ({pn} {tuple(p.shape)}) "
                            "and runs whenever its block runs, so it cannot diverge at the unit level"))
     return out
-
-# %% ../nbs/12_moe.ipynb #1b6c9300
-class FFN(nn.Module):
-    "A feed-forward pair (two plain linears LoRA can target); the blocks below hold several of them."
-    def __init__(self, d:int, hidden:int):
-        super().__init__()
-        self.up, self.down = nn.Linear(d, hidden, bias=False), nn.Linear(hidden, d, bias=False)
-    def forward(self, x): return self.down(torch.relu(self.up(x)))
-
-class BareRoutedBlock(nn.Module):
-    "A top-1 MoE whose experts sit in `ffns` (no 'expert' in any name), routed by a bare parameter, not a module."
-    def __init__(self, d:int, hidden:int, n:int=4):
-        super().__init__()
-        self.mix = nn.Linear(d, d, bias=False)          # every token passes here
-        self.ffns = nn.ModuleList(FFN(d, hidden) for _ in range(n))
-        self.route = nn.Parameter(torch.randn(d, n))    # the router: a bare matrix
-    def forward(self, h):
-        h = h + self.mix(h)
-        x = h.reshape(-1, h.shape[-1])
-        pick = (x @ self.route).argmax(-1)              # each token's one expert
-        out = torch.zeros_like(x)
-        for e in pick.unique().tolist():                # an expert no token picked does not run
-            rows = (pick == e).nonzero().flatten()
-            out = out.index_add(0, rows, self.ffns[e](x[rows]))
-        return h + out.reshape(h.shape)
-
-class BareRoutedLM(nn.Module):
-    "A tiny language model of `BareRoutedBlock`s (a custom MoE the kit's name rules could not see)."
-    _no_split_modules = ["BareRoutedBlock"]
-    def __init__(self, vocab:int=64, d:int=16, hidden:int=32, n_blocks:int=2):
-        super().__init__()
-        self.embed, self.head = nn.Embedding(vocab, d), nn.Linear(d, vocab, bias=False)
-        self.blocks = nn.ModuleList(BareRoutedBlock(d, hidden) for _ in range(n_blocks))
-    def forward(self, input_ids, labels=None, **kw):
-        h = self.embed(input_ids)
-        for b in self.blocks: h = b(h)
-        logits = self.head(h)
-        loss = None if labels is None else nn.functional.cross_entropy(
-            logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
-        from transformers.modeling_outputs import CausalLMOutput
-        return CausalLMOutput(loss=loss, logits=logits)
 
 # %% ../nbs/12_moe.ipynb #73bbc0dc
 @dataclass(frozen=True)
@@ -270,9 +229,11 @@ def moe_lora_model(name:str,   # a key of `MOE_LORA`
     if name not in MOE_LORA: raise ValueError(f"unknown MoE case {name!r}; use one of {', '.join(MOE_LORA)}")
     c = MOE_LORA[name]
     torch.manual_seed(0)
-    if c["model"] == "bare_routed": m = BareRoutedLM()
+    if c["model"] == "bare_routed":
+        from lora_fsdp_kit.toys import BareRoutedLM   # toy models live in toys (it imports models)
+        m = BareRoutedLM()
     elif c["model"] == "switch":
-        from lora_fsdp_kit.testing import SWITCH_CONFIG
+        from lora_fsdp_kit.toys import SWITCH_CONFIG
         m = model_from_config(dict(SWITCH_CONFIG), device="cpu", dtype=torch.float32)
     else: m = tiny_model(c["model"])
     return add_lora(m, r=r, alpha=2*r, target_modules=c["targets"], target_parameters=c.get("params"))

@@ -5,7 +5,7 @@
 # %% ../nbs/03_plan.ipynb #fda1371e
 from __future__ import annotations
 
-import functools, html, re
+import functools, html, re, warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -47,8 +47,10 @@ def tiny_lora_model(name:str="llama",                  # a `models.tiny_model` n
     else: m = models.tiny_model(name, device=device, dtype=getattr(torch, dtype))
     if lora_kwargs:   # options `models.add_lora` does not take: peft itself, seeded; lora_B stays zero (peft's init)
         from peft import LoraConfig, get_peft_model
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
             torch.manual_seed(0)
+            # peft calls transformers 5's deprecated `is_gradient_checkpointing`: a FutureWarning for them, not the caller
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
             cfg = LoraConfig(r=r, lora_alpha=2*r, target_modules=list(target_modules), **lora_kwargs)
             return get_peft_model(m, cfg, autocast_adapter_dtype=autocast_adapter_dtype)
     return models.add_lora(m, r=r, alpha=2*r, target_modules=tuple(target_modules), modules=modules,

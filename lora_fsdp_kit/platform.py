@@ -91,7 +91,9 @@ def live_tensor_bytes(device:str|None="cpu", # count only storages on this devic
     seen, total = set(), 0
     for o in gc.get_objects():
         try:
-            if not isinstance(o, torch.Tensor) or o.is_meta: continue
+            # type(), not isinstance: isinstance reads `o.__class__`, and torch's deprecated `reduce_op` object
+            # warns (a FutureWarning) on every attribute read
+            if not issubclass(type(o), torch.Tensor) or o.is_meta: continue
             if device is not None and o.device.type != device: continue
             st = o.untyped_storage()
         except Exception: continue  # tensor subclasses without storage (e.g. DTensor wrappers, fake tensors)

@@ -27,13 +27,14 @@ from .platform import get_platform
 from .shards import fsdp2_padded_numel
 from .strip import _layer_classes, align_lora_dtype, route_forward, strip_submodules
 from .wrap import WrapConfig
+# the toy models moved to `toys` (95a); importable from here as before, for the rank functions below and their callers
+from .toys import (BranchExpert, BranchBlock, BranchLM, branch_lora_model, SWITCH_CONFIG, switch_lora_model,
+                                BareRoutedBlock, BareRoutedLM, hazard_batch, HAZARD_MODELS, _build, _data_kind, hazard_loss)
 
 # %% auto #0
-__all__ = ['QKVO', 'SWITCH_CONFIG', 'HAZARD_MODELS', 'case_model', 'case_config', 'case_policy', 'case_wrap', 'training_batch',
-           'train_steps', 'peft_reference', 'gather_case', 'gather_cases', 'export_demo', 'profile_strategies',
-           'strip_lora_fsdp_rank', 'fsdp1_dtype_rank', 'BranchExpert', 'BranchBlock', 'BranchLM', 'branch_lora_model',
-           'switch_lora_model', 'hazard_batch', 'hazard_loss', 'hazard_case', 'hazard_cases', 'hazard_reference',
-           'hazard_outcome', 'guard_overhead']
+__all__ = ['QKVO', 'case_model', 'case_config', 'case_policy', 'case_wrap', 'training_batch', 'train_steps', 'peft_reference',
+           'gather_case', 'gather_cases', 'export_demo', 'profile_strategies', 'strip_lora_fsdp_rank',
+           'fsdp1_dtype_rank', 'hazard_case', 'hazard_cases', 'hazard_reference', 'hazard_outcome', 'guard_overhead']
 
 # %% ../nbs/95_testing.ipynb #t95t05
 QKVO = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -338,96 +339,6 @@ def fsdp1_dtype_rank()->dict:
             except (ValueError, RuntimeError) as e:
                 out[(case, when)] = f"refused: {str(e).splitlines()[0]}"
     return out
-
-# %% ../nbs/95_testing.ipynb #hzx00001
-class BranchExpert(nn.Module):
-    "One expert: up, activation, down (two plain linears LoRA can target)."
-    def __init__(self, d:int, hidden:int):
-        super().__init__()
-        self.up, self.down = nn.Linear(d, hidden, bias=False), nn.Linear(hidden, d, bias=False)
-    def forward(self, x): return self.down(torch.relu(self.up(x)))
-
-class BranchBlock(nn.Module):
-    "Equal-shaped experts; each sample goes to expert `first token % n` (routing by data, as MoE or any branch)."
-    def __init__(self, d:int, hidden:int, n:int=2):
-        super().__init__()
-        self.experts = nn.ModuleList(BranchExpert(d, hidden) for _ in range(n))
-    def forward(self, h, ids):
-        out = h.clone()
-        for e, expert in enumerate(self.experts):
-            rows = (ids[:, 0] % len(self.experts) == e).nonzero().flatten()
-            if len(rows): out = out.index_add(0, rows, expert(h[rows]))   # an expert no sample reached is skipped
-        return out
-
-class BranchLM(nn.Module):
-    "A tiny language model whose blocks route each sample to one of two equal experts, or skip a block."
-    _no_split_modules = ["BranchBlock"]
-    def __init__(self, vocab:int=64, d:int=16, hidden:int=32, n_blocks:int=2, drop_odd:bool=False):
-        super().__init__()
-        self.embed, self.head = nn.Embedding(vocab, d), nn.Linear(d, vocab, bias=False)
-        self.blocks = nn.ModuleList(BranchBlock(d, hidden) for _ in range(n_blocks))
-        self.drop_odd = drop_odd   # skip the last block for batches whose samples all start with an odd token
-    def forward(self, input_ids, labels=None, **kw):
-        h = self.embed(input_ids)
-        for i, b in enumerate(self.blocks):
-            if self.drop_odd and i == len(self.blocks) - 1 and bool((input_ids[:, 0] % 2 == 1).all()): continue
-            h = b(h, input_ids)
-        logits = self.head(h)
-        loss = None if labels is None else nn.functional.cross_entropy(
-            logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
-        # a transformers output (a dataclass FSDP can walk to hook the backward into the logits), not a namespace
-        from transformers.modeling_outputs import CausalLMOutput
-        return CausalLMOutput(loss=loss, logits=logits)
-
-def branch_lora_model(drop_odd:bool=False, # skip the last block on batches of odd first tokens (a layer-drop)
-                      r:int=2,            # LoRA rank
-                     )->nn.Module:
-    "`BranchLM` with LoRA on every expert's linears (seeded, non-zero B), a picklable factory."
-    torch.manual_seed(0)
-    return add_lora(BranchLM(drop_odd=drop_odd), r=r, alpha=2*r, target_modules=("up", "down"))
-
-SWITCH_CONFIG = dict(model_type="switch_transformers", architectures=["SwitchTransformersForConditionalGeneration"],
-                     vocab_size=128, d_model=32, d_kv=8, d_ff=32, num_layers=1,
-                     num_decoder_layers=1, num_heads=2, num_experts=4, expert_capacity=64, router_jitter_noise=0.0,
-                     encoder_sparse_step=1, decoder_sparse_step=1, dropout_rate=0.0, decoder_start_token_id=0,
-                     pad_token_id=0, eos_token_id=1)
-
-def switch_lora_model(r:int=2)->nn.Module:
-    "A tiny transformers Switch-Transformers MoE (4 experts, real router) with LoRA on every expert's linears."
-    m = model_from_config(dict(SWITCH_CONFIG), device="cpu", dtype=torch.float32)
-    return add_lora(m, r=r, alpha=2*r, target_modules=("wi", "wo"))
-
-# %% ../nbs/95_testing.ipynb #hzx00002
-def hazard_batch(model:str,        # "branch", "switch" or "llama"
-                 rank:int,         # whose batch
-                 same:bool=False,  # every rank the same batch (rank 0's)
-                )->torch.Tensor:
-    "This rank's token batch: branch models route rank r to expert r % 2; Llama gets unequal unpadded lengths."
-    r = 0 if same else rank
-    g = torch.Generator().manual_seed(100 + r)
-    if model == "branch":
-        ids = torch.randint(0, 32, (2, 6), generator=g) * 2 + r % 2   # first token parity = rank parity
-        return ids
-    if model == "switch": return torch.randint(2, 128, (2, 8), generator=g)
-    if model == "llama": return torch.randint(1, 500, (1, 5 + 3 * r), generator=g)   # unpadded, unequal lengths
-    raise ValueError(f"unknown hazard model {model!r}; use 'branch', 'switch' or 'llama'")
-
-HAZARD_MODELS = {"branch": functools.partial(branch_lora_model),
-                 "branch_drop": functools.partial(branch_lora_model, True),
-                 "switch": functools.partial(switch_lora_model)}
-
-def _build(name:str)->nn.Module:
-    if name in HAZARD_MODELS: return HAZARD_MODELS[name]()
-    if name == "llama":
-        return P.tiny_lora_model("llama")
-    raise ValueError(f"unknown hazard model {name!r}; use one of {sorted(HAZARD_MODELS) + ['llama']}")
-
-def _data_kind(name:str)->str: return "branch" if name.startswith("branch") else name
-
-def hazard_loss(model:nn.Module, name:str, ids:torch.Tensor)->torch.Tensor:
-    "The model's language-modelling loss on `ids` (the encoder-decoder MoE reads them on both sides)."
-    if name == "switch": return model(input_ids=ids, decoder_input_ids=ids, labels=ids).loss
-    return model(input_ids=ids, labels=ids).loss
 
 # %% ../nbs/95_testing.ipynb #hzx00008
 def _lora_after(model:nn.Module)->dict[str, torch.Tensor]:

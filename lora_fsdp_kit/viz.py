@@ -17,8 +17,8 @@ from .figures import KitFigure, new_figure
 
 # %% auto #0
 __all__ = ['PART_COLOURS', 'LINE_WIDTH', 'UnitGroup', 'group_units', 'shorten_middle', 'distinct_labels', 'plot_plan',
-           'group_findings', 'findings_html', 'build_for_plan', 'PlanReport', 'PlanExplorer', 'explore',
-           'plan_text_grouped', 'plan_command']
+           'group_findings', 'findings_html', 'PlanReport', 'PlanExplorer', 'explore', 'plan_text_grouped',
+           'plan_command']
 
 # %% ../nbs/04_viz.ipynb #d7149cc7
 _SEV_RANK = {"error": 3, "warning": 2, "info": 1}
@@ -218,23 +218,10 @@ def findings_html(findings:list[Finding],  # a plan's findings
     return "".join(out)
 
 # %% ../nbs/04_viz.ipynb #8f18e3e2
-def build_for_plan(model:str|None=None,        # a zoo name or a shipped full-size config name
-                   config:str|None=None,       # or a config.json (or its folder)
-                   lora_r:int=8,               # LoRA rank
-                   targets:str="q_proj,v_proj",  # comma-separated LoRA target module names
-                  )->nn.Module:                # a meta-device peft model (LoRA on the thinker of an Omni model)
-    "A meta model with LoRA for planning: a zoo name, a shipped full-size config name, or a config.json path."
-    from lora_fsdp_kit import models
-    if (model is None) == (config is None): raise ValueError("give exactly one of model (a name) or config (a path)")
-    if model is not None:
-        if model in models.model_names(): m = models.tiny_model(model, device="meta")
-        elif model in models.FULL_SIZE_CONFIGS: m = models.model_from_config(model)
-        else: raise ValueError(f"unknown model {model!r}; available: {', '.join(models.model_names())}, "
-                               f"{', '.join(models.FULL_SIZE_CONFIGS)} (or pass --config path/to/config.json)")
-    else: m = models.model_from_config(config)
-    scope = "thinker" if hasattr(m, "thinker") else None
-    return models.add_lora(m, r=lora_r, alpha=2 * lora_r, target_modules=[t for t in targets.split(",") if t],
-                           modules=scope)
+# the default LoRA targets, every attention projection (the CLI's, the demo's and fits'); the CLI's module imports
+# nothing heavy, so `lfk --help` stays instant
+from .__main__ import PLAN_TARGETS
+from .models import build_for_plan   # what the CLI, the explorer and plan_command plan
 
 @dataclass(frozen=True)
 class PlanReport:
@@ -254,7 +241,7 @@ class PlanReport:
 # %% ../nbs/04_viz.ipynb #0893a6f4
 class PlanExplorer:
     "The widget behind `explore`: a model picker, the knobs, and the tree, chart and findings of the current plan."
-    def __init__(self, model:nn.Module|str|None=None, layer_cls="auto", lora_r:int=8, targets:str="q_proj,v_proj"):
+    def __init__(self, model:nn.Module|str|None=None, layer_cls="auto", lora_r:int=8, targets:str=PLAN_TARGETS):
         import ipywidgets as W
         from lora_fsdp_kit import models
         self.layer_cls, self.lora_r, self.targets, self._given = layer_cls, lora_r, targets, model
@@ -429,7 +416,7 @@ PlanExplorer._repr_mimebundle_ = _pe__repr_mimebundle_
 def explore(model:nn.Module|str|None=None,  # a (peft) model, a zoo or shipped config name; None: the tiny Llama
             layer_cls="auto",               # initially selected layer classes (for a model given as a module)
             lora_r:int=8,                   # LoRA rank of the models the picker builds
-            targets:str="q_proj,v_proj",    # their LoRA target modules (as `plan --targets`)
+            targets:str=PLAN_TARGETS,       # their LoRA target modules (as `plan --targets`)
            )->PlanExplorer:                 # display it; `.widget` is the ipywidgets VBox, `.plan` the current plan
     "An ipywidgets panel that re-plans a model and redraws tree, chart and findings whenever a knob changes."
     return PlanExplorer(model, layer_cls, lora_r, targets)
@@ -482,7 +469,7 @@ def plan_text_grouped(plan:Plan,                          # the plan to report
 def plan_command(model:str|None=None,        # a zoo name or a shipped full-size config name (e.g. qwen3_omni_default)
                  config:str|None=None,       # or a config.json (or its folder)
                  lora_r:int=8,               # LoRA rank
-                 targets:str="q_proj,v_proj",  # comma-separated LoRA target module names
+                 targets:str=PLAN_TARGETS,    # comma-separated LoRA target module names
                  min_num_params:int=0,       # FSDP1: the size part's threshold (> 0 drops the lambda part)
                  fsdp:int=1,                 # 1: lora_wrap_policy; 2: fully_shard on the model's layer classes
                  png:str|None=None,          # write the chart here
