@@ -146,6 +146,7 @@ def _probe_regions(model:nn.Module, names:dict[nn.Module, str], probes:int)->tup
     return sig, unprobed
 
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # model -> (its module ids, probes, Routing)
+_BY_STRUCTURE: dict = {}   # a model's structure -> Routing (small: one entry per architecture and LoRA layout)
 
 def routing(model:nn.Module,   # a transformers or plain torch model, with or without peft LoRA (real weights)
             probes:int=6,      # probe forwards on different random inputs
@@ -154,8 +155,13 @@ def routing(model:nn.Module,   # a transformers or plain torch model, with or wi
     key = (tuple(id(m) for m in model.modules()), probes)   # adding LoRA or wrapping changes the modules
     hit = _CACHE.get(model)
     if hit is not None and hit[0] == key: return hit[1]
-    r = _routing(model, probes)
-    _CACHE[model] = (key, r)
+    # a model built again from the same config (a test matrix, a sweep of wrappings) routes the same way: its
+    # structure (module names and types, parameter shapes, dtypes and devices) is the key of a second cache
+    shape = (probes, tuple((n, type(m).__qualname__, tuple((p.shape, p.dtype, p.device.type, p.requires_grad)
+                                                            for p in m.parameters(recurse=False)))
+                           for n, m in model.named_modules()))
+    r = _BY_STRUCTURE.get(shape) or _routing(model, probes)
+    _CACHE[model] = (key, r); _BY_STRUCTURE[shape] = r
     return r
 
 def _routing(model:nn.Module, probes:int)->Routing:
