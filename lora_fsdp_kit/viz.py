@@ -237,6 +237,14 @@ class PlanReport:
     def exit_code(self)->int:
         "0: no ✖ error finding; 1: at least one (FSDP would refuse, crash or hang). Bad input exits 2 in the CLI."
         return 1 if self.n_errors else 0
+    @property
+    def summary(self)->str:
+        "The report's head: the plan's totals and its policy (the lines above the tree)."
+        return self.text.split("\n<root>", 1)[0]
+    @property
+    def findings_text(self)->str:
+        "The report's tail: the findings grouped by kind, each with its fix."
+        return self.text[self.text.index("\nfindings:") + 1:]
 
 # %% ../nbs/04_viz.ipynb #0893a6f4
 class PlanExplorer:
