@@ -48,14 +48,16 @@ def _slowest(seconds:float)->float:
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.item()
 
-def timed(fn, runs:int)->list[float]:
-    "Seconds per call of `fn`, each the slowest rank's, after one warm-up call."
-    out = []
+def timed(fns:dict, runs:int)->dict[str, list[float]]:
+    """Seconds per call of each of `fns`, each the slowest rank's, after one warm-up call each; interleaved (run i of
+    every function, then run i+1), so that on a shared machine each ratio compares calls made under the same load."""
+    out = {k: [] for k in fns}
     for i in range(runs + 1):
-        dist.barrier()
-        t0 = time.perf_counter(); fn()
-        dt = _slowest(time.perf_counter() - t0)
-        if i: out.append(dt)
+        for k, fn in fns.items():
+            dist.barrier()
+            t0 = time.perf_counter(); fn()
+            dt = _slowest(time.perf_counter() - t0)
+            if i: out[k].append(dt)
     return out
 
 def _meter():
@@ -111,15 +113,14 @@ def run_setting(model:str, setting:str, runs:int, profile:bool)->dict:
     res = dict(model=model, setting=setting, world=dist.get_world_size(), **size)
     with AllGatherCounter() as c: got = gather_lora(fm, progress=False)
     res.update(collectives=c.calls, bytes=c.bytes)
-    res["gather"] = timed(lambda: gather_lora(fm, progress=False), runs)
-    res["raw"], res["raw_copies"], res["a2a"] = timed(collective, runs), timed(with_copies, runs), timed(a2a, runs)
+    res.update(timed(dict(gather=lambda: gather_lora(fm, progress=False), raw=collective, raw_copies=with_copies,
+                          a2a=a2a), runs))
     folder = _shared_dir()
     target, plain = os.path.join(folder, "adapter"), os.path.join(folder, "plain.safetensors")
-    res["save"] = timed(lambda: save_lora(fm, target), runs)
     def save_limit():
         with_copies()
         if dist.get_rank() == 0: save_file(got, plain, metadata={"format": "pt"})
-    res["save_limit"] = timed(save_limit, runs)
+    res.update(timed(dict(save=lambda: save_lora(fm, target), save_limit=save_limit), runs))
     p = measure_gather(fm, "packed")
     res.update(peak=p.peak_extra, bound=size["shard_world"] * size["width"] + size["width"] + size["lora_bytes"])
     if profile and dist.get_rank() == 0: res["profile"] = _profile(lambda: gather_lora(fm, progress=False))
