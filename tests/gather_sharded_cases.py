@@ -109,8 +109,18 @@ def offline_case()->dict:
     finally: S.check_file_exists_on_hf_hub = orig
 
 def second_call_case(setting:str, policy:str)->dict:
-    "Count module walks and source parsing during a second gather of the same model."
-    fm = case_wrap(case_model("llama"), policy, setting)
+    """Count module walks and source parsing during a second gather of the same model; then `iter_lora` on it: the
+    bytes its collectives move (issue 19: with decoder layers as FSDP1 units it moved whole layers) and its tensors."""
+    from lora_fsdp_kit.export import iter_lora
+    from lora_fsdp_kit.memory import AllGatherCounter
+    pm = case_model("llama")
+    pristine = get_peft_model_state_dict(pm)
+    fm = case_wrap(pm, policy, setting)
+    with AllGatherCounter() as c: streamed = dict(iter_lora(fm))
+    stream = dict(iter_equal=set(streamed) == set(pristine) and all(torch.equal(streamed[k], pristine[k])
+                                                                    for k in pristine),
+                  iter_bytes=c.bytes, iter_collectives=c.calls,
+                  lora_bytes=sum(t.numel() * t.element_size() for t in pristine.values()))
     first = gather_lora(fm)
     counts, saved = Counter(), {}
     def counting(owner, name):
@@ -123,7 +133,7 @@ def second_call_case(setting:str, policy:str)->dict:
     try: second = gather_lora(fm)
     finally:
         for (owner, name), f in saved.items(): setattr(owner, name, f)
-    return dict(setting=setting, policy=policy, counts=dict(counts), equal=_equal(first, second))
+    return dict(setting=setting, policy=policy, counts=dict(counts), equal=_equal(first, second), **stream)
 
 def rebuild_case()->dict:
     "The cached view is the same object while the wrapping holds, and a new one once a unit's parameters change."

@@ -2,7 +2,8 @@
 the unwrapped model bit for bit; after an eval forward that leaves units unsharded (reshard_after_forward False or an
 int, LoRA in the root unit, bf16 mixed precision) gather and save return the fp32 master weights; with a config naming
 a Hub id and HF_HUB_OFFLINE=1 no gather, save or load looks anything up (peft's own helper does: the control); a second
-gather walks no modules and parses no source; the cached view is rebuilt exactly when the wrapping changes."""
+gather walks no modules and parses no source; `iter_lora` moves only the LoRA bytes (FSDP1 decoder-layer units too)
+and equals peft; the cached view is rebuilt exactly when the wrapping changes."""
 import os, sys
 
 import pytest
@@ -58,6 +59,14 @@ def test_second_gather_walks_nothing(rows):
     for r in got:
         assert r["equal"], r
         assert r["counts"] == {}, r
+
+def test_iter_lora_moves_only_lora_bytes(rows):
+    # FSDP1 with decoder layers as units used to unshard each layer (21x the LoRA bytes); FSDP2 at 2 ranks pads nothing
+    got = of(rows, "second_call_case")
+    assert {r["setting"] for r in got} == {"fsdp1", "fsdp1-orig", "fsdp2"}
+    for r in got:
+        assert r["iter_equal"], r
+        assert r["iter_bytes"] == r["lora_bytes"], r
 
 def test_view_rebuilt_when_wrapping_changes(rows):
     for r in of(rows, "rebuild_case"):
