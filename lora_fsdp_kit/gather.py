@@ -5,7 +5,8 @@
 # %% ../nbs/05_gather.ipynb #05ee0096
 from __future__ import annotations
 
-import contextlib, copy, os, re
+import contextlib, re
+from itertools import count
 from collections import OrderedDict
 from typing import Callable, ClassVar, Iterator
 
@@ -13,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FullyShardedDataParallel as _FSDP1
-from peft import PeftModel, get_peft_model_state_dict
+from peft import PeftModel
 
 from .doctor import internal
 # private torch/peft objects: imported when first used, checked by `python -m lora_fsdp_kit doctor`
@@ -23,10 +24,12 @@ _ModulesToSaveWrapper = internal("peft.utils.other:ModulesToSaveWrapper")
 
 from .platform import EngineRegistry
 from .launch import launched_from_notebook
+from .peft_names import peft_lora_names
+from .votes import RankFailure, RankVote
 from .shards import clean_name, join_name
 from .sharded import ShardedParam, ShardedUnit, ShardedView, sharded_view
-from .packing import (PackPlan, TensorShards, evenly as _evenly, pack, pack_plan, receive_buffer,
-                                   split_buckets, tensor_shards, unpack)   # `_evenly`: measure reads it here
+from .packing import PackPlan, TensorShards, pack, pack_plan, receive_buffer, split_buckets, tensor_shards, unpack
+from .packing import evenly as _evenly   # measure reads it here
 
 # %% auto #0
 __all__ = ['OwnedParam', 'GatherUnit', 'unwrapped_name', 'MissingLoraError', 'GatherEngine', 'Fsdp1GatherEngine',
@@ -79,7 +82,7 @@ class GatherEngine:
         "Unshard the whole model at once (the baseline); yield every parameter, full."
         raise NotImplementedError
     def full_lora(self, unit:GatherUnit, names:list[str], rank0_only:bool=False)->Iterator[tuple[str, torch.Tensor]]:
-        "Yield (name, full CPU copy) for `names` owned by `unit`: one packed collective of their bytes (None: not kept)."
+        "Yield (name, full copy) for `names` owned by `unit`: one packed collective of their bytes (None: not kept"
         # never `unsharded(unit)`: with decoder layers as units that would move the whole layer for its LoRA rows
         keep = not rank0_only or dist.get_rank() == 0
         got = self.collect(names, rank0_only=rank0_only)
@@ -136,12 +139,9 @@ def lora_names(self, adapter_name:str="default")->OrderedDict[str, str]:
     if adapter_name not in pm.peft_config:
         raise ValueError(f"this model has no adapter {adapter_name!r}; its adapters: "
                          f"{', '.join(map(repr, pm.peft_config))} (pass one of them as adapter_name)")
-    def ask_peft():
+    def ask_peft():   # `lora_fsdp_kit.peft_names`: peft decides, on unwrapped names, without collective or Hub
         names = self.param_order()
-        marks = {n: torch.empty(0) for n in names}
-        back = {id(t): n for n, t in marks.items()}
-        sd = get_peft_model_state_dict(_UnwrappedView(pm, names), state_dict=marks, adapter_name=adapter_name)
-        out = OrderedDict((back[id(t)], k) for k, t in sd.items())
+        out = peft_lora_names(pm, names, adapter_name)
         if not out:
             raise MissingLoraError(f"peft finds no parameters of adapter {adapter_name!r} among the {len(names)} "
                                    f"parameters of this {self.flavour} model; is it a LoRA model?")
@@ -149,14 +149,21 @@ def lora_names(self, adapter_name:str="default")->OrderedDict[str, str]:
     return OrderedDict(self.memo(("lora_names", adapter_name), ask_peft))
 
 @_method_of(GatherEngine)
-def collect(self, names, *, rank0_only:bool=False, bucket_bytes:int|None=None,
-            progress:bool=False)->dict[str, torch.Tensor]:
+def collect(self, names, *, rank0_only:bool=False, bucket_bytes:int|None=None, progress:bool=False,
+            vote:RankVote|None=None)->dict[str, torch.Tensor]:
     "Gather `names` in packed collectives (one per shard group and bucket): full CPU tensors with own storage."
+    if vote is None and self.view.groups:   # ranks agree before each collective and at the end (a vote of its own)
+        with self.vote("gather") as own:
+            got = self.collect(names, rank0_only=rank0_only, bucket_bytes=bucket_bytes, progress=progress, vote=own)
+            own.agree("done", what="gather", doing="unpacking the gathered tensors")
+            return got
     def plan():   # once per set of names: the collectives' plans (a tied weight: gathered once, under its first name)
         pairs = [(n, self.primary(n)) for n in names]
         return pairs, packed_jobs(self.shards(list(dict.fromkeys(p for _, p in pairs))), rank0_only, bucket_bytes)
-    pairs, jobs = self.memo(("packed", tuple(names), rank0_only, bucket_bytes), plan)
-    got = run_packed(jobs, rank0_only=rank0_only, progress=progress, desc=f"gather LoRA ({self.flavour})")
+    try: pairs, jobs, err = *self.memo(("packed", tuple(names), rank0_only, bucket_bytes), plan), None
+    except Exception as e: pairs, jobs, err = [], ([], []), e   # voted on before the first collective
+    got = run_packed(jobs, rank0_only=rank0_only, progress=progress, desc=f"gather LoRA ({self.flavour})",
+                     vote=vote, error=err)
     return {n: got[p] for n, p in pairs if p in got}
 
 @_method_of(GatherEngine)
@@ -171,54 +178,11 @@ def collect_per_unit(self, names, *, rank0_only:bool=False, progress:bool=False,
                 if keep: got[n] = t
     return got
 
-# %% ../nbs/05_gather.ipynb #46f4fb38
-class _UnwrappedView:
-    "A PeftModel whose `named_modules()` gives unwrapped names: peft finds its LoRA layers by module name."
-    # Under FSDP1, module names carry `_fsdp_wrapped_module.` segments in the middle; peft only strips a leading
-    # one, which is why its own `get_peft_model_state_dict` returns 0 keys under nested FSDP1 units.
-    def __init__(self, model:nn.Module, names:list[str]): self._model, self._names = model, names
-    def named_modules(self, *args, **kw):
-        mods = {}
-        for n, m in self._model.named_modules(*args, **kw):
-            n = unwrapped_name(n)   # a wrapper and the module it wraps share a name: the module itself wins
-            if n not in mods or _is_fsdp(mods[n]) and not isinstance(m, _FSDP1): mods[n] = m
-        for n, m in mods.items():
-            yield n, (_KeysOnlyWrapper.of(m, n, self._names) if isinstance(m, _ModulesToSaveWrapper) else m)
-    @property
-    def peft_config(self)->dict:
-        "The adapters' configs, naming the base model only where it is a local folder (peft then never asks the Hub)."
-        return {a: _offline_config(c) for a, c in self._model.peft_config.items()}
-    def __getattr__(self, name): return getattr(self._model, name)
-
-def _offline_config(cfg):
-    "`cfg`, or a copy whose `base_model_name_or_path` is None when it is not a local folder with a config.json."
-    mid = getattr(cfg, "base_model_name_or_path", None)
-    if not mid or os.path.isfile(os.path.join(mid, "config.json")): return cfg
-    cfg = copy.copy(cfg); cfg.base_model_name_or_path = None   # a shallow copy: the model's config is left alone
-    return cfg
-
-def _is_fsdp(m:nn.Module)->bool:
-    from torch.distributed.fsdp import FSDPModule
-    return isinstance(m, (_FSDP1, FSDPModule))
-
-class _StateDictKeys:
-    "Stands in for a module whose `state_dict()` peft reads only for its keys."
-    def __init__(self, keys:list[str]): self._keys = keys
-    def state_dict(self, *a, **kw): return dict.fromkeys(self._keys)
-
-class _KeysOnlyWrapper:
-    """peft's `ModulesToSaveWrapper.adapter_state_dict` lists keys with `modules_to_save[adapter].state_dict()`, which
-    under FSDP1 runs FSDP's full-state-dict hook: an all-gather of the head's copy just to learn its keys. A
-    shallow copy of the wrapper whose copies answer with their parameter names instead (no collective)."""
-    @staticmethod
-    def of(m, name:str, names:list[str]):
-        view = copy.copy(m)
-        keys = {a: [n[len(f"{name}.modules_to_save.{a}."):] for n in names
-                    if n.startswith(f"{name}.modules_to_save.{a}.")] for a in m.modules_to_save}
-        object.__setattr__(view, "__dict__", dict(m.__dict__, modules_to_save={a: _StateDictKeys(k)
-                                                                               for a, k in keys.items()}))
-        return view
-
+@_method_of(GatherEngine)
+def vote(self, name:str)->RankVote:
+    "A failure vote among the ranks that gather this model together: its shard group (several groups: the whole job)."
+    gs = self.view.groups
+    return RankVote(name, group=gs[0] if len(gs) == 1 else None)
 
 # %% ../nbs/05_gather.ipynb #95516102
 def _own_cpu_copy(t:torch.Tensor)->torch.Tensor:
@@ -315,13 +279,16 @@ def _send_buffer(plan:PackPlan, copies:int)->torch.Tensor:
     return send
 
 # %% ../nbs/05_gather.ipynb #3e4de790
-def _gather_bucket(plan:PackPlan, group, rank0_only:bool)->dict[str, torch.Tensor]|None:
+def _gather_bucket(plan:PackPlan, group, rank0_only:bool, vote:RankVote|None=None,
+                   stage:str="")->dict[str, torch.Tensor]|None:
     "One collective of `plan` within `group`; full tensors (None on ranks that keep nothing)."
     world, me, sizes, width = plan.world, plan.me, plan.sizes, plan.width
     keep = not rank0_only or dist.get_rank() == 0
     # the all-to-all sends this rank's pieces once to each receiving rank: pack once, then copy the packed block
     send = _send_buffer(plan, 1 if plan.even or rank0_only else world)
     recv = [receive_buffer(plan, keep)]   # in a list: `unpack` drops it before its copies
+    # every rank has its buffers: agree that all do before anyone enters the collective (no peer left in it)
+    if vote is not None: vote.agree(stage, what="gather", doing=f"preparing {stage}")
     if plan.even:   # nearly even pieces: one all-gather (or gather to rank 0) of equal, zero-padded buffers
         out = recv[0][:world * width] if keep else recv[0]
         if rank0_only:   # in the shard group of rank 0, group rank 0 is global rank 0
@@ -344,15 +311,25 @@ def run_packed(jobs:tuple,                 # from `packed_jobs`
                rank0_only:bool=False,      # only rank 0 receives; others return {}
                progress:bool=False,        # tqdm bar over collectives
                desc:str="gather",
+               vote:RankVote|None=None,    # ranks agree before each collective that every rank is ready
+               error:Exception|None=None,  # this rank already failed (e.g. planning): raised at the first agreement
               )->dict[str, torch.Tensor]:  # name -> full detached CPU tensor with its own storage
     "Run planned collectives: this rank's pieces read now, one collective per plan, full tensors out."
     keep = not rank0_only or (dist.get_rank() if dist.is_initialized() else 0) == 0
-    whole, plans = jobs
-    out = {t.name: _own_cpu_copy(t.local.view(t.shape)) for t in whole} if keep else {}
-    with torch.no_grad():
-        for g, plan in _progress_bar(plans, progress, desc, "collective"):
-            got = _gather_bucket(plan, g, rank0_only)
-            if got is not None: out.update(got)
+    (whole, plans), out = jobs, {}
+    try:
+        if error is not None: raise error
+        if keep: out = {t.name: _own_cpu_copy(t.local.view(t.shape)) for t in whole}
+        with torch.no_grad():
+            for k, (g, plan) in enumerate(_progress_bar(plans, progress, desc, "collective")):
+                got = _gather_bucket(plan, g, rank0_only, vote, f"collective {k}")
+                if got is not None: out.update(got)
+    except RankFailure: raise
+    except BaseException as e:   # failed before or after a collective: every rank raises at its next agreement
+        if vote is None: raise
+        stage = next(f"collective {k}" for k in count() if f"collective {k}" not in vote.posted)
+        if not isinstance(e, Exception): vote.post(stage, e); raise   # Ctrl-C: said to the others, then on up
+        vote.agree(stage, e, what="gather", doing=f"preparing {stage}")
     return out
 
 def gather_packed(shards:list[TensorShards],      # from `GatherEngine.shards`
@@ -390,13 +367,20 @@ def gather_lora(model:nn.Module,              # an FSDP1- or FSDP2-wrapped peft 
                 bucket_bytes:int|None=None,   # cap on each rank's packed buffer; None: one collective
                )->OrderedDict[str, torch.Tensor]: # peft's adapter state dict keys -> full CPU tensors
     "Collect the LoRA tensors of an FSDP-sharded peft model in one packed collective, as peft's adapter state dict."
-    engine = gather_engine(model)
-    wanted = engine.lora_names(adapter_name)
     rank = dist.get_rank() if dist.is_initialized() else 0
     show = (launched_from_notebook() and rank == 0) if progress is None else bool(progress)
-    got = engine.collect(list(wanted), rank0_only=rank0_only, bucket_bytes=bucket_bytes, progress=show)
+    engine = gather_engine(model)   # not FSDP-wrapped: the same error on every rank, before any collective
+    # a failure on one rank (before, between or after the collectives) raises on every rank, naming it: never a hang
+    with (engine.vote("gather_lora") if engine.view.groups else contextlib.nullcontext()) as vote:
+        try: wanted, err = engine.lora_names(adapter_name), None
+        except Exception as e: err = e
+        if err is not None and vote is None: raise err
+        if err is not None: vote.agree("collective 0", err, what="gather_lora", doing="finding the LoRA tensors")
+        got = engine.collect(list(wanted), rank0_only=rank0_only, bucket_bytes=bucket_bytes, progress=show,
+                             vote=vote)
+        with (vote.step("done", what="gather_lora", doing="checking") if vote else contextlib.nullcontext()):
+            if not (rank0_only and rank != 0): check_collected(wanted, got, engine)
     if rank0_only and rank != 0: return OrderedDict()
-    check_collected(wanted, got, engine)
     return OrderedDict((key, got[src]) for src, key in wanted.items())
 
 def check_collected(wanted, got:dict, engine:GatherEngine|None=None):

@@ -63,7 +63,7 @@ def evenly(sizes:list[int])->bool:
 
 # %% ../nbs/05a_packing.ipynb #af53cfe6
 def _runs(t:TensorShards, rank:int, src:int, dst:int)->torch.Tensor:
-    "Byte runs (source, destination, length) that copy rank `rank`'s piece of `t` (at `src`) into the full tensor (at `dst`)."
+    "Byte runs (source, destination, length) copying rank `rank`'s piece of `t` (at `src`) into the full tensor (`dst`)."
     lay, isz = t.layout, t.dtype.itemsize
     s, n = lay.spans[rank]
     inner = math.prod(lay.view[lay.dim + 1:])
@@ -86,7 +86,7 @@ def _rows(runs:torch.Tensor, extra:list[int])->tuple[int, torch.Tensor]:
 # %% ../nbs/05a_packing.ipynb #c7fb0ae9
 @dataclass(frozen=True, eq=False)
 class PackPlan:
-    "One packed collective over one shard group, worked out once: the sizes, this rank's pieces, and where every byte of every full tensor comes from in the receive buffer."
+    "One packed collective of one shard group, worked out once: sizes, this rank's pieces, where each byte lands."
     world: int                       # ranks in the shard group
     me: int                          # this rank's place in it
     sizes: tuple[int, ...]           # per group rank: bytes of its packed pieces
@@ -141,7 +141,7 @@ def pack_plan(tensors:list[TensorShards],  # one shard group's tensors (all with
 
 # %% ../nbs/05a_packing.ipynb #9dbdd7b6
 def pack(plan:PackPlan, send:torch.Tensor):
-    "Copy this rank's pieces, read now from the master weights, into `send` (uint8, `sizes[me]` bytes): one `torch.cat`."
+    "This rank's pieces, read now from the master weights, into `send` (uint8, `sizes[me]` bytes): one `torch.cat`."
     if not plan.reads: return
     bases = map(torch.Tensor.reshape, [r() for r in plan.reads], repeat(-1))
     pieces = list(map(torch.narrow, bases, repeat(0), plan.offs, plan.lens))

@@ -3,7 +3,8 @@ the unwrapped model bit for bit; after an eval forward that leaves units unshard
 int, LoRA in the root unit, bf16 mixed precision) gather and save return the fp32 master weights; with a config naming
 a Hub id and HF_HUB_OFFLINE=1 no gather, save or load looks anything up (peft's own helper does: the control); a second
 gather walks no modules and parses no source; `iter_lora` moves only the LoRA bytes (FSDP1 decoder-layer units too)
-and equals peft; the cached view is rebuilt exactly when the wrapping changes."""
+and equals peft; a failure on either rank before or between the collectives of `gather_lora` and
+`iter_lora_buckets` raises on both within seconds, naming the rank and its cause; the cached view is rebuilt exactly when the wrapping changes."""
 import os, sys
 
 import pytest
@@ -16,7 +17,9 @@ CASES = ([("dim1_case", {}), ("offline_case", {}), ("rebuild_case", {})]
          + [("master_case", kw) for kw in (dict(), dict(root_only=True, reshard_after_forward=None),
                                            dict(reshard_after_forward=1))]
          + [("second_call_case", dict(setting=s, policy=p))
-            for s, p in (("fsdp1", "peft"), ("fsdp1-orig", "layer"), ("fsdp2", "layer"))])
+            for s, p in (("fsdp1", "peft"), ("fsdp1-orig", "layer"), ("fsdp2", "layer"))]
+         + [("fault_case", dict(fault=f, who=w, how=h)) for h in ("gather_lora", "iter_lora_buckets")
+            for f in ("before the first collective", "between collectives") for w in (0, 1)])
 
 @pytest.fixture(scope="module")
 def rows():
@@ -67,6 +70,16 @@ def test_iter_lora_moves_only_lora_bytes(rows):
     for r in got:
         assert r["iter_equal"], r
         assert r["iter_bytes"] == r["lora_bytes"], r
+
+def test_faults_raise_on_every_rank(rows):
+    # issue 19: a failure on one rank before a collective or between two used to leave the peer in the collective
+    got = of(rows, "fault_case")
+    assert len(got) == 2 * 8
+    for r in got:
+        assert r["raised"] == "RankFailure", r
+        assert f"rank(s) [{r['who']}]" in r["message"] and f"MemoryError: injected on rank {r['who']}" in r["message"], r
+        assert r["seconds"] < 10, r
+        assert r["usable"], r
 
 def test_view_rebuilt_when_wrapping_changes(rows):
     for r in of(rows, "rebuild_case"):
