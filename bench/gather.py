@@ -8,7 +8,7 @@ sharding (FSDP1 with LoRA leaves as units, FSDP1 with decoder layers as units, F
   plus the copies around it (packing this rank's bytes into the send buffer, copying the received bytes out);
 - `save_lora(model, dir)`, against the limit plus rank 0 writing the same tensors with safetensors.
 It prints each time as a ratio to its limit (goal: <= 3x), a raw `all_to_all_single` of the exact sizes (what the kit
-uses when pieces are uneven), the collectives and bytes of one gather, and the peak extra
+uses when pieces are uneven), the failure vote of one gather alone (two store agreements; included in the gather's time), the collectives and bytes of one gather, and the peak extra
 memory of one gather (torch's MemTracker) against the bound: receive buffer + send buffer + the full LoRA tensors.
 `--profile` prints cProfile's top functions of one (second) gather on rank 0. `--strategies` runs the older
 comparison of gather strategies (per unit, per tensor, whole model). Timings are noisy on a shared machine.
@@ -104,7 +104,7 @@ def run_setting(model:str, setting:str, runs:int, profile:bool)->dict:
     "One model under one sharding on this rank: times, limits, bytes, peak."
     from safetensors.torch import save_file
     from lora_fsdp_kit.export import save_lora
-    from lora_fsdp_kit.gather import gather_lora
+    from lora_fsdp_kit.gather import gather_engine, gather_lora
     from lora_fsdp_kit.testing import case_wrap
     policy, kind, sharding, _ = SETTINGS[setting]
     fm = case_wrap(bench_model(model), policy, kind, sharding)
@@ -113,8 +113,11 @@ def run_setting(model:str, setting:str, runs:int, profile:bool)->dict:
     res = dict(model=model, setting=setting, world=dist.get_world_size(), **size)
     with AllGatherCounter() as c: got = gather_lora(fm, progress=False)
     res.update(collectives=c.calls, bytes=c.bytes)
+    eng = gather_engine(fm)
+    def vote_rounds():   # the failure vote of one gather_lora alone: an agreement before its collective, one after
+        with eng.vote("bench") as v: v.agree("collective 0"); v.agree("done")
     res.update(timed(dict(gather=lambda: gather_lora(fm, progress=False), raw=collective, raw_copies=with_copies,
-                          a2a=a2a), runs))
+                          a2a=a2a, vote=vote_rounds), runs))
     folder = _shared_dir()
     target, plain = os.path.join(folder, "adapter"), os.path.join(folder, "plain.safetensors")
     def save_limit():
@@ -139,7 +142,7 @@ def report(rows:list[dict], runs:int)->bool:
           f"bytes + the copies; save limit = that + rank 0 writing the same tensors (safetensors)")
     head = (f"{'model':<8}{'ranks':>6} {'setting':<14}{'tensors':>8}{'LoRA':>11}{'coll.':>6}{'bytes/LoRA':>11}"
             f"{'gather':>8}{'raw':>7}{'limit':>7}{'ratio':>7}{'a2a':>7}{'save':>8}{'limit':>7}{'ratio':>7}"
-            f"{'peak':>11}{'bound':>11}")
+            f"{'vote':>6}{'peak':>11}{'bound':>11}")
     print(head)
     ok = True
     for r in rows:
@@ -147,7 +150,7 @@ def report(rows:list[dict], runs:int)->bool:
         ok &= g / lim <= 3 and r["peak"] <= r["bound"]
         print(f"{r['model']:<8}{r['world']:>6} {r['setting']:<14}{r['n']:>8}{fmt_bytes(r['lora_bytes']):>11}"
               f"{r['collectives']:>6}{r['bytes'] / r['lora_bytes']:>11.3f}{g:>8.2f}{med(r['raw']):>7.2f}{lim:>7.2f}"
-              f"{g / lim:>7.2f}{med(r['a2a']):>7.2f}{s:>8.1f}{sl:>7.1f}{s / sl:>7.2f}{fmt_bytes(r['peak']):>11}"
+              f"{g / lim:>7.2f}{med(r['a2a']):>7.2f}{s:>8.1f}{sl:>7.1f}{s / sl:>7.2f}{med(r['vote']):>6.2f}{fmt_bytes(r['peak']):>11}"
               f"{fmt_bytes(r['bound']):>11}")
     return ok
 
