@@ -155,7 +155,7 @@ def collect(self, names, *, rank0_only:bool=False, bucket_bytes:int|None=None, p
     if vote is None and self.view.groups:   # ranks agree before each collective and at the end (a vote of its own)
         with self.vote("gather") as own:
             got = self.collect(names, rank0_only=rank0_only, bucket_bytes=bucket_bytes, progress=progress, vote=own)
-            own.agree("done", what="gather", doing="unpacking the gathered tensors")
+            _agree(own, "done", what="gather", doing="unpacking the gathered tensors")
             return got
     def plan():   # once per set of names: the collectives' plans (a tied weight: gathered once, under its first name)
         pairs = [(n, self.primary(n)) for n in names]
@@ -329,8 +329,15 @@ def run_packed(jobs:tuple,                 # from `packed_jobs`
         if vote is None: raise
         stage = next(f"collective {k}" for k in count() if f"collective {k}" not in vote.posted)
         if not isinstance(e, Exception): vote.post(stage, e); raise   # Ctrl-C: said to the others, then on up
-        vote.agree(stage, e, what="gather", doing=f"preparing {stage}")
+        _agree(vote, stage, e, what="gather", doing=f"preparing {stage}")
     return out
+
+def _agree(vote:RankVote, stage:str, err:Exception|None=None, **kw):
+    "Agree on `stage`: a rank that failed raises its own error, the others `RankFailure` naming it and its cause."
+    try: vote.agree(stage, err, **kw)
+    except RankFailure:
+        if err is None: raise
+        raise err from None   # the vote told the others; this rank's own error is the most precise
 
 def gather_packed(shards:list[TensorShards],      # from `GatherEngine.shards`
                   *,
@@ -375,11 +382,13 @@ def gather_lora(model:nn.Module,              # an FSDP1- or FSDP2-wrapped peft 
         try: wanted, err = engine.lora_names(adapter_name), None
         except Exception as e: err = e
         if err is not None and vote is None: raise err
-        if err is not None: vote.agree("collective 0", err, what="gather_lora", doing="finding the LoRA tensors")
+        if err is not None: _agree(vote, "collective 0", err, what="gather_lora", doing="finding the LoRA tensors")
         got = engine.collect(list(wanted), rank0_only=rank0_only, bucket_bytes=bucket_bytes, progress=show,
                              vote=vote)
-        with (vote.step("done", what="gather_lora", doing="checking") if vote else contextlib.nullcontext()):
-            if not (rank0_only and rank != 0): check_collected(wanted, got, engine)
+        try: err = check_collected(wanted, got, engine) if not (rank0_only and rank != 0) else None
+        except Exception as e: err = e
+        if vote is not None: _agree(vote, "done", err, what="gather_lora", doing="checking the gathered tensors")
+        elif err is not None: raise err
     if rank0_only and rank != 0: return OrderedDict()
     return OrderedDict((key, got[src]) for src, key in wanted.items())
 
