@@ -306,6 +306,7 @@ def _gather_bucket(plan:PackPlan, group, rank0_only:bool, vote:RankVote|None=Non
     del send, out
     return unpack(plan, recv) if keep else None
 
+# %% ../nbs/05_gather.ipynb #fb9eef49
 def run_packed(jobs:tuple,                 # from `packed_jobs`
                *,
                rank0_only:bool=False,      # only rank 0 receives; others return {}
