@@ -8,7 +8,7 @@ sharding (FSDP1 with LoRA leaves as units, FSDP1 with decoder layers as units, F
   plus the copies around it (packing this rank's bytes into the send buffer, copying the received bytes out);
 - `save_lora(model, dir)`, against the limit plus rank 0 writing the same tensors with safetensors.
 It prints each time as a ratio to its limit (goal: <= 3x), a raw `all_to_all_single` of the exact sizes (what the kit
-uses when pieces are uneven), the collectives and bytes of one gather, and the peak extra
+uses when pieces are uneven), the failure vote of one gather alone (two store agreements; included in the gather's time), the collectives and bytes of one gather, and the peak extra
 memory of one gather (torch's MemTracker) against the bound: receive buffer + send buffer + the full LoRA tensors.
 `--profile` prints cProfile's top functions of one (second) gather on rank 0. `--strategies` runs the older
 comparison of gather strategies (per unit, per tensor, whole model). Timings are noisy on a shared machine.
@@ -48,14 +48,16 @@ def _slowest(seconds:float)->float:
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.item()
 
-def timed(fn, runs:int)->list[float]:
-    "Seconds per call of `fn`, each the slowest rank's, after one warm-up call."
-    out = []
+def timed(fns:dict, runs:int)->dict[str, list[float]]:
+    """Seconds per call of each of `fns`, each the slowest rank's, after one warm-up call each; interleaved (run i of
+    every function, then run i+1), so that on a shared machine each ratio compares calls made under the same load."""
+    out = {k: [] for k in fns}
     for i in range(runs + 1):
-        dist.barrier()
-        t0 = time.perf_counter(); fn()
-        dt = _slowest(time.perf_counter() - t0)
-        if i: out.append(dt)
+        for k, fn in fns.items():
+            dist.barrier()
+            t0 = time.perf_counter(); fn()
+            dt = _slowest(time.perf_counter() - t0)
+            if i: out[k].append(dt)
     return out
 
 def _meter():
@@ -102,7 +104,7 @@ def run_setting(model:str, setting:str, runs:int, profile:bool)->dict:
     "One model under one sharding on this rank: times, limits, bytes, peak."
     from safetensors.torch import save_file
     from lora_fsdp_kit.export import save_lora
-    from lora_fsdp_kit.gather import gather_lora
+    from lora_fsdp_kit.gather import gather_engine, gather_lora
     from lora_fsdp_kit.testing import case_wrap
     policy, kind, sharding, _ = SETTINGS[setting]
     fm = case_wrap(bench_model(model), policy, kind, sharding)
@@ -111,15 +113,17 @@ def run_setting(model:str, setting:str, runs:int, profile:bool)->dict:
     res = dict(model=model, setting=setting, world=dist.get_world_size(), **size)
     with AllGatherCounter() as c: got = gather_lora(fm, progress=False)
     res.update(collectives=c.calls, bytes=c.bytes)
-    res["gather"] = timed(lambda: gather_lora(fm, progress=False), runs)
-    res["raw"], res["raw_copies"], res["a2a"] = timed(collective, runs), timed(with_copies, runs), timed(a2a, runs)
+    eng = gather_engine(fm)
+    def vote_rounds():   # the failure vote of one gather_lora alone: an agreement before its collective, one after
+        with eng.vote("bench") as v: v.agree("collective 0"); v.agree("done")
+    res.update(timed(dict(gather=lambda: gather_lora(fm, progress=False), raw=collective, raw_copies=with_copies,
+                          a2a=a2a, vote=vote_rounds), runs))
     folder = _shared_dir()
     target, plain = os.path.join(folder, "adapter"), os.path.join(folder, "plain.safetensors")
-    res["save"] = timed(lambda: save_lora(fm, target), runs)
     def save_limit():
         with_copies()
         if dist.get_rank() == 0: save_file(got, plain, metadata={"format": "pt"})
-    res["save_limit"] = timed(save_limit, runs)
+    res.update(timed(dict(save=lambda: save_lora(fm, target), save_limit=save_limit), runs))
     p = measure_gather(fm, "packed")
     res.update(peak=p.peak_extra, bound=size["shard_world"] * size["width"] + size["width"] + size["lora_bytes"])
     if profile and dist.get_rank() == 0: res["profile"] = _profile(lambda: gather_lora(fm, progress=False))
@@ -138,7 +142,7 @@ def report(rows:list[dict], runs:int)->bool:
           f"bytes + the copies; save limit = that + rank 0 writing the same tensors (safetensors)")
     head = (f"{'model':<8}{'ranks':>6} {'setting':<14}{'tensors':>8}{'LoRA':>11}{'coll.':>6}{'bytes/LoRA':>11}"
             f"{'gather':>8}{'raw':>7}{'limit':>7}{'ratio':>7}{'a2a':>7}{'save':>8}{'limit':>7}{'ratio':>7}"
-            f"{'peak':>11}{'bound':>11}")
+            f"{'vote':>6}{'peak':>11}{'bound':>11}")
     print(head)
     ok = True
     for r in rows:
@@ -146,7 +150,7 @@ def report(rows:list[dict], runs:int)->bool:
         ok &= g / lim <= 3 and r["peak"] <= r["bound"]
         print(f"{r['model']:<8}{r['world']:>6} {r['setting']:<14}{r['n']:>8}{fmt_bytes(r['lora_bytes']):>11}"
               f"{r['collectives']:>6}{r['bytes'] / r['lora_bytes']:>11.3f}{g:>8.2f}{med(r['raw']):>7.2f}{lim:>7.2f}"
-              f"{g / lim:>7.2f}{med(r['a2a']):>7.2f}{s:>8.1f}{sl:>7.1f}{s / sl:>7.2f}{fmt_bytes(r['peak']):>11}"
+              f"{g / lim:>7.2f}{med(r['a2a']):>7.2f}{s:>8.1f}{sl:>7.1f}{s / sl:>7.2f}{med(r['vote']):>6.2f}{fmt_bytes(r['peak']):>11}"
               f"{fmt_bytes(r['bound']):>11}")
     return ok
 

@@ -5,7 +5,7 @@
 # %% ../nbs/09_export.ipynb #ef665317
 from __future__ import annotations
 
-import contextlib, datetime, json, os, re, shutil, tempfile, time, uuid
+import json, os, shutil, tempfile, uuid
 from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -23,12 +23,13 @@ from .sharded import sharded_view
 from .shards import clean_name
 from .gather import (MissingLoraError, check_collected, fsdp_flavour, gather_engine,
                                   gather_lora, iter_merged_weights)
-from .doctor import internal, require
+from .doctor import require
+from .votes import RankFailure, RankVote, bounded_wait
 
 # %% auto #0
 __all__ = ['ADAPTER_CONFIG', 'ADAPTER_WEIGHTS', 'CONFIG_FIELDS', 'is_sharded', 'peft_model_of', 'adapter_config', 'lora_keys',
-           'SaveError', 'failed_ranks', 'RankVote', 'bounded_wait', 'write_adapter', 'save_lora', 'config_differences',
-           'ShardWriter', 'load_lora', 'buckets', 'iter_lora', 'iter_lora_buckets']
+           'SaveError', 'write_adapter', 'save_lora', 'config_differences', 'ShardWriter', 'load_lora', 'buckets',
+           'iter_lora', 'iter_lora_buckets']
 
 # %% ../nbs/09_export.ipynb #3083927b
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"   # peft's own file names
@@ -73,19 +74,8 @@ def lora_keys(model:nn.Module,             # a peft model, FSDP-wrapped or not
     return OrderedDict((back[id(t)], k) for k, t in sd.items())
 
 # %% ../nbs/09_export.ipynb #2da70204
-class SaveError(RuntimeError):
+class SaveError(RankFailure):
     "`save_lora` failed on at least one rank; the adapter directory was left as it was."
-
-def _device()->torch.device:
-    from lora_fsdp_kit.platform import get_platform
-    return get_platform().torch_device()
-
-def failed_ranks(failed:bool)->list[int]:
-    "Collective: every rank says whether it failed; all of them get the list of ranks that did."
-    if not (dist.is_available() and dist.is_initialized()): return [0] if failed else []
-    flags = [torch.zeros(1, dtype=torch.int32, device=_device()) for _ in range(dist.get_world_size())]
-    dist.all_gather(flags, torch.tensor([int(failed)], dtype=torch.int32, device=_device()))
-    return [r for r, f in enumerate(flags) if f.item()]
 
 def _unsharded_class(cls:type)->type:
     "The model class FSDP2 derived `cls` from (`fully_shard` swaps a module's class for `FSDP<name>`)."
@@ -98,103 +88,6 @@ def _fsync_tree(folder:Path):
     fd = os.open(folder, os.O_RDONLY)
     try: os.fsync(fd)
     finally: os.close(fd)
-
-# %% ../nbs/09_export.ipynb #rv000002
-# private torch objects: imported when first used, checked by `python -m lora_fsdp_kit doctor`
-_default_store = internal("torch.distributed.distributed_c10d:_get_default_store",
-                          feature="the failure votes of save_lora (export.RankVote)")
-_VOTES = [0]   # votes opened in this process: every rank opens the same ones in the same order, so keys line up
-
-def _cause(e:BaseException)->str: return f"{type(e).__name__}: {e}".rstrip(": ")[:400]
-
-class RankVote:
-    "Ranks agree, stage by stage, which of them failed and why, through the process group's store (no collective)."
-    def __init__(self, name:str,      # what votes (part of the store keys)
-                 wait:float=1800.0,   # seconds to wait for a rank that neither arrives nor fails
-                ):
-        self.on = dist.is_available() and dist.is_initialized()
-        self.rank, self.world = (dist.get_rank(), dist.get_world_size()) if self.on else (0, 1)
-        _VOTES[0] += 1
-        self.prefix, self.wait, self.keys, self.posted = f"lfk/{name}/{_VOTES[0]}", wait, set(), {}
-        self.store = _default_store() if self.on else None
-
-    def _key(self, *parts)->str:
-        k = "/".join(map(str, (self.prefix, *parts))); self.keys.add(k); return k
-
-    def post(self, stage:str, err:BaseException|None=None):
-        "Say that this rank reached `stage`, and whether it failed (`err`); once per stage."
-        if stage in self.posted: return
-        self.posted[stage] = None if err is None else _cause(err)
-        if not self.on: return
-        if err is not None:
-            self.store.set(self._key(stage, "cause", self.rank), self.posted[stage])
-            self.store.add(self._key(stage, "failed"), 1)
-        self.store.add(self._key(stage, "arrived"), 1)
-
-    def failures(self, stage:str)->dict[int, str]:
-        "{rank: cause}, once every rank has posted `stage` or as soon as one has failed ({-1: ...}: one never came)."
-        if not self.on: return {0: self.posted[stage]} if self.posted.get(stage) else {}
-        t0, pause = time.monotonic(), 0.001
-        while True:   # arrivals first: a rank counts its failure before its arrival, so once all arrived it is final
-            arrived = self.store.add(self._key(stage, "arrived"), 0)
-            if self.store.add(self._key(stage, "failed"), 0): break
-            if arrived >= self.world: return {}
-            if time.monotonic() - t0 > self.wait: return {-1: f"a rank did not reach {stage!r} within {self.wait:g} s"}
-            time.sleep(pause); pause = min(2 * pause, 0.05)
-        keys = {r: self._key(stage, "cause", r) for r in range(self.world)}
-        return {r: self.store.get(k).decode() for r, k in keys.items() if self.store.check([k])}
-
-
-# %% ../nbs/09_export.ipynb #rv000003
-@contextlib.contextmanager
-def _noop(): yield
-
-def _vote_signal(self:RankVote, what:str):
-    "Rank 0 tells the others that `what` is done (e.g. the temporary folder is gone)."
-    if self.on: self.store.set(self._key(what), "1")
-
-def _vote_wait_for(self:RankVote, what:str, seconds:float|None=None)->bool:
-    "Wait (at most `seconds`, default `wait`) for `signal(what)`; False if it never came."
-    if not self.on: return True
-    try: self.store.wait([self._key(what)], datetime.timedelta(seconds=seconds or self.wait)); return True
-    except Exception: return False   # the store's own timeout error: rank 0 is gone
-
-def _vote_close(self:RankVote):
-    "The last rank to close deletes every key the vote used: its store use stays bounded."
-    if not self.on or self.store.add(self._key("closed"), 1) < self.world: return
-    for k in self.keys:
-        try: self.store.delete_key(k)
-        except Exception: pass   # a store without deletion (FileStore before torch 2.x): keys stay, few and small
-
-RankVote.signal, RankVote.wait_for, RankVote.close = _vote_signal, _vote_wait_for, _vote_close
-
-
-# %% ../nbs/09_export.ipynb #rv000005
-_set_pg_timeout = internal("torch.distributed.distributed_c10d:_set_pg_timeout",
-                           feature="save_lora's bounded wait inside its gather (export.bounded_wait)")
-
-def _pg_timeout(group)->datetime.timedelta|None:
-    try: return group._get_backend(_device()).options._timeout
-    except Exception: return None   # a backend without options: its timeout stays as it is
-
-@contextlib.contextmanager
-def bounded_wait(groups:list,                # process groups the block's collectives run in
-                 seconds:float|None,         # the most a collective may wait for a peer (None: unchanged)
-                ):
-    "Lower the timeout of `groups` inside the block, so a collective whose peer failed before it raises, not hangs."
-    saved = []
-    for g in (list(dict.fromkeys(groups)) if seconds else []):
-        old = _pg_timeout(g)
-        if old is None or old.total_seconds() <= seconds: continue
-        _set_pg_timeout(datetime.timedelta(seconds=seconds), g); saved.append((g, old))
-    try: yield
-    finally:
-        for g, old in saved:
-            try: _set_pg_timeout(old, g)
-            except Exception: pass   # a group closed by a timeout takes no new setting
-
-_TIMED_OUT = re.compile(r"timed out|timeout", re.I)
-
 
 # %% ../nbs/09_export.ipynb #260ea910
 def write_adapter(model:nn.Module,              # the peft model the tensors come from (FSDP-wrapped or not)
@@ -257,27 +150,15 @@ def _publish(tmp:Path, path:Path):
 # %% ../nbs/09_export.ipynb #rv000006
 _STAGES = {"ready": "checking the target", "written": "gathering and writing", "published": "publishing"}
 
-def _save_error(bad:dict[int, str], stage:str, path:Path, clean:bool)->str:
-    "The message every rank raises: the failed ranks and their causes; those that only timed out waiting for them."
-    root = {r: c for r, c in bad.items() if not _TIMED_OUT.search(c)} or bad
-    waited = sorted(r for r in bad if r not in root)
-    left = f"{path} was left as it was" if clean else f"rank 0 did not confirm that {path} was left as it was"
-    why = "; ".join(f"rank {r}: {c}" if r >= 0 else c for r, c in sorted(root.items()))
-    msg = f"save_lora failed on rank(s) {sorted(r for r in root if r >= 0)} while {_STAGES[stage]}; {left}: {why}"
-    if waited: msg += (f" (rank(s) {waited} timed out in a collective waiting for them; a process group that timed "
-                       f"out cannot be used again)")
-    return msg
-
 def _agree(vote:RankVote, stage:str, err:BaseException|None, tmp:Path|None, path:Path):
     "Post this rank's outcome of `stage`; if any rank failed, rank 0 removes `tmp` and then every rank raises."
-    vote.post(stage, err)
-    if not vote.failures(stage): return
-    if vote.rank == 0:
-        if tmp is not None: shutil.rmtree(tmp, ignore_errors=True)
-        vote.signal("clean")
-    clean = vote.wait_for("clean")    # no rank raises before rank 0 has cleaned up: the directory is final then
-    raise SaveError(_save_error(vote.failures(stage), stage, path, clean)) from err
-
+    def clean(bad)->str:
+        if vote.rank == 0:
+            if tmp is not None: shutil.rmtree(tmp, ignore_errors=True)
+            vote.signal("clean")
+        ok = vote.wait_for("clean")    # no rank raises before rank 0 has cleaned up: the directory is final then
+        return f"{path} was left as it was" if ok else f"rank 0 did not confirm that {path} was left as it was"
+    vote.agree(stage, err, error=SaveError, what="save_lora", doing=_STAGES, on_fail=clean)
 
 # %% ../nbs/09_export.ipynb #aa8c70e0
 def _umask_mode(folder:Path):

@@ -5,16 +5,16 @@
 # %% ../nbs/05_gather.ipynb #05ee0096
 from __future__ import annotations
 
-import contextlib, copy, dataclasses, math, os, re, sys
+import contextlib, re
+from itertools import count
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Callable, ClassVar, Iterator
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FullyShardedDataParallel as _FSDP1
-from peft import PeftModel, get_peft_model_state_dict
+from peft import PeftModel
 
 from .doctor import internal
 # private torch/peft objects: imported when first used, checked by `python -m lora_fsdp_kit doctor`
@@ -24,13 +24,17 @@ _ModulesToSaveWrapper = internal("peft.utils.other:ModulesToSaveWrapper")
 
 from .platform import EngineRegistry
 from .launch import launched_from_notebook
-from .shards import ShardLayout, clean_name, join_name
+from .peft_names import peft_lora_names
+from .votes import RankFailure, RankVote
+from .shards import clean_name, join_name
 from .sharded import ShardedParam, ShardedUnit, ShardedView, sharded_view
+from .packing import PackPlan, TensorShards, pack, pack_plan, receive_buffer, split_buckets, tensor_shards, unpack
+from .packing import evenly as _evenly   # measure reads it here
 
 # %% auto #0
 __all__ = ['OwnedParam', 'GatherUnit', 'unwrapped_name', 'MissingLoraError', 'GatherEngine', 'Fsdp1GatherEngine',
-           'Fsdp2GatherEngine', 'TensorShards', 'gather_packed', 'fsdp_flavour', 'gather_engine', 'gather_lora',
-           'check_collected', 'plain_name', 'iter_merged_weights']
+           'Fsdp2GatherEngine', 'packed_jobs', 'run_packed', 'gather_packed', 'fsdp_flavour', 'gather_engine',
+           'gather_lora', 'check_collected', 'plain_name', 'iter_merged_weights']
 
 # %% ../nbs/05_gather.ipynb #175d535a
 def unwrapped_name(*parts:str)->str:
@@ -68,7 +72,7 @@ class GatherEngine:
         return list(self.view.units)
     def shards(self, names:list[str])->list[TensorShards]:
         "Where the pieces of each of `names` lie, and this rank's piece of the master weights (no tied second names)."
-        return [_tensor_shards(self.by_name[n]) for n in names if n not in self.aliases]
+        return [tensor_shards(self.by_name[n]) for n in names if n not in self.aliases]
     @contextlib.contextmanager
     def unsharded(self, unit:GatherUnit, rank0_only:bool=False)->Iterator[dict[str, torch.Tensor]]:
         "Unshard `unit` alone (never its children); yield its own parameters, full, by unwrapped name."
@@ -78,10 +82,13 @@ class GatherEngine:
         "Unshard the whole model at once (the baseline); yield every parameter, full."
         raise NotImplementedError
     def full_lora(self, unit:GatherUnit, names:list[str], rank0_only:bool=False)->Iterator[tuple[str, torch.Tensor]]:
-        "Yield (name, full detached CPU copy) for `names` owned by `unit`; the default unshards the unit once."
+        "Yield (name, full copy) for `names` owned by `unit`: one packed collective of their bytes (None: not kept"
+        # never `unsharded(unit)`: with decoder layers as units that would move the whole layer for its LoRA rows
         keep = not rank0_only or dist.get_rank() == 0
-        with self.unsharded(unit, rank0_only) as full:
-            for n in names: yield n, (_own_cpu_copy(full[n]) if keep else None)
+        got = self.collect(names, rank0_only=rank0_only)
+        for n in names:
+            if not keep: yield n, None
+            elif n in got: yield n, got[n]
     def memo(self, key, make:Callable):
         "`make()` once per engine (so once per wrapping), then the same value."
         if key not in self._memo: self._memo[key] = make()
@@ -132,12 +139,9 @@ def lora_names(self, adapter_name:str="default")->OrderedDict[str, str]:
     if adapter_name not in pm.peft_config:
         raise ValueError(f"this model has no adapter {adapter_name!r}; its adapters: "
                          f"{', '.join(map(repr, pm.peft_config))} (pass one of them as adapter_name)")
-    def ask_peft():
+    def ask_peft():   # `lora_fsdp_kit.peft_names`: peft decides, on unwrapped names, without collective or Hub
         names = self.param_order()
-        marks = {n: torch.empty(0) for n in names}
-        back = {id(t): n for n, t in marks.items()}
-        sd = get_peft_model_state_dict(_UnwrappedView(pm, names), state_dict=marks, adapter_name=adapter_name)
-        out = OrderedDict((back[id(t)], k) for k, t in sd.items())
+        out = peft_lora_names(pm, names, adapter_name)
         if not out:
             raise MissingLoraError(f"peft finds no parameters of adapter {adapter_name!r} among the {len(names)} "
                                    f"parameters of this {self.flavour} model; is it a LoRA model?")
@@ -145,14 +149,22 @@ def lora_names(self, adapter_name:str="default")->OrderedDict[str, str]:
     return OrderedDict(self.memo(("lora_names", adapter_name), ask_peft))
 
 @_method_of(GatherEngine)
-def collect(self, names, *, rank0_only:bool=False, bucket_bytes:int|None=None,
-            progress:bool=False)->dict[str, torch.Tensor]:
+def collect(self, names, *, rank0_only:bool=False, bucket_bytes:int|None=None, progress:bool=False,
+            vote:RankVote|None=None)->dict[str, torch.Tensor]:
     "Gather `names` in packed collectives (one per shard group and bucket): full CPU tensors with own storage."
-    # a tied weight is gathered once, under the name its unit owns it by, and handed out under every name
-    prims = list(dict.fromkeys(self.primary(n) for n in names))
-    got = gather_packed(self.shards(prims), rank0_only=rank0_only, bucket_bytes=bucket_bytes,
-                        progress=progress, desc=f"gather LoRA ({self.flavour})")
-    return {n: got[self.primary(n)] for n in names if self.primary(n) in got}
+    if vote is None and self.view.groups:   # ranks agree before each collective and at the end (a vote of its own)
+        with self.vote("gather") as own:
+            got = self.collect(names, rank0_only=rank0_only, bucket_bytes=bucket_bytes, progress=progress, vote=own)
+            _agree(own, "done", what="gather", doing="unpacking the gathered tensors")
+            return got
+    def plan():   # once per set of names: the collectives' plans (a tied weight: gathered once, under its first name)
+        pairs = [(n, self.primary(n)) for n in names]
+        return pairs, packed_jobs(self.shards(list(dict.fromkeys(p for _, p in pairs))), rank0_only, bucket_bytes)
+    try: pairs, jobs, err = *self.memo(("packed", tuple(names), rank0_only, bucket_bytes), plan), None
+    except Exception as e: pairs, jobs, err = [], ([], []), e   # voted on before the first collective
+    got = run_packed(jobs, rank0_only=rank0_only, progress=progress, desc=f"gather LoRA ({self.flavour})",
+                     vote=vote, error=err)
+    return {n: got[p] for n, p in pairs if p in got}
 
 @_method_of(GatherEngine)
 def collect_per_unit(self, names, *, rank0_only:bool=False, progress:bool=False,
@@ -166,54 +178,11 @@ def collect_per_unit(self, names, *, rank0_only:bool=False, progress:bool=False,
                 if keep: got[n] = t
     return got
 
-# %% ../nbs/05_gather.ipynb #46f4fb38
-class _UnwrappedView:
-    "A PeftModel whose `named_modules()` gives unwrapped names: peft finds its LoRA layers by module name."
-    # Under FSDP1, module names carry `_fsdp_wrapped_module.` segments in the middle; peft only strips a leading
-    # one, which is why its own `get_peft_model_state_dict` returns 0 keys under nested FSDP1 units.
-    def __init__(self, model:nn.Module, names:list[str]): self._model, self._names = model, names
-    def named_modules(self, *args, **kw):
-        mods = {}
-        for n, m in self._model.named_modules(*args, **kw):
-            n = unwrapped_name(n)   # a wrapper and the module it wraps share a name: the module itself wins
-            if n not in mods or _is_fsdp(mods[n]) and not isinstance(m, _FSDP1): mods[n] = m
-        for n, m in mods.items():
-            yield n, (_KeysOnlyWrapper.of(m, n, self._names) if isinstance(m, _ModulesToSaveWrapper) else m)
-    @property
-    def peft_config(self)->dict:
-        "The adapters' configs, naming the base model only where it is a local folder (peft then never asks the Hub)."
-        return {a: _offline_config(c) for a, c in self._model.peft_config.items()}
-    def __getattr__(self, name): return getattr(self._model, name)
-
-def _offline_config(cfg):
-    "`cfg`, or a copy whose `base_model_name_or_path` is None when it is not a local folder with a config.json."
-    mid = getattr(cfg, "base_model_name_or_path", None)
-    if not mid or os.path.isfile(os.path.join(mid, "config.json")): return cfg
-    cfg = copy.copy(cfg); cfg.base_model_name_or_path = None   # a shallow copy: the model's config is left alone
-    return cfg
-
-def _is_fsdp(m:nn.Module)->bool:
-    from torch.distributed.fsdp import FSDPModule
-    return isinstance(m, (_FSDP1, FSDPModule))
-
-class _StateDictKeys:
-    "Stands in for a module whose `state_dict()` peft reads only for its keys."
-    def __init__(self, keys:list[str]): self._keys = keys
-    def state_dict(self, *a, **kw): return dict.fromkeys(self._keys)
-
-class _KeysOnlyWrapper:
-    """peft's `ModulesToSaveWrapper.adapter_state_dict` lists keys with `modules_to_save[adapter].state_dict()`, which
-    under FSDP1 runs FSDP's full-state-dict hook: an all-gather of the head's copy just to learn its keys. A
-    shallow copy of the wrapper whose copies answer with their parameter names instead (no collective)."""
-    @staticmethod
-    def of(m, name:str, names:list[str]):
-        view = copy.copy(m)
-        keys = {a: [n[len(f"{name}.modules_to_save.{a}."):] for n in names
-                    if n.startswith(f"{name}.modules_to_save.{a}.")] for a in m.modules_to_save}
-        object.__setattr__(view, "__dict__", dict(m.__dict__, modules_to_save={a: _StateDictKeys(k)
-                                                                               for a, k in keys.items()}))
-        return view
-
+@_method_of(GatherEngine)
+def vote(self, name:str)->RankVote:
+    "A failure vote among the ranks that gather this model together: its shard group (several groups: the whole job)."
+    gs = self.view.groups
+    return RankVote(name, group=gs[0] if len(gs) == 1 else None)
 
 # %% ../nbs/05_gather.ipynb #95516102
 def _own_cpu_copy(t:torch.Tensor)->torch.Tensor:
@@ -285,86 +254,46 @@ class Fsdp2GatherEngine(GatherEngine):
             for m in mods: m.reshard()
 
 # %% ../nbs/05_gather.ipynb #fbe7d06a
-@dataclass(frozen=True, eq=False)
-class TensorShards:
-    "Where the pieces of one full tensor lie across the ranks of its shard group, and this rank's piece."
-    name: str                     # unwrapped parameter name
-    shape: tuple[int, ...]        # full shape
-    dtype: torch.dtype            # master dtype
-    group: object                 # process group of the shards; None: this rank holds it whole
-    layout: ShardLayout|None      # where each rank's piece lies (`lora_fsdp_kit.shards`); None: whole
-    local: torch.Tensor           # this rank's piece, 1-D
-    @property
-    def nbytes(self)->int: return math.prod(self.shape) * self.dtype.itemsize
-    @property
-    def pieces(self)->tuple[tuple[int, int], ...]:
-        "Per group rank: (first element, numel) of the flattened full tensor (`flat` layouts only)."
-        return ((0, math.prod(self.shape)),) if self.layout is None else self.layout.flat_pieces()
-    def piece_bytes(self, rank:int)->int:
-        n = math.prod(self.shape) if self.layout is None else self.layout.piece_numel(rank)
-        return n * self.dtype.itemsize
-
-def _tensor_shards(p:OwnedParam)->TensorShards:
-    "The `TensorShards` of one parameter, from its record: no collective when nothing is sharded across ranks."
-    return TensorShards(p.name, p.shape, p.dtype, p.group, p.layout if p.group is not None else None, p.local())
-
-def _buckets(shards:list[TensorShards], world:int, cap:int|None)->list[list[TensorShards]]:
-    "Split `shards` in order so that no rank's packed pieces exceed `cap` bytes (a larger tensor goes alone)."
-    if not cap: return [shards]
-    out, cur, size = [], [], [0] * world
+def packed_jobs(shards:list[TensorShards],   # from `GatherEngine.shards`
+                rank0_only:bool=False,       # only the shard group of rank 0 takes part
+                bucket_bytes:int|None=None,  # cap on one rank's packed buffer; None: one collective per group
+               )->tuple[list[TensorShards], list[tuple]]: # (tensors this rank holds whole, [(group, PackPlan)])
+    "Plan the collectives that gather `shards`, once: one per shard group (and bucket), each with its `PackPlan`."
+    whole, groups = [], {}
     for t in shards:
-        add = [t.piece_bytes(r) for r in range(world)]
-        if cur and max(a + b for a, b in zip(size, add)) > cap: out.append(cur); cur, size = [], [0] * world
-        cur.append(t); size = [a + b for a, b in zip(size, add)]
-    return out + ([cur] if cur else [])
-
-def _as_bytes(t:torch.Tensor)->torch.Tensor:
-    "A 1-D uint8 view of a 1-D tensor's elements (a copy only when it is not contiguous)."
-    return (t if t.is_contiguous() else t.contiguous()).view(torch.uint8)
-
-def _evenly(sizes:list[int])->bool:
-    "Pad every rank's buffer to the largest and all-gather (True), or exchange exact sizes all-to-all (False)?"
-    return len(sizes) * max(sizes) <= 1.05 * sum(sizes)
+        if t.group is None or t.layout.world == 1: whole.append(t)   # whole on this rank: a copy, no collective
+        else: groups.setdefault(id(t.group), (t.group, []))[1].append(t)
+    jobs = [(g, pack_plan(b, dist.get_rank(g))) for g, ts in groups.values()
+            for b in split_buckets(ts, ts[0].layout.world, bucket_bytes)
+            if not rank0_only or 0 in dist.get_process_group_ranks(g)]
+    return whole, jobs
 
 # %% ../nbs/05_gather.ipynb #2a271534
-def _send_buffer(bucket:list[TensorShards], me:int, sizes:list[int], even:bool, copies:int)->torch.Tensor:
-    "This rank's pieces packed as bytes (padded to the largest rank's when `even`; `copies` times for all-to-all)."
-    width = max(sizes) if even else sizes[me]
-    send = torch.empty(copies * width, dtype=torch.uint8, device=bucket[0].local.device)
-    parts = [_as_bytes(t.local) for t in bucket if t.piece_bytes(me)]
-    if parts: torch.cat(parts, out=send[:sizes[me]])
-    if even: send[sizes[me]:].zero_()
+def _send_buffer(plan:PackPlan, copies:int)->torch.Tensor:
+    "This rank's pieces packed as bytes (zero-padded to the largest rank's when `even`; `copies` times for all-to-all)."
+    me, width = plan.me, plan.width if plan.even else plan.sizes[plan.me]
+    send = torch.empty(copies * width, dtype=torch.uint8)
+    pack(plan, send[:plan.sizes[me]])
+    if plan.even: send[plan.sizes[me]:].zero_()
     for c in range(1, copies): send[c * width:(c + 1) * width].copy_(send[:width])
     return send
 
-def _unpack(bucket:list[TensorShards], blocks:list[torch.Tensor])->dict[str, torch.Tensor]:
-    "Full tensors (fresh storage) from each rank's received block of packed pieces."
-    split = [torch.split(b, [t.piece_bytes(r) for t in bucket]) for r, b in enumerate(blocks)]
-    out = {}
-    for i, t in enumerate(bucket):
-        lay = t.layout
-        if lay.flat: out[t.name] = torch.cat([s[i] for s in split]).view(t.dtype).view(t.shape)
-        else:   # pieces along dim d: copy the bytes aligned, then torch.cat along d
-            flat = torch.cat([s[i] for s in split]).view(t.dtype)
-            ps = torch.split(flat, [lay.piece_numel(r) for r in range(lay.world)])
-            out[t.name] = lay.assemble(list(ps))
-    return out
-
 # %% ../nbs/05_gather.ipynb #3e4de790
-def _gather_bucket(bucket:list[TensorShards], group, rank0_only:bool)->dict[str, torch.Tensor]|None:
-    "One collective for `bucket` within `group`; full tensors (None on ranks that keep nothing)."
-    world, me = bucket[0].layout.world, dist.get_rank(group)
+def _gather_bucket(plan:PackPlan, group, rank0_only:bool, vote:RankVote|None=None,
+                   stage:str="")->dict[str, torch.Tensor]|None:
+    "One collective of `plan` within `group`; full tensors (None on ranks that keep nothing)."
+    world, me, sizes, width = plan.world, plan.me, plan.sizes, plan.width
     keep = not rank0_only or dist.get_rank() == 0
-    sizes = [sum(t.piece_bytes(r) for t in bucket) for r in range(world)]
-    even, width = _evenly(sizes), max(sizes)
     # the all-to-all sends this rank's pieces once to each receiving rank: pack once, then copy the packed block
-    send = _send_buffer(bucket, me, sizes, even, 1 if even or rank0_only else world)
-    if even:   # nearly even pieces: one all-gather (or gather to rank 0) of equal, zero-padded buffers
-        recv = torch.empty(world * width if keep else 0, dtype=torch.uint8, device=send.device)
+    send = _send_buffer(plan, 1 if plan.even or rank0_only else world)
+    recv = [receive_buffer(plan, keep)]   # in a list: `unpack` drops it before its copies
+    # every rank has its buffers: agree that all do before anyone enters the collective (no peer left in it)
+    if vote is not None: vote.agree(stage, what="gather", doing=f"preparing {stage}")
+    if plan.even:   # nearly even pieces: one all-gather (or gather to rank 0) of equal, zero-padded buffers
+        out = recv[0][:world * width] if keep else recv[0]
         if rank0_only:   # in the shard group of rank 0, group rank 0 is global rank 0
-            dist.gather(send, list(recv.chunk(world)) if keep else None, dst=0, group=group)
-        else: dist.all_gather_into_tensor(recv, send, group=group)
-        starts = [r * width for r in range(world)]
+            dist.gather(send, list(out.chunk(world)) if keep else None, dst=0, group=group)
+        else: dist.all_gather_into_tensor(out, send, group=group)
     else:
         # uneven pieces (FSDP1 units whose LoRA sits in one rank's part of the flat parameter): padding every rank
         # to the largest would move up to world x the LoRA bytes; an all-to-all with split sizes moves exactly
@@ -372,12 +301,44 @@ def _gather_bucket(bucket:list[TensorShards], group, rank0_only:bool)->dict[str,
         dst = list(range(world)) if not rank0_only else [0]
         out_splits = [n if keep else 0 for n in sizes]
         in_splits = [sizes[me] if r in dst else 0 for r in range(world)]
-        recv = torch.empty(sum(out_splits), dtype=torch.uint8, device=send.device)
-        dist.all_to_all_single(recv, send, out_splits, in_splits, group=group)
-        starts = [sum(sizes[:r]) for r in range(world)]
-    del send
-    if not keep: return None
-    return _unpack(bucket, [recv[s:s + n] for s, n in zip(starts, sizes)])
+        out = recv[0][:sum(out_splits)]
+        dist.all_to_all_single(out, send, out_splits, in_splits, group=group)
+    del send, out
+    return unpack(plan, recv) if keep else None
+
+# %% ../nbs/05_gather.ipynb #fb9eef49
+def run_packed(jobs:tuple,                 # from `packed_jobs`
+               *,
+               rank0_only:bool=False,      # only rank 0 receives; others return {}
+               progress:bool=False,        # tqdm bar over collectives
+               desc:str="gather",
+               vote:RankVote|None=None,    # ranks agree before each collective that every rank is ready
+               error:Exception|None=None,  # this rank already failed (e.g. planning): raised at the first agreement
+              )->dict[str, torch.Tensor]:  # name -> full detached CPU tensor with its own storage
+    "Run planned collectives: this rank's pieces read now, one collective per plan, full tensors out."
+    keep = not rank0_only or (dist.get_rank() if dist.is_initialized() else 0) == 0
+    (whole, plans), out = jobs, {}
+    try:
+        if error is not None: raise error
+        if keep: out = {t.name: _own_cpu_copy(t.local.view(t.shape)) for t in whole}
+        with torch.no_grad():
+            for k, (g, plan) in enumerate(_progress_bar(plans, progress, desc, "collective")):
+                got = _gather_bucket(plan, g, rank0_only, vote, f"collective {k}")
+                if got is not None: out.update(got)
+    except RankFailure: raise
+    except BaseException as e:   # failed before or after a collective: every rank raises at its next agreement
+        if vote is None: raise
+        stage = next(f"collective {k}" for k in count() if f"collective {k}" not in vote.posted)
+        if not isinstance(e, Exception): vote.post(stage, e); raise   # Ctrl-C: said to the others, then on up
+        _agree(vote, stage, e, what="gather", doing=f"preparing {stage}")
+    return out
+
+def _agree(vote:RankVote, stage:str, err:Exception|None=None, **kw):
+    "Agree on `stage`: a rank that failed raises its own error, the others `RankFailure` naming it and its cause."
+    try: vote.agree(stage, err, **kw)
+    except RankFailure:
+        if err is None: raise
+        raise err from None   # the vote told the others; this rank's own error is the most precise
 
 def gather_packed(shards:list[TensorShards],      # from `GatherEngine.shards`
                   *,
@@ -387,19 +348,8 @@ def gather_packed(shards:list[TensorShards],      # from `GatherEngine.shards`
                   desc:str="gather",
                  )->dict[str, torch.Tensor]:      # name -> full detached CPU tensor with its own storage
     "Full tensors from their shards: one packed collective per shard group (and bucket), LoRA bytes only."
-    keep = not rank0_only or (dist.get_rank() if dist.is_initialized() else 0) == 0
-    out, groups = {}, {}
-    for t in shards:
-        if t.group is None or t.layout.world == 1:   # whole on this rank: a copy, no collective
-            if keep: out[t.name] = _own_cpu_copy(t.local.view(t.shape))
-        else: groups.setdefault(id(t.group), (t.group, []))[1].append(t)
-    jobs = [(g, b) for g, ts in groups.values() for b in _buckets(ts, ts[0].layout.world, bucket_bytes)
-            if not rank0_only or 0 in dist.get_process_group_ranks(g)]
-    with torch.no_grad():
-        for g, b in _progress_bar(jobs, progress, desc, "collective"):
-            got = _gather_bucket(b, g, rank0_only)
-            if got is not None: out.update(got)
-    return {t.name: out[t.name] for t in shards if t.name in out}
+    got = run_packed(packed_jobs(shards, rank0_only, bucket_bytes), rank0_only=rank0_only, progress=progress, desc=desc)
+    return {t.name: got[t.name] for t in shards if t.name in got}
 
 # %% ../nbs/05_gather.ipynb #daf71538
 def fsdp_flavour(model:nn.Module)->str:
@@ -425,13 +375,22 @@ def gather_lora(model:nn.Module,              # an FSDP1- or FSDP2-wrapped peft 
                 bucket_bytes:int|None=None,   # cap on each rank's packed buffer; None: one collective
                )->OrderedDict[str, torch.Tensor]: # peft's adapter state dict keys -> full CPU tensors
     "Collect the LoRA tensors of an FSDP-sharded peft model in one packed collective, as peft's adapter state dict."
-    engine = gather_engine(model)
-    wanted = engine.lora_names(adapter_name)
     rank = dist.get_rank() if dist.is_initialized() else 0
     show = (launched_from_notebook() and rank == 0) if progress is None else bool(progress)
-    got = engine.collect(list(wanted), rank0_only=rank0_only, bucket_bytes=bucket_bytes, progress=show)
+    engine = gather_engine(model)   # not FSDP-wrapped: the same error on every rank, before any collective
+    # a failure on one rank (before, between or after the collectives) raises on every rank, naming it: never a hang
+    with (engine.vote("gather_lora") if engine.view.groups else contextlib.nullcontext()) as vote:
+        try: wanted, err = engine.lora_names(adapter_name), None
+        except Exception as e: err = e
+        if err is not None and vote is None: raise err
+        if err is not None: _agree(vote, "collective 0", err, what="gather_lora", doing="finding the LoRA tensors")
+        got = engine.collect(list(wanted), rank0_only=rank0_only, bucket_bytes=bucket_bytes, progress=show,
+                             vote=vote)
+        try: err = check_collected(wanted, got, engine) if not (rank0_only and rank != 0) else None
+        except Exception as e: err = e
+        if vote is not None: _agree(vote, "done", err, what="gather_lora", doing="checking the gathered tensors")
+        elif err is not None: raise err
     if rank0_only and rank != 0: return OrderedDict()
-    check_collected(wanted, got, engine)
     return OrderedDict((key, got[src]) for src, key in wanted.items())
 
 def check_collected(wanted, got:dict, engine:GatherEngine|None=None):

@@ -126,7 +126,8 @@ class ShardedView:
         self.by_key = by_key                   # FSDP2: id(FSDPParam) -> record (the guard's names)
         self.unit_by_key = {id(u.key): u for u in self.units if u.key is not None}
         self.memo: dict = {}                   # readers' derived facts, dropped with the view on a re-wrap
-        self.fingerprint = _fingerprint(model, self.units)
+        self._groups = list({id(p.group): p.group for p in self.by_name.values() if p.group is not None}.values())
+        self.fingerprint = _fingerprint(model, self.units, flavour)
     def unit_of(self, name:str)->ShardedUnit:
         "The unit that owns parameter `name` (a tied second name: the unit that owns the weight)."
         return self._unit_of[self.primary(name)]
@@ -138,8 +139,8 @@ class ShardedView:
         return self.aliases[name][1] if name in self.aliases else name
     @property
     def groups(self)->list:
-        "The distinct shard groups of the sharded parameters."
-        return list({id(p.group): p.group for p in self.by_name.values() if p.group is not None}.values())
+        "The distinct shard groups of the sharded parameters (found once: a gather asks on every call)."
+        return list(self._groups)
     @property
     def group(self):
         "The shard group (the first one, if units differ); None when nothing is sharded across ranks."
@@ -159,18 +160,19 @@ class ShardedView:
         return f"ShardedView({self.flavour}, {len(self.units)} units, {n} parameters, {len(self.groups)} shard groups)"
 
 # %% ../nbs/04a_sharded.ipynb #de87cac8
-def _unit_token(u:ShardedUnit)->tuple:
+def _unit_token(u:ShardedUnit, fsdp1:bool)->tuple:
     "The identities of the FSDP objects behind unit `u`, read live."
     m = u.module
     if m is None: return ()
-    if isinstance(m, _FSDP1):
+    if fsdp1:   # the view's flavour, not an isinstance per unit: checked on every gather, for every unit
         h = m._handle
         return (id(m), id(h), id(h.flat_param) if h is not None else None)
     g = m._get_fsdp_state()._fsdp_param_group
     return (id(m), id(g), tuple(id(fp) for fp in g.fsdp_params) if g is not None else ())
 
-def _fingerprint(model:nn.Module, units)->tuple:
-    return (type(model), tuple(_unit_token(u) for u in units))
+def _fingerprint(model:nn.Module, units, flavour:str)->tuple:
+    fsdp1 = flavour == "fsdp1"
+    return (type(model), tuple(_unit_token(u, fsdp1) for u in units))
 
 _CACHE = "_lora_fsdp_kit_sharded_view"
 
@@ -220,7 +222,8 @@ def sharded_view(model:nn.Module,   # an FSDP1- or FSDP2-wrapped model (the obje
                 )->ShardedView:
     "The model's `ShardedView`: built on first use, cached on the model, rebuilt when its wrapping changed."
     view = model.__dict__.get(_CACHE)
-    if view is not None and not rebuild and view.model is model and _fingerprint(model, view.units) == view.fingerprint:
+    if (view is not None and not rebuild and view.model is model
+            and _fingerprint(model, view.units, view.flavour) == view.fingerprint):
         return view
     view = _build(model)
     model.__dict__[_CACHE] = view   # not a submodule or a parameter: plain instance state

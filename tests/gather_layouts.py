@@ -52,15 +52,16 @@ def layouts_case(flavour:str, **opts)->dict:
     view = sharded_view(fm)
     rank, out = dist.get_rank(), dict(flavour=flavour, **opts, world=dist.get_world_size(), bad=[])
     bad = out["bad"]
+    # every rank's piece of every parameter, all-gathered as objects in one call (one round per case, not per piece)
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, {p.name: p.local().clone() for p in view.by_name.values()})
     for u in view.units:
         for p in u.params:
             if not torch.equal(p.local(), p.piece_of(full[p.name])): bad.append(f"{p.name}: local != piece")
-            # every rank's piece, all-gathered as objects, reassembles to the full tensor (torch.cat along dim)
-            pieces = [None] * dist.get_world_size()
-            dist.all_gather_object(pieces, (dist.get_rank(p.group) if p.group is not None else 0, p.local().clone()))
+            # the pieces of the ranks of its shard group reassemble to the full tensor (torch.cat along dim)
             if p.group is not None:
                 mine = dist.get_process_group_ranks(p.group)
-                got = [t for r, (gr, t) in enumerate(pieces) if r in mine]
+                got = [every[r][p.name] for r in mine]
                 if not torch.equal(p.layout.assemble(got), full[p.name]): bad.append(f"{p.name}: assemble")
                 mesh = (dist.get_world_size() // 2, 2) if opts.get("hybrid") else (dist.get_world_size(),)
                 if tuple(mine) != shard_group(rank, mesh)[0]: bad.append(f"{p.name}: group {mine}")

@@ -3,7 +3,7 @@ master weights after forwards that leave units unsharded (bf16 mixed precision),
 a second gather costs (no module walk, no source parsing; the view rebuilt only when the wrapping changes)."""
 from __future__ import annotations
 
-import copy, inspect, os, tempfile, traceback
+import contextlib, copy, inspect, os, tempfile, traceback
 from collections import Counter
 from pathlib import Path
 
@@ -109,8 +109,18 @@ def offline_case()->dict:
     finally: S.check_file_exists_on_hf_hub = orig
 
 def second_call_case(setting:str, policy:str)->dict:
-    "Count module walks and source parsing during a second gather of the same model."
-    fm = case_wrap(case_model("llama"), policy, setting)
+    """Count module walks and source parsing during a second gather of the same model; then `iter_lora` on it: the
+    bytes its collectives move (issue 19: with decoder layers as FSDP1 units it moved whole layers) and its tensors."""
+    from lora_fsdp_kit.export import iter_lora
+    from lora_fsdp_kit.memory import AllGatherCounter
+    pm = case_model("llama")
+    pristine = get_peft_model_state_dict(pm)
+    fm = case_wrap(pm, policy, setting)
+    with AllGatherCounter() as c: streamed = dict(iter_lora(fm))
+    stream = dict(iter_equal=set(streamed) == set(pristine) and all(torch.equal(streamed[k], pristine[k])
+                                                                    for k in pristine),
+                  iter_bytes=c.bytes, iter_collectives=c.calls,
+                  lora_bytes=sum(t.numel() * t.element_size() for t in pristine.values()))
     first = gather_lora(fm)
     counts, saved = Counter(), {}
     def counting(owner, name):
@@ -123,7 +133,7 @@ def second_call_case(setting:str, policy:str)->dict:
     try: second = gather_lora(fm)
     finally:
         for (owner, name), f in saved.items(): setattr(owner, name, f)
-    return dict(setting=setting, policy=policy, counts=dict(counts), equal=_equal(first, second))
+    return dict(setting=setting, policy=policy, counts=dict(counts), equal=_equal(first, second), **stream)
 
 def rebuild_case()->dict:
     "The cached view is the same object while the wrapping holds, and a new one once a unit's parameters change."
@@ -147,3 +157,40 @@ def run_all(cases:list[tuple[str, dict]])->list[dict]:
         try: out.append({"case": name, **kw, **globals()[name](**kw)})
         except Exception: out.append(dict(case=name, **kw, error=traceback.format_exc()))
     return out
+
+def _inject(fault:str, who:int):
+    "The patch that makes rank `who` fail at `fault` (nothing on the other ranks)."
+    from unittest import mock
+    import lora_fsdp_kit.gather as G
+    if dist.get_rank() != who: return contextlib.nullcontext()
+    def boom(*a, **k): raise MemoryError(f"injected on rank {who}: {fault}")
+    if fault == "before the first collective": return mock.patch.object(G, "receive_buffer", boom)
+    real, calls = G.unpack, []
+    def unpack_once(*a, **k):   # the first collective completes, then this rank fails before the next one
+        calls.append(1)
+        if len(calls) == 1: boom()
+        return real(*a, **k)
+    return mock.patch.object(G, "unpack", unpack_once)
+
+def fault_case(fault:str, who:int, how:str)->dict:
+    """A fault on rank `who` in `gather_lora` (or `iter_lora_buckets`), with 4 KiB buckets (several collectives): what
+    each rank raises and how fast. Every rank must raise, naming `who` and the cause, and the group stays usable."""
+    import time
+    from lora_fsdp_kit.export import iter_lora_buckets
+    fm = _fault_model()
+    run = {"gather_lora": lambda: gather_lora(fm, bucket_bytes=4096),
+           "iter_lora_buckets": lambda: list(iter_lora_buckets(fm, bucket_bytes=4096))}[how]
+    dist.barrier()
+    t0, kind, msg = time.perf_counter(), None, None
+    with _inject(fault, who):
+        try: run()
+        except Exception as e: kind, msg = type(e).__name__, str(e)
+    seconds = time.perf_counter() - t0
+    after = _equal(gather_lora(fm), gather_lora(fm))   # the group still works: nobody was left in a collective
+    return dict(raised=kind, message=msg, seconds=seconds, usable=after, rank=dist.get_rank())
+
+_FAULT_MODEL = []
+def _fault_model()->nn.Module:
+    "One FSDP1 model with decoder layers as units, shared by the fault cases (they leave it as it was)."
+    if not _FAULT_MODEL: _FAULT_MODEL.append(case_wrap(case_model("llama"), "layer", "fsdp1-orig"))
+    return _FAULT_MODEL[0]

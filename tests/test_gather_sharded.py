@@ -2,7 +2,9 @@
 the unwrapped model bit for bit; after an eval forward that leaves units unsharded (reshard_after_forward False or an
 int, LoRA in the root unit, bf16 mixed precision) gather and save return the fp32 master weights; with a config naming
 a Hub id and HF_HUB_OFFLINE=1 no gather, save or load looks anything up (peft's own helper does: the control); a second
-gather walks no modules and parses no source; the cached view is rebuilt exactly when the wrapping changes."""
+gather walks no modules and parses no source; `iter_lora` moves only the LoRA bytes (FSDP1 decoder-layer units too)
+and equals peft; a failure on either rank before or between the collectives of `gather_lora` and
+`iter_lora_buckets` raises on both within seconds, naming the rank and its cause; the cached view is rebuilt exactly when the wrapping changes."""
 import os, sys
 
 import pytest
@@ -15,7 +17,9 @@ CASES = ([("dim1_case", {}), ("offline_case", {}), ("rebuild_case", {})]
          + [("master_case", kw) for kw in (dict(), dict(root_only=True, reshard_after_forward=None),
                                            dict(reshard_after_forward=1))]
          + [("second_call_case", dict(setting=s, policy=p))
-            for s, p in (("fsdp1", "peft"), ("fsdp1-orig", "layer"), ("fsdp2", "layer"))])
+            for s, p in (("fsdp1", "peft"), ("fsdp1-orig", "layer"), ("fsdp2", "layer"))]
+         + [("fault_case", dict(fault=f, who=w, how=h)) for h in ("gather_lora", "iter_lora_buckets")
+            for f in ("before the first collective", "between collectives") for w in (0, 1)])
 
 @pytest.fixture(scope="module")
 def rows():
@@ -58,6 +62,28 @@ def test_second_gather_walks_nothing(rows):
     for r in got:
         assert r["equal"], r
         assert r["counts"] == {}, r
+
+def test_iter_lora_moves_only_lora_bytes(rows):
+    # FSDP1 with decoder layers as units used to unshard each layer (21x the LoRA bytes); FSDP2 at 2 ranks pads nothing
+    got = of(rows, "second_call_case")
+    assert {r["setting"] for r in got} == {"fsdp1", "fsdp1-orig", "fsdp2"}
+    for r in got:
+        assert r["iter_equal"], r
+        assert r["iter_bytes"] == r["lora_bytes"], r
+
+def test_faults_raise_on_every_rank(rows):
+    # issue 19: a failure on one rank before a collective or between two used to leave the peer in the collective
+    got = of(rows, "fault_case")
+    assert len(got) == 2 * 8
+    for r in got:
+        # the failed rank raises its own error; every other rank RankFailure, naming it and its cause
+        if r["rank"] == r["who"]: assert r["raised"] == "MemoryError" and "injected" in r["message"], r
+        else:
+            assert r["raised"] == "RankFailure", r
+            assert f"rank(s) [{r['who']}]" in r["message"], r
+            assert f"MemoryError: injected on rank {r['who']}" in r["message"], r
+        assert r["seconds"] < 10, r
+        assert r["usable"], r
 
 def test_view_rebuilt_when_wrapping_changes(rows):
     for r in of(rows, "rebuild_case"):
