@@ -145,6 +145,7 @@ def _probe_regions(model:nn.Module, names:dict[nn.Module, str], probes:int)->tup
         done.update(k for k, v in sub.items() if any(got[v]))   # what this forward reached is settled
     return sig, unprobed
 
+# %% ../nbs/12_moe.ipynb #6248a808
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # model -> (its module ids, probes, Routing)
 _BY_STRUCTURE: dict = {}   # a model's structure -> Routing (small: one entry per architecture and LoRA layout)
 
@@ -155,8 +156,7 @@ def routing(model:nn.Module,   # a transformers or plain torch model, with or wi
     key = (tuple(id(m) for m in model.modules()), probes)   # adding LoRA or wrapping changes the modules
     hit = _CACHE.get(model)
     if hit is not None and hit[0] == key: return hit[1]
-    # a model built again from the same config (a test matrix, a sweep of wrappings) routes the same way: its
-    # structure (module names and types, parameter shapes, dtypes and devices) is the key of a second cache
+    # a model built again from the same config routes the same way: its structure keys a second cache
     shape = (probes, tuple((n, type(m).__qualname__, tuple((p.shape, p.dtype, p.device.type, p.requires_grad)
                                                             for p in m.parameters(recurse=False)))
                            for n, m in model.named_modules()))
