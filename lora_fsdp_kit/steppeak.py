@@ -5,13 +5,13 @@
 # %% ../nbs/11b_steppeak.ipynb #4f8992c4
 from __future__ import annotations
 
-import gc, time, traceback
+import contextlib, gc, os, time, traceback, warnings
 
 import torch
 import torch.distributed as dist
 
 # %% auto #0
-__all__ = ['allocator_peak', 'measure_step', 'measure_steps']
+__all__ = ['allocator_peak', 'counting_every_thread', 'allocator_total', 'measure_step', 'measure_steps']
 
 # %% ../nbs/11b_steppeak.ipynb #c19d8a27
 def _events(prof)->list:
@@ -21,25 +21,66 @@ def _events(prof)->list:
         e = todo.pop(); out.append(e); todo.extend(e.children)
     return out
 
-def allocator_peak(prof,                # a finished `torch.profiler.profile(profile_memory=True)`
-                   window:str,          # the `record_function` name whose span is measured
-                  )->tuple[int, int]:   # (peak bytes inside the window, bytes when it opens)
-    "Peak bytes of the blocks the CPU allocator handed out while profiling, inside one recorded window."
-    # Replays the allocation events: a block is live from its allocation to its free. A block freed where the profiler
-    # does not look (another thread) and whose address comes back is counted once, at its new size.
+def _allocations(prof, window:str)->tuple[list, int, int]:
+    "The profile's allocation events in time order, and the span of its one `window`."
     from torch._C._profiler import _EventType
     evs = _events(prof)
     spans = [(e.start_time_ns, e.end_time_ns) for e in evs if e.name == window]
     if len(spans) != 1: raise ValueError(f"expected one profiled window {window!r}, found {len(spans)}")
-    (t0, t1), live, now, peak, start = spans[0], {}, 0, None, None
-    for e in sorted((e for e in evs if e.typed[0] == _EventType.Allocation), key=lambda e: e.start_time_ns):
-        a = e.typed[1]
-        if start is None and e.start_time_ns >= t0: start = now
-        now -= live.pop(a.ptr, 0)           # a free, or an address handed out again
-        if a.alloc_size > 0: live[a.ptr] = a.alloc_size; now += a.alloc_size
-        if t0 <= e.start_time_ns <= t1: peak = max(now if peak is None else peak, now)
-    if peak is None: raise ValueError(f"no allocation inside the profiled window {window!r}")
+    (t0, t1), = spans
+    allocs = sorted((e for e in evs if e.typed[0] == _EventType.Allocation), key=lambda e: e.start_time_ns)
+    if not any(t0 <= e.start_time_ns <= t1 for e in allocs):
+        raise ValueError(f"no allocation inside the profiled window {window!r}")
+    return allocs, t0, t1
+
+def allocator_peak(prof,                # a finished `torch.profiler.profile(profile_memory=True)`
+                   window:str,          # the `record_function` name whose span is measured
+                   base:int|None=None,  # the allocator's total before the job (`allocator_total`); None: before the
+                                        # profile's first block
+                  )->tuple[int, int]:   # (peak bytes inside the window, bytes when it opens)
+    "Peak bytes the CPU allocator held for the job inside one recorded window, from its own running total."
+    allocs, t0, t1 = _allocations(prof, window)
+    first = allocs[0].typed[1]
+    start, peak = 0, None
+    if base is None: base = first.total_allocated - first.alloc_size
+    elif allocs[0].start_time_ns >= t0: start = first.total_allocated - first.alloc_size - base
+    for e in allocs:
+        now = e.typed[1].total_allocated - base
+        if e.start_time_ns < t0: start = now              # the last total before the window opens
+        elif e.start_time_ns <= t1: peak = now if peak is None else max(peak, now)
     return max(peak, start), start
+
+# %% ../nbs/11b_steppeak.ipynb #49ba074d
+def _report_flag():
+    "c10's `FLAGS_caffe2_report_cpu_memory_usage`, a bool in libc10 (None where it cannot be reached)."
+    import ctypes
+    lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    for name in ("libc10.so", "libc10.dylib", "c10.dll"):
+        if os.path.exists(os.path.join(lib, name)):
+            try: return ctypes.c_bool.in_dll(ctypes.CDLL(os.path.join(lib, name)), "FLAGS_caffe2_report_cpu_memory_usage")
+            except (OSError, ValueError): return None
+    return None
+
+@contextlib.contextmanager
+def counting_every_thread():
+    "Inside, the CPU allocator's running total counts the blocks of every thread, profiled or not."
+    # Keep one `with` around everything measured: a block counted while the flag is on and freed after it is off
+    # stays in c10's table, and its address, handed out again, would be counted twice. (c10 also logs each block at
+    # INFO level, below its default threshold: nothing is printed.)
+    flag = _report_flag()
+    if flag is None: raise RuntimeError("counting_every_thread: c10's FLAGS_caffe2_report_cpu_memory_usage is not "
+                                        "reachable in this torch build (libc10 not found or the flag not exported)")
+    was, flag.value = flag.value, True
+    try: yield
+    finally: flag.value = was
+
+def allocator_total()->int:
+    "Bytes the CPU allocator counts as held now: its running total, read from one profiled allocation."
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof: torch.empty(1)
+    from torch._C._profiler import _EventType
+    a = next(e.typed[1] for e in _events(prof) if e.typed[0] == _EventType.Allocation and e.typed[1].alloc_size > 0)
+    return a.total_allocated - a.alloc_size
 
 # %% ../nbs/11b_steppeak.ipynb #c4be47f3
 def _build(case:dict):
@@ -47,29 +88,47 @@ def _build(case:dict):
     cfg = dict(shipped_config(case["model"]), **case.get("overrides", {}))
     return add_lora(model_from_config(cfg, device="cpu"), r=case.get("r", 8))
 
-def measure_step(case:dict)->dict:
-    "Rank function: build, wrap and train a tiny LoRA model 2 steps under the profiler; the second step's peak."
+def _train_step(fm, opt, case:dict):
+    "The step fits predicts: loss of the batch on its own tokens, backward, AdamW step, gradients freed."
+    vocab = fm.get_input_embeddings().num_embeddings if hasattr(fm, "get_input_embeddings") else 64
+    ids = torch.randint(0, vocab, (case.get("batch", 1), case.get("seq", 16)))
+    fm(input_ids=ids, labels=ids).loss.backward()
+    opt.step(); opt.zero_grad(set_to_none=True)
+
+def measure_step(case:dict,      # model (a zoo name), overrides, r, wrap (a WrapConfig dict), batch, seq
+                 group=None,      # the process group to shard over (None: the whole world)
+                )->dict:
+    "Rank function: build, wrap and train a tiny LoRA model 2 steps; the second step's peak, from the allocator."
     from torch.profiler import ProfilerActivity, profile, record_function
     from lora_fsdp_kit.wrap import WrapConfig
-    t0, res = time.perf_counter(), dict(case=case, rank=dist.get_rank(), world=dist.get_world_size())
+    t0, res = time.perf_counter(), dict(case=case, rank=dist.get_rank(group), world=dist.get_world_size(group))
     try:
         torch.manual_seed(0); gc.collect()
-        # everything the rank allocates for the job happens inside the profile: the peak is absolute
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            fm = WrapConfig.from_dict(case["wrap"]).wrap(_build(case))
+        # counted from before the model is built, on every thread (gloo's workers free some of the job's blocks);
+        # only the second step is profiled: the allocator's total needs no more events than that
+        with counting_every_thread():
+            base = allocator_total()
+            fm = WrapConfig.from_dict(case["wrap"]).wrap(_build(case), mesh=group)
             opt = torch.optim.AdamW([p for p in fm.parameters() if p.requires_grad], lr=1e-4)
-            vocab = fm.get_input_embeddings().num_embeddings if hasattr(fm, "get_input_embeddings") else 64
-            for i in range(2):
-                with record_function(f"lfk_step_{i}"):
-                    ids = torch.randint(0, vocab, (case.get("batch", 1), case.get("seq", 16)))
-                    fm(input_ids=ids, labels=ids).loss.backward()
-                    opt.step(); opt.zero_grad(set_to_none=True)
-            del fm, opt; gc.collect()   # freed while profiling: the allocator's total comes back down
-        res["peak"], res["start"] = allocator_peak(prof, "lfk_step_1")
+            _train_step(fm, opt, case)
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+                with record_function("lfk_step_1"): _train_step(fm, opt, case)
+            del fm, opt; gc.collect()
+        res["peak"], res["start"] = allocator_peak(prof, "lfk_step_1", base)
     except Exception: res["error"] = traceback.format_exc()
     res["seconds"] = time.perf_counter() - t0
     return res
 
 def measure_steps(cases:list[dict])->list[dict]:
-    "Rank function: `measure_step` for each case, in one launch (each launch costs seconds)."
-    return [measure_step(c) for c in cases]
+    "Rank function: `measure_step` for each case, in one launch; a case with `world=k` runs on ranks 0..k-1 alone."
+    # each launch costs seconds: one launch of 3 ranks measures worlds 2 and 3 (the group of ranks 0-1 is a world of
+    # 2 of its own: its own gloo context, made before any case is counted)
+    world, out = dist.get_world_size(), []
+    sizes = sorted({c.get("world", world) for c in cases})
+    if sizes[-1] > world or sizes[0] < 1: raise ValueError(f"case worlds {sizes} do not fit in a launch of {world}")
+    groups = {k: None if k == world else dist.new_group(list(range(k))) for k in sizes}   # every rank makes each
+    with counting_every_thread():   # one `with` for every case
+        for c in cases:
+            k = c.get("world", world)
+            out.append(measure_step(c, groups[k]) if dist.get_rank() < k else dict(case=c, skipped=True))
+    return out
