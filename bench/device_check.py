@@ -181,7 +181,7 @@ def memory_check(plat, worlds:list[int], batch:int, seq:int, timeout:float)->tup
     "Rows and problems of the memory part; on the CPU, none (it says so)."
     if plat.device_name == "cpu":
         print("\nmemory check: no GPU or NPU here (platform cpu): skipped "
-              "(tests/test_fits.py checks the CPU against the profiler's allocator events)")
+              "(tests/test_fits.py checks the CPU against the allocator's running total on real ranks)")
         return [], []
     rows, probs = [], []
     for w in worlds:

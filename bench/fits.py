@@ -8,7 +8,7 @@ printed beside each figure.
 
 Accuracy (`--matrix`): the full matrix the test samples -- 4 architectures (Llama, Qwen2, Qwen3-MoE, Qwen3-Omni thinker)
 x FSDP1/FSDP2 x activation checkpointing on/off x fp32/bf16 at worlds 2 and 3 -- each real gloo rank's peak
-(`lora_fsdp_kit.steppeak`, the profiler's allocator events) beside the prediction; exit 1 when any is > 1 % off.
+(`lora_fsdp_kit.steppeak`, the CPU allocator's running total) beside the prediction; exit 1 when any is > 1 % off.
 
     python bench/fits.py [--speed] [--matrix] [--batch 2 --seq 256] [--out bench/out/fits]
 """

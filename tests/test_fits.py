@@ -33,7 +33,8 @@ CASES = {2: W2, 3: [(m, f, not ac, not bf) for m, f, ac, bf in W2]}
 ALL = [(w, c) for w in CASES for c in CASES[w]]
 
 @functools.cache   # predictions copy it, the plan only reads it (test_no_global_state_left checks it stays on meta)
-def meta_model(name:str): return add_lora(model_from_config(dict(shipped_config(name), **ARCH[name]), device="meta"), r=8)
+def meta_model(name:str):
+    return add_lora(model_from_config(dict(shipped_config(name), **ARCH[name]), device="meta"), r=8)
 
 def _global_state():
     from torch._subclasses.fake_tensor import FakeTensor
@@ -131,7 +132,8 @@ def test_what_cannot_be_predicted_is_one_line():
     grouped = add_lora(model_from_config(shipped_config("qwen3_moe"), device="meta"))   # grouped_mm, fp32
     with pytest.raises(FitsError, match="no float32 meta kernel") as e: predict_step_memory(grouped, world=2, seq=8)
     assert "\n" not in str(e.value)
-    eager = add_lora(model_from_config(dict(shipped_config("qwen3_moe"), experts_implementation="eager"), device="meta"))
+    eager = add_lora(model_from_config(dict(shipped_config("qwen3_moe"), experts_implementation="eager"),
+                                       device="meta"))
     with pytest.raises(FitsError, match="data-dependent shapes") as e: predict_step_memory(eager, world=2, seq=8)
     assert "\n" not in str(e.value)
 
