@@ -157,10 +157,16 @@ def _vote_close(self:RankVote):
         except Exception: pass   # a store without deletion (FileStore before torch 2.x): keys stay, few and small
 
 RankVote.signal, RankVote.wait_for, RankVote.close = _vote_signal, _vote_wait_for, _vote_close
-RankVote.__enter__ = lambda self: self
-RankVote.__exit__ = lambda self, *exc: self.close()
+def _vote_exit(self:RankVote, typ, exc, tb):
+    "Leaving a `with` block: a failure not yet posted (Ctrl-C while waiting, say) is posted, then the vote closes."
+    if exc is not None and not isinstance(exc, RankFailure) and not any(self.posted.values()):
+        try: self.post("interrupted", exc)
+        except Exception: pass   # the store is gone: the others find out at their own timeout
+    self.close()
 
-# %% ../nbs/04b_votes.ipynb #vt000023
+RankVote.__enter__, RankVote.__exit__ = lambda self: self, _vote_exit
+
+# %% ../nbs/04b_votes.ipynb #vt000024
 _set_pg_timeout = internal("torch.distributed.distributed_c10d:_set_pg_timeout",
                            feature="the bounded wait inside save_lora's and the gathers' collectives (votes.bounded_wait)")
 

@@ -255,5 +255,63 @@ def faults(folder:str, setting:str="fsdp2", gather_fault_rank:int|None=None)->li
     E.save_lora(fm, d/"adapter")       # the group still works after all of them
     out.append(dict(fault="a save after them", rank=dist.get_rank(), kind=None, message=None, seconds=0.0,
                     intact=True, leftovers=sorted(p.name for p in d.iterdir() if p.name.startswith("."))))
+    out += load_faults(fm, d)
     if gather_fault_rank is not None: out.append(_fault(fm, d, GATHER_FAULT, gather_fault_rank))
+    return out
+
+# ---- load_lora faults: every rank raises LoadError within seconds, naming the rank; no rank's model changes ----
+LOAD_CAUSE = {"file missing on one rank": "has no adapter_model.safetensors", "damaged file on one rank": "Error",
+              "shape mismatch on one rank": "the file holds shape", "before reading": "injected",
+              "during the write": "injected", "Ctrl-C during the write": "KeyboardInterrupt"}
+
+def _local(fm)->dict:
+    "This rank's own values of every parameter (its FSDP shards): what a load changes on this rank."
+    from torch.distributed.tensor import DTensor
+    return {n: (p.to_local() if isinstance(p, DTensor) else p).detach().clone() for n, p in fm.named_parameters()}
+
+def _bad_adapters(d:Path):
+    "Rank 0 writes the broken copies of `d/adapter` a rank is pointed at: none, damaged, a tensor of another shape."
+    from safetensors.torch import load_file, save_file
+    for name in ("missing", "damaged", "reshaped"): shutil.copytree(d/"adapter", d/name)
+    (d/"missing"/E.ADAPTER_WEIGHTS).unlink()
+    w = d/"damaged"/E.ADAPTER_WEIGHTS; w.write_bytes(w.read_bytes()[:100])
+    sd = load_file(d/"reshaped"/E.ADAPTER_WEIGHTS); k = next(iter(sd)); sd[k] = torch.zeros(sd[k].shape[0] + 1, 1)
+    save_file(sd, str(d/"reshaped"/E.ADAPTER_WEIGHTS), metadata={"format": "pt"})
+
+def _load_fault(fm, d:Path, fault:str, who:int)->dict:
+    "One injected load fault on rank `who`: what this rank raised, how fast, and whether its shards changed."
+    me, path, patch = dist.get_rank(), d/"adapter", contextlib.nullcontext()
+    if me == who:
+        path = {"file missing on one rank": d/"missing", "damaged file on one rank": d/"damaged",
+                "shape mismatch on one rank": d/"reshaped"}.get(fault, path)
+        real = E._write_pieces
+        def half(pieces, done):   # write half of this rank's pieces, then fail
+            real(pieces[:max(1, len(pieces) // 2)], done)
+            raise (KeyboardInterrupt() if "Ctrl-C" in fault else RuntimeError(f"injected on rank {who}: {fault}"))
+        def boom(*a, **k): raise RuntimeError(f"injected on rank {who}: {fault}")
+        if fault == "before reading": patch = mock.patch.object(E, "lora_keys", boom)
+        if "during the write" in fault: patch = mock.patch.object(E, "_write_pieces", half)
+    before = _local(fm)
+    dist.barrier()
+    t0, kind, msg = time.perf_counter(), None, None
+    with patch:
+        try: E.load_lora(fm, path)
+        except BaseException as e: kind, msg = type(e).__name__, str(e)
+    seconds = time.perf_counter() - t0
+    after = _local(fm)
+    return dict(fault=fault, who=who, rank=me, kind=kind, message=msg, seconds=seconds,
+                unchanged=all(torch.equal(before[k], after[k]) for k in before))
+
+def load_faults(fm, d:Path)->list[dict]:
+    "Every load fault on every rank in turn, then a load that works (it changes the model)."
+    if dist.get_rank() == 0: _bad_adapters(d)
+    with torch.no_grad():   # the model now differs from the saved adapter: a partial load would show
+        for n, p in fm.named_parameters():
+            if p.requires_grad: p.add_(1.0)
+    out = [_load_fault(fm, d, f, r) for f in LOAD_CAUSE for r in range(dist.get_world_size())]
+    before = _local(fm)
+    dist.barrier()
+    E.load_lora(fm, d/"adapter")
+    out.append(dict(fault="a load after them", rank=dist.get_rank(), kind=None,
+                    changed=any(not torch.equal(before[k], v) for k, v in _local(fm).items())))
     return out

@@ -113,6 +113,7 @@ def test_every_fault_raises_on_every_rank_within_10s(fault_runs):
     seen = set()
     for key, rows in _cases(fault_runs):
         f, who = rows[0]["fault"], rows[0].get("who")
+        if f in C.LOAD_CAUSE or f == "a load after them": continue   # below
         if f == "a save after them":
             assert all(r["kind"] is None and r["leftovers"] == [] for r in rows), (key, rows); continue
         seen.add(f)
@@ -129,6 +130,7 @@ def test_every_fault_raises_on_every_rank_within_10s(fault_runs):
 
 def test_faults_change_nothing_on_disk(fault_runs):
     for key, rows in _cases(fault_runs):
+        if "intact" not in rows[0]: continue   # a load fault
         assert all(r["intact"] and r["leftovers"] == [] for r in rows), (key, rows[0]["fault"], rows)
 
 def test_a_rank_failing_in_the_gather_is_named_by_every_rank(fault_runs):
@@ -151,3 +153,19 @@ def test_load_accepts_what_peft_loads(results):
         assert v["peft < 0.14"] is True and v["regex"] is True, (key, v)
         assert "target_modules" in str(v["regex, other modules"]), (key, v)
         if "default" in r: assert v["peft < 0.14 (peft)"] is True and v["regex (peft)"] is True, (key, v)
+
+def test_load_faults_raise_on_every_rank_and_change_no_model(fault_runs):
+    "Issue 19: load_lora, a fault on one rank (each rank in turn): every rank raises, no rank's shards change."
+    seen = set()
+    for key, rows in _cases(fault_runs):
+        f, who = rows[0]["fault"], rows[0].get("who")
+        if f == "a load after them": assert all(r["changed"] for r in rows), key; continue   # a load does change it
+        if f not in C.LOAD_CAUSE: continue
+        seen.add(f)
+        for r in rows:
+            where = (key, f, who, r["rank"], r["message"])
+            assert r["kind"] is not None and r["seconds"] <= 10 and r["unchanged"], (where, r["seconds"])
+            if r["kind"] == "KeyboardInterrupt": assert r["rank"] == who and "Ctrl-C" in f, where; continue
+            assert r["kind"] == "LoadError" and f"failed on rank(s) [{who}]" in r["message"], where
+            assert C.LOAD_CAUSE[f] in r["message"] and "left as it was on every rank" in r["message"], where
+    assert seen == set(C.LOAD_CAUSE), seen
