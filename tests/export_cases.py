@@ -14,7 +14,7 @@ import lora_fsdp_kit.export as E
 from lora_fsdp_kit import plan as P
 from lora_fsdp_kit.gather import gather_lora, iter_merged_weights
 from lora_fsdp_kit.memory import AllGatherCounter
-from lora_fsdp_kit.measure import measure_save, measure_stream
+from lora_fsdp_kit.measure_streams import measure_save, measure_stream
 from lora_fsdp_kit.testing import case_config, train_steps
 from lora_fsdp_kit.models import tiny_model
 

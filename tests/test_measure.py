@@ -31,9 +31,8 @@ def test_unit_bytes_exact(rows):
     assert not bad, bad[:10]
 
 def test_peak_within_printed_bound(rows):
-    # Known gap, left open: since the gather packs and unpacks with torch.cat along the shard dim, the packed
-    # strategy's peak at r=1 (a few KiB of LoRA, dim-0 padding) exceeds the printed bound by up to 1.3 KiB; the
-    # tolerance here is test_gather_ranks' (4 KiB floor) until the bound counts the unpack's copies.
+    # no slack: the packed bound counts the send buffer that gloo's worker may still hold while the output is
+    # unpacked (the 1.3 KiB at r=1 and the 11,904 B at 3 ranks that runs measured now and then)
     bad = [(r["world"], r["rank"], r["case"], r["peak"], r["predicted_peak"]) for r in rows
-           if r["peak"] > r["predicted_peak"] + (4096 if r["case"][2] == "packed" else 0)]
+           if r["peak"] > r["predicted_peak"]]
     assert not bad, bad
