@@ -235,8 +235,8 @@ def _fault(fm, d:Path, fault:str, who:int)->dict:
     dist.barrier()
     before = _files(target) if target.is_dir() else target.read_bytes()
     t0, kind, msg = time.perf_counter(), None, None
-    with _inject(fault, who, d):
-        try: E.save_lora(fm, target)
+    with _inject(fault, who, d):   # a fault inside the gather waits out `timeout`: 2 s is plenty between 2-3 ranks
+        try: E.save_lora(fm, target, timeout=2.0 if fault == GATHER_FAULT else 8.0)
         except BaseException as e: kind, msg = type(e).__name__, str(e)
     seconds = time.perf_counter() - t0
     after = _files(target) if target.is_dir() else target.read_bytes()
@@ -262,7 +262,7 @@ def faults(folder:str, setting:str="fsdp2", gather_fault_rank:int|None=None)->li
 # ---- load_lora faults: every rank raises LoadError within seconds, naming the rank; no rank's model changes ----
 LOAD_CAUSE = {"file missing on one rank": "has no adapter_model.safetensors", "damaged file on one rank": "Error",
               "shape mismatch on one rank": "the file holds shape", "before reading": "injected",
-              "during the write": "injected", "Ctrl-C during the write": "KeyboardInterrupt"}
+              "while writing the shards": "injected", "Ctrl-C while writing the shards": "KeyboardInterrupt"}
 
 def _local(fm)->dict:
     "This rank's own values of every parameter (its FSDP shards): what a load changes on this rank."
@@ -290,7 +290,7 @@ def _load_fault(fm, d:Path, fault:str, who:int)->dict:
             raise (KeyboardInterrupt() if "Ctrl-C" in fault else RuntimeError(f"injected on rank {who}: {fault}"))
         def boom(*a, **k): raise RuntimeError(f"injected on rank {who}: {fault}")
         if fault == "before reading": patch = mock.patch.object(E, "lora_keys", boom)
-        if "during the write" in fault: patch = mock.patch.object(E, "_write_pieces", half)
+        if "writing the shards" in fault: patch = mock.patch.object(E, "_write_pieces", half)
     before = _local(fm)
     dist.barrier()
     t0, kind, msg = time.perf_counter(), None, None
@@ -314,4 +314,13 @@ def load_faults(fm, d:Path)->list[dict]:
     E.load_lora(fm, d/"adapter")
     out.append(dict(fault="a load after them", rank=dist.get_rank(), kind=None,
                     changed=any(not torch.equal(before[k], v) for k, v in _local(fm).items())))
+    return out
+
+
+def everything(folder:str, settings:tuple, fault_settings:tuple, gather_fault:tuple)->dict:
+    """Rank function, the file's one launch per world: `run(settings)`, the faults of each of `fault_settings`, and
+    last (it closes the group) those of `gather_fault` = (setting, failing rank) with the fault inside the gather."""
+    out = dict(run=run(folder, settings), faults={})
+    for s in fault_settings: out["faults"][s, None] = faults(folder, s)
+    out["faults"][tuple(gather_fault)] = faults(folder, *gather_fault)
     return out

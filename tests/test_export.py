@@ -14,15 +14,24 @@ from lora_fsdp_kit.launch import launch
 
 TWO = tuple(C.SETTINGS)
 THREE = ("fsdp2",)   # 3 ranks: FSDP2 pads dim 0 unevenly; FSDP1 at 3 ranks is covered by the gather matrix
+# faults (issue 19, item 1), each injected on each rank in turn: every save and load fault on these settings, then
+# (it closes the group) the fault inside the gather on one rank: FSDP1 rank 0 (the root of the gather) at 2 ranks,
+# FSDP2 rank 2 at 3 ranks (FSDP2 at 2 ranks, rank 1, was a third launch proving what 3 ranks prove)
+FAULTS = {2: (("fsdp2",), ("fsdp1-peft", 0)), 3: ((), ("fsdp2", 2))}
+pytestmark = pytest.mark.xdist_group("export")   # under `pytest -n --dist loadgroup`: one worker, one launch per world
 
 @pytest.fixture(scope="module")
-def results():
+def launched():
+    "One launch per world size for the whole file: the save/load/stream matrix, then every fault."
     out = {}
     for world, settings in ((2, TWO), (3, THREE)):
-        ranks = launch(C.run, tempfile.mkdtemp(prefix="lfk_export_"), settings, nprocs=world, quiet=True,
-                       timeout=1200)
-        out[world] = [row for rank in ranks for row in rank]
+        out[world] = launch(C.everything, tempfile.mkdtemp(prefix="lfk_export_"), settings, *FAULTS[world],
+                            nprocs=world, quiet=True, timeout=1200)
     return out
+
+@pytest.fixture(scope="module")
+def results(launched):
+    return {world: [row for rank in ranks for row in rank["run"]] for world, ranks in launched.items()}
 
 def _rows(results): return [r for rows in results.values() for r in rows]
 
@@ -94,16 +103,15 @@ def test_save_holds_only_lora(results):
         assert s.file_bytes > s.lora_bytes
 
 # ---- faults (issue 19, item 1): each injected on each rank in turn; before the fix every one of them hung ----
-FAULT_RUNS = ((2, "fsdp1-peft", 0), (2, "fsdp2", 1), (3, "fsdp2", 2))   # (world, setting, rank failing in the gather)
 CAUSE = {"target is a file": "is a file", "target is a non-adapter folder": "non-empty folder without",
          "during the write": "No space left on device", "while publishing": "injected",
          "Ctrl-C during the write": "KeyboardInterrupt", "Ctrl-C after the gather": "KeyboardInterrupt"}
 
 @pytest.fixture(scope="module")
-def fault_runs():
-    return {(world, setting, who): launch(C.faults, tempfile.mkdtemp(prefix="lfk_faults_"), setting, who,
-                                          nprocs=world, quiet=True, timeout=600)
-            for world, setting, who in FAULT_RUNS}
+def fault_runs(launched):
+    "{(world, setting, rank failing in the gather or None): each rank's fault rows}."
+    return {(world, *key): [rank["faults"][key] for rank in ranks]
+            for world, ranks in launched.items() for key in ranks[0]["faults"]}
 
 def _cases(fault_runs):
     for key, ranks in fault_runs.items():
