@@ -219,11 +219,15 @@ def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the 
             peak = max(peak, done + 2 * g + g // max(world, 1)); done += g
         return total, max(peak, done + plan.lora_bytes)
     if strategy == "per_unit":
-        # FSDP1: the unit's padded flat parameter; FSDP2's unshard holds the padded all-gather output, its input
-        # (this rank's padded piece) and the unpadded per-parameter copies at once
-        held = [gathered[u.name] + ((gathered[u.name] // world + u.nbytes) if plan.flavour == "fsdp2" else 0)
-                for u in lora_units]
-        return sum(gathered[u.name] for u in lora_units), max(held, default=0) + plan.lora_bytes
+        # unit after unit, with the LoRA copied out of the units before it: FSDP1 holds the unit's padded flat
+        # parameter and then its LoRA copies beside it; FSDP2 the padded all-gather output beside the padded
+        # unsharded parameters (its input is a slice of the output), freed before the copies. Exact, measured.
+        rank, done, peak = {n: i for i, n in enumerate(order or [])}, 0, 0
+        for u in sorted(lora_units, key=lambda u: rank.get(u.name, len(rank))):
+            mine = sum(p.nbytes for p in u.params if _in_adapter(p, adapter_name))
+            g = gathered[u.name]
+            peak = max(peak, done + (2 * g if plan.flavour == "fsdp2" else g + mine)); done += mine
+        return sum(gathered[u.name] for u in lora_units), max(peak, done)
     if strategy == "lora_only":
         # one full_tensor() per tensor: a padded all-gather output, then (when padded) an unpadded copy beside it;
         # a rank whose piece is short pads it first (at most two padded pieces in flight)
