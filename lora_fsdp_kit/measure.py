@@ -12,13 +12,12 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from .gather import GatherEngine, GatherUnit, _evenly, _own_cpu_copy, check_collected, gather_engine
+from .gather import GatherEngine, GatherUnit, _own_cpu_copy, check_collected, gather_engine
+from .packing import evenly
 from .memory import AllGatherCounter, MemoryMeter
 from .models import fmt_bytes
 from .plan import dtype_itemsize
 from .shards import fsdp1_layouts, fsdp1_padded_numel, fsdp2_layout, fsdp2_padded_numel
-# a save's and a stream's measurements moved to `measure_streams` (06b); importable here as before
-from .measure_streams import SaveProfile, StreamProfile, measure_save, measure_stream, plot_streams
 
 # %% auto #0
 __all__ = ['GATHER_STRATEGIES', 'UnitGather', 'GatherProfile', 'gather_whole', 'gather_per_unit', 'gather_lora_only',
@@ -257,7 +256,7 @@ def _predict_packed(plan, lora:list, lora_units:list, world:int, shapes:dict|Non
     # the send buffer may outlive the caller's `del`: gloo's worker thread drops the collective's Work (which holds
     # its input) on its own time, so while the output is unpacked the send buffer may still be alive (measured: at
     # 3 ranks, rank 2's 11,904 B send buffer on top of receive buffer + output, in 1 run of several)
-    if world * width <= 1.05 * total:   # the all-gather of equal padded buffers (gather_packed's `_evenly`)
+    if world * width <= 1.05 * total:   # the all-gather of equal padded buffers (`packing.evenly`)
         return world * width, width * (world + 1) + lora_bytes
     # the all-to-all with exact split sizes: this rank's pieces, packed once per rank, beside the receive buffer
     return total, me * world + total + lora_bytes
@@ -329,7 +328,7 @@ def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft mo
     lora_bytes = sum(t.numel() * t.element_size() for t in got.values())
     if strategy == "packed":   # the LoRA pieces of every rank (padded to the largest when nearly even)
         sizes = [sum(t.piece_bytes(r) for t in shards if t.group is not None) for r in range(world)]
-        minimum = 0 if world == 1 else world * max(sizes) if _evenly(sizes) else sum(sizes)
+        minimum = 0 if world == 1 else world * max(sizes) if evenly(sizes) else sum(sizes)
     elif engine.flavour == "fsdp1": minimum = sum(u.gather_bytes for u, _ in lora_units)
     else: minimum = sum(t.piece_bytes(0) * world for t in shards if t.group is not None)   # dim-0 padded
     return GatherProfile(strategy, engine.flavour, dist.get_world_size() if dist.is_initialized() else 1, tuple(units),
