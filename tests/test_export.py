@@ -147,10 +147,8 @@ def test_a_rank_failing_in_the_gather_is_named_by_every_rank(fault_runs):
         who = key[2]
         for r in rows:
             assert f"failed on rank(s) [{who}]" in r["message"] and "in the gather" in r["message"], r["message"]
-            # a rank that waited in the collective says so; with rank 0 (the gather's root) failing, the others'
-            # sends may complete without it (gloo buffers them), and they hear of it in the vote instead, at once
-            if r["rank"] != who and "timed out in a collective waiting for them" not in r["message"]:
-                assert who == 0 and r["seconds"] < 2, (r["seconds"], r["message"])
+            # the gather's own failure vote (votes.RankVote) tells every rank before the collective: nobody waits in it
+            assert r["seconds"] < 2, (r["seconds"], r["message"])
 
 def test_lora_buckets_move_only_lora(results):
     "Issue 19, item 4: FSDP1 with decoder-layer units moved whole layers (21.6x the LoRA bytes) per bucket stream."
