@@ -262,7 +262,6 @@ def first_picture_line(nb)->int|None:
 # leave this set: empty it, never grow it.
 PENDING = {
     "04b_votes.ipynb": {"export without prose"},                    # cells 5-6, 13-14 (new this session)
-    "05a_packing.ipynb": {"export without prose"},                  # cells 11-12 (new this session)
     "06_memory.ipynb": {"export without prose"},                    # cell 7
     "06a_measure.ipynb": {"export without prose", "first picture"}, # 4 export runs; the first picture at line 178
     "09_export.ipynb": {"machine path", "export without prose",     # transformers' FutureWarning with its
