@@ -28,13 +28,13 @@ demo: $(STAMP)
 
 test: $(STAMP) browser-deps
 	$(VENV)/bin/nbdev_test
-	$(VENV)/bin/python -m pytest -q -n 2 tests
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile tests
 
 nbtest: $(STAMP)
 	$(VENV)/bin/nbdev_test
 
 pytest: $(STAMP) browser-deps
-	$(VENV)/bin/python -m pytest -q -n 2 tests
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile tests
 
 # What tests/test_browser.py needs: Debian's Chromium and a font (apt, when root and missing), Voila and Playwright
 # (pip, into the venv). Never `playwright install`: it downloads a browser. Where apt cannot run, the browser test

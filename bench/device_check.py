@@ -18,8 +18,10 @@ Memory of a training step (issue 17), on a GPU or NPU only: for 6 configurations
 activation checkpointing, FSDP1 with LoRA-leaf units and with decoder-layer units in bf16, a Qwen3 MoE and the
 Qwen3-Omni thinker in bf16), each rank trains a tiny LoRA model 2 steps on its device and reads the allocator's
 `max_memory_allocated` over the second (less what the device held before the case); `lora_fsdp_kit.fits` predicts the
-same step on one CPU. A prediction more than 5 % off is a problem (exit 1). On the CPU this part says there is no
-device and is skipped (the CPU's proof is tests/test_fits.py, against the profiler's allocator events).
+same step on one CPU, with the attention kernel the device runs (`fits_trace.attention_kernel`: CUDA runs float32 with
+grouped-query heads on the math kernel), recorded per row as `attention`. A prediction more than 5 % off is a problem
+(exit 1). On the CPU this part says there is no device and is skipped (the CPU's proof is tests/test_fits.py, against
+the CPU allocator's running total on real gloo ranks).
 Run: `python bench/device_check.py [--layers 8 --hidden 1024] [--worlds 2,1] [--no-memory]` (minutes on a GPU).
 """
 from __future__ import annotations
@@ -145,19 +147,22 @@ def memory_rank(batch:int, seq:int)->list[dict]:
         rows.append(row)
     return rows
 
-def predict_memory(world:int, batch:int, seq:int)->dict:
-    "The prediction of each memory case at `world` (traced on one CPU), or the one line it cannot predict."
+def predict_memory(world:int, batch:int, seq:int)->tuple[dict, dict]:
+    "Per memory case at `world` (traced on one CPU): the prediction or the line why not; and the attention kernel."
     from lora_fsdp_kit.fits import FitsError, predict_step_memory
+    from lora_fsdp_kit.fits_trace import attention_kernel
     from lora_fsdp_kit.wrap import WrapConfig
-    out = {}
+    out, kernels, backend = {}, {}, get_platform().dist_backend
     for name, model, over, wrap in MEMORY_CASES:
         pm = add_lora(model_from_config(dict(shipped_config(model), **over), device="meta"), r=8)
+        # the kernel the prediction traced (what `attention="auto"` picks): "math" where CUDA has no fused kernel
+        kernels[name] = attention_kernel(pm, WrapConfig(**wrap), backend)
         try:
             pred = predict_step_memory(pm, world=world, wrap=WrapConfig(**wrap), batch=batch, seq=seq,
-                                       backend=get_platform().dist_backend)
-            out[name] = pred.peak_bytes; print(f"predicted {name}: {pred.label}")
+                                       backend=backend, attention=kernels[name])
+            out[name] = pred.peak_bytes; print(f"predicted {name}: {pred.label}, {kernels[name]} attention")
         except FitsError as e: out[name] = str(e)
-    return out
+    return out, kernels
 
 def memory_problems(rows:list[dict], predicted:dict)->list[str]:
     "One line per memory case that failed on a rank or whose prediction is more than MEMORY_TOLERANCE off."
@@ -176,21 +181,22 @@ def memory_check(plat, worlds:list[int], batch:int, seq:int, timeout:float)->tup
     "Rows and problems of the memory part; on the CPU, none (it says so)."
     if plat.device_name == "cpu":
         print("\nmemory check: no GPU or NPU here (platform cpu): skipped "
-              "(tests/test_fits.py checks the CPU against the profiler's allocator events)")
+              "(tests/test_fits.py checks the CPU against the allocator's running total on real ranks)")
         return [], []
     rows, probs = [], []
     for w in worlds:
         try: res = launch(memory_rank, batch, seq, nprocs=w, quiet=True, timeout=timeout)
         except Exception as e: probs.append(f"memory world {w}: {type(e).__name__}: {str(e).strip().splitlines()[-1]}"); continue
-        pred = predict_memory(w, batch, seq)
-        got = [dict(r, world=w, predicted=pred.get(r["case"])) for rank in res for r in rank]
+        pred, kernels = predict_memory(w, batch, seq)
+        got = [dict(r, world=w, predicted=pred.get(r["case"]), attention=kernels.get(r["case"]))
+               for rank in res for r in rank]
         rows += got; probs += memory_problems(got, pred)
         print(f"\n== memory, world size {w} (batch {batch} x seq {seq})")
         for r in got:
             p = r["predicted"]; p = p[r["rank"]] if isinstance(p, list) else None
             print(f"{r['case']:<34} rank {r['rank']}  max_memory_allocated {fmt_bytes(r.get('peak')):>12}  "
-                  f"predicted {fmt_bytes(p):>12}  " + (f"{p / r['peak'] - 1:+.2%}" if p and r.get("peak") else
-                                                       r.get("error", "")))
+                  f"predicted {fmt_bytes(p):>12} ({r['attention']} attention)  "
+                  + (f"{p / r['peak'] - 1:+.2%}" if p and r.get("peak") else r.get("error", "")))
     return rows, probs
 
 def _versions()->dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse, os, tempfile
 
-from lora_fsdp_kit.measure import measure_save, measure_stream, plot_streams
+from lora_fsdp_kit.measure_streams import measure_save, measure_stream, plot_streams
 from lora_fsdp_kit.wrap import WrapConfig
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.models import add_lora, fmt_bytes, model_from_config, shipped_config

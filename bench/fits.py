@@ -1,14 +1,14 @@
 """Speed and accuracy of `lora_fsdp_kit.fits` (issue 17), measured side by side in one run.
 
 Speed (`--speed`, the default): predict a Llama-3-8B-shaped LoRA step at world 8 (FSDP2, bf16 mixed precision,
-batch 1 x 512 tokens) and the default-size Qwen3-Omni thinker (18.4 B, its shipped config, bf16, `grouped_mm` experts)
+batch 1 x 512 tokens) and the default-size Qwen3-Omni thinker (18.6 B, its shipped config, bf16, `grouped_mm` experts)
 at world 8; per model: wall seconds, traces, peak RSS of this process, and a cProfile of the first by cumulative time
 (what takes the time, with `--profile`). Targets: 8B <= 60 s, thinker <= 5 min, RSS <= 2 GB. The machine is shared: the load average is
 printed beside each figure.
 
 Accuracy (`--matrix`): the full matrix the test samples -- 4 architectures (Llama, Qwen2, Qwen3-MoE, Qwen3-Omni thinker)
 x FSDP1/FSDP2 x activation checkpointing on/off x fp32/bf16 at worlds 2 and 3 -- each real gloo rank's peak
-(`lora_fsdp_kit.steppeak`, the profiler's allocator events) beside the prediction; exit 1 when any is > 1 % off.
+(`lora_fsdp_kit.steppeak`, the CPU allocator's running total) beside the prediction; exit 1 when any is > 1 % off.
 
     python bench/fits.py [--speed] [--matrix] [--batch 2 --seq 256] [--out bench/out/fits]
 """
@@ -28,9 +28,6 @@ def thinker_config()->dict:
     from lora_fsdp_kit.models import shipped_config
     d = dict(shipped_config("qwen3_omni_default")["thinker_config"])
     d.update(architectures=["Qwen3OmniMoeThinkerForConditionalGeneration"], dtype="bfloat16")
-    # the shipped default text config names no head_dim: transformers derives hidden/heads (2048/28 = 73), while its
-    # rotary embedding is 74 wide, and a real text step fails (fits says so in one line); Qwen3-Omni's is 128
-    d["text_config"] = dict(d["text_config"], head_dim=d["text_config"].get("head_dim") or 128)
     return d
 
 def speed(name:str, cfg:dict, world:int, profile:bool)->dict:

@@ -1,4 +1,4 @@
-"""Plan the default-size Qwen3-Omni (thinker 18.4 B + talker 3.35 B + code2wav 0.22 B) on the meta device, with LoRA on
+"""Plan the default-size Qwen3-Omni (thinker 18.6 B + talker 3.35 B + code2wav 0.22 B) on the meta device, with LoRA on
 the thinker: build seconds, plan seconds (FSDP1 and FSDP2), peak RSS. Target: planning adds <= 1 s to the build,
 the whole run stays under 1 GB RSS. Writes bench/out/plan_qwen3_omni.png and prints the figures.
 

@@ -132,7 +132,7 @@ def other_rows(res:dict, llama:str)->list[dict]:
                    if _err(res[k])]
 
 OMNI = {  # shipped full-size config: (stages in order, README figures in billions as quoted)
-    "qwen3_omni_default": (("thinker", "talker", "code2wav"), ("18.4", "3.35", "0.22")),
+    "qwen3_omni_default": (("thinker", "talker", "code2wav"), ("18.6", "3.35", "0.22")),
     "qwen2_5_omni_default": (("thinker", "talker", "token2wav"), ("11.3", "6.6", "0.45")),
 }
 

@@ -28,8 +28,8 @@ from .votes import RankFailure, RankVote, bounded_wait
 
 # %% auto #0
 __all__ = ['ADAPTER_CONFIG', 'ADAPTER_WEIGHTS', 'CONFIG_FIELDS', 'is_sharded', 'peft_model_of', 'adapter_config', 'lora_keys',
-           'SaveError', 'write_adapter', 'save_lora', 'config_differences', 'ShardWriter', 'load_lora', 'buckets',
-           'iter_lora', 'iter_lora_buckets']
+           'SaveError', 'write_adapter', 'save_lora', 'config_differences', 'ShardWriter', 'LoadError', 'load_lora',
+           'buckets', 'iter_lora', 'iter_lora_buckets']
 
 # %% ../nbs/09_export.ipynb #3083927b
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"   # peft's own file names
@@ -259,7 +259,7 @@ def _module_names(model:nn.Module)->list[str]:
 
 # %% ../nbs/09_export.ipynb #23326306
 class ShardWriter:
-    "Writes a full tensor into this rank's shard of the parameter it belongs to, without any collective."
+    "Where a full tensor's part for this rank goes in its (sharded) parameter: cut out without any collective."
     def __init__(self, model:nn.Module):
         self.engine = gather_engine(model) if is_sharded(model) else None
         self.params = None if self.engine else dict(peft_model_of(model).named_parameters())
@@ -268,64 +268,103 @@ class ShardWriter:
         "Full shape of parameter `name` (unwrapped name)."
         return self.engine.by_name[name].shape if self.engine else tuple(self.params[name].shape)
 
+    def piece(self, name:str, full:torch.Tensor)->tuple[torch.Tensor, torch.Tensor]|None:
+        "(this rank's part of parameter `name`, the values of `full` for it); None if none of it lives here."
+        if tuple(full.shape) != self.shape(name):
+            raise ValueError(f"{name}: the file holds shape {tuple(full.shape)}, the model {self.shape(name)}")
+        if self.engine is None: return self.params[name].data, full
+        op, unit = self.engine.by_name[name], self.engine.unit_of[name]
+        t = getattr(op.module, op.attr)
+        if unit.module is None: return t.data, full                   # not managed by FSDP: whole on every rank
+        if isinstance(t, DTensor):                                     # FSDP2: torch's own chunking, done locally
+            mine = distribute_tensor(full.to(t.dtype), t.device_mesh, t.placements, src_data_rank=None)
+            return t.to_local().data, mine.to_local()
+        return self._flat_piece(unit, op, full)                        # FSDP1
+
     @torch.no_grad()
     def write(self, name:str, full:torch.Tensor):
         "Copy this rank's part of `full` into parameter `name`."
-        if tuple(full.shape) != self.shape(name):
-            raise ValueError(f"{name}: the file holds shape {tuple(full.shape)}, the model {self.shape(name)}")
-        if self.engine is None: self.params[name].copy_(full); return
-        op, unit = self.engine.by_name[name], self.engine.unit_of[name]
-        t = getattr(op.module, op.attr)
-        if unit.module is None: t.copy_(full)                          # not managed by FSDP: whole on every rank
-        elif isinstance(t, DTensor):                                   # FSDP2
-            mine = distribute_tensor(full.to(t.dtype), t.device_mesh, t.placements, src_data_rank=None)
-            t.to_local().copy_(mine.to_local())
-        else: self._write_flat(unit, op, full)                         # FSDP1
+        if (p := self.piece(name, full)) is not None: p[0].copy_(p[1])
 
-    def _write_flat(self, unit, op, full:torch.Tensor):
-        # FSDP1's shard bookkeeping is private: `doctor` checks it, and a missing piece raises its message here
-        require("torch.distributed.fsdp._flat_param:_ShardParamInfo",
-                "torch.distributed.fsdp._flat_param:FlatParamHandle.is_sharded")
-        h = unit.module._handle
-        fp = h.flat_param
-        if h.uses_sharded_strategy and not h.is_sharded(fp):
-            raise RuntimeError(f"unit {unit.name!r} is unsharded right now (inside a forward or summon_full_params?); "
-                               f"call load_lora between training steps")
-        i = next(i for i, pi in enumerate(fp._param_infos) if pi.module is op.module and pi.param_name == op.attr)
-        info = fp._shard_param_infos[i]
-        if not info.in_shard: return                                   # none of it lives on this rank
-        part = full.reshape(-1)[info.intra_param_start_idx:info.intra_param_end_idx + 1]
-        fp.data[info.offset_in_shard:info.offset_in_shard + info.numel_in_shard].copy_(part)
+# %% ../nbs/09_export.ipynb #ld000010
+def _flat_piece(self:ShardWriter, unit, op, full:torch.Tensor)->tuple[torch.Tensor, torch.Tensor]|None:
+    "FSDP1: the elements of `full` in this rank's slice of the unit's flat parameter, and where they go."
+    # FSDP1's shard bookkeeping is private: `doctor` checks it, and a missing piece raises its message here
+    require("torch.distributed.fsdp._flat_param:_ShardParamInfo",
+            "torch.distributed.fsdp._flat_param:FlatParamHandle.is_sharded")
+    h = unit.module._handle
+    fp = h.flat_param
+    if h.uses_sharded_strategy and not h.is_sharded(fp):
+        raise RuntimeError(f"unit {unit.name!r} is unsharded right now (inside a forward or summon_full_params?); "
+                           f"call load_lora between training steps")
+    i = next(i for i, pi in enumerate(fp._param_infos) if pi.module is op.module and pi.param_name == op.attr)
+    info = fp._shard_param_infos[i]
+    if not info.in_shard: return None                                  # none of it lives on this rank
+    part = full.reshape(-1)[info.intra_param_start_idx:info.intra_param_end_idx + 1]
+    return fp.data[info.offset_in_shard:info.offset_in_shard + info.numel_in_shard], part
+
+ShardWriter._flat_piece = _flat_piece
 
 # %% ../nbs/09_export.ipynb #be081f0b
-def load_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapped, or not wrapped
-              path:str|Path,               # a peft adapter directory (save_lora's or save_pretrained's)
-              *,
-              adapter_name:str="default",  # which adapter of the model receives the weights
-             )->int:                       # number of tensors loaded
-    "Load a saved adapter into a (sharded) model: each rank writes only its own shard; no collective."
-    path = Path(path)
-    for f in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
-        if not (path/f).is_file():
-            raise FileNotFoundError(f"{path} has no {f}: not a peft adapter directory (write one with save_lora "
-                                    f"or PeftModel.save_pretrained)")
+class LoadError(RankFailure):
+    "`load_lora` failed on at least one rank; the model was left as it was on every rank."
+
+def _check_adapter(model:nn.Module, path:Path, adapter_name:str, keys:dict[str, str], have:list[str]):
+    "Refuse a folder that is not an adapter, or an adapter whose config or keys do not fit the model's."
     diff = config_differences(adapter_config(model, adapter_name), json.loads((path/ADAPTER_CONFIG).read_text()),
                               _module_names(model))
     if diff:
         raise ValueError(f"the adapter at {path} does not match adapter {adapter_name!r} of the model:\n  "
                          + "\n  ".join(diff))
+    want = set(keys.values())
+    missing, unexpected = [k for k in keys.values() if k not in set(have)], [k for k in have if k not in want]
+    if missing or unexpected:
+        show = lambda ks: ", ".join(ks[:8]) + (f" (+{len(ks) - 8} more)" if len(ks) > 8 else "")
+        raise KeyError(f"the adapter at {path} does not fit adapter {adapter_name!r}: "
+                       + "; ".join(f"{len(ks)} {what} keys: {show(ks)}"
+                                   for what, ks in (("missing", missing), ("unexpected", unexpected)) if ks))
+
+def _read_pieces(model:nn.Module, path:Path, adapter_name:str)->tuple[list[tuple[torch.Tensor, torch.Tensor]], int]:
+    "Check the adapter at `path` against the model; this rank's pieces [(destination, values)] and the tensor count."
+    for f in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
+        if not (path/f).is_file():
+            raise FileNotFoundError(f"{path} has no {f}: not a peft adapter directory (write one with save_lora "
+                                    f"or PeftModel.save_pretrained)")
     keys = lora_keys(model, adapter_name)               # unwrapped parameter name -> key in the file
     with safe_open(str(path/ADAPTER_WEIGHTS), framework="pt") as f:
-        have, want = list(f.keys()), set(keys.values())
-        missing, unexpected = [k for k in keys.values() if k not in set(have)], [k for k in have if k not in want]
-        if missing or unexpected:
-            show = lambda ks: ", ".join(ks[:8]) + (f" (+{len(ks) - 8} more)" if len(ks) > 8 else "")
-            raise KeyError(f"the adapter at {path} does not fit adapter {adapter_name!r}: "
-                           + "; ".join(f"{len(ks)} {what} keys: {show(ks)}"
-                                       for what, ks in (("missing", missing), ("unexpected", unexpected)) if ks))
+        _check_adapter(model, path, adapter_name, keys, list(f.keys()))
         writer = ShardWriter(model)
-        for name, key in keys.items(): writer.write(name, f.get_tensor(key))
-    return len(keys)
+        pieces = [writer.piece(name, f.get_tensor(key)) for name, key in keys.items()]
+    return [p for p in pieces if p is not None], len(keys)
+
+# %% ../nbs/09_export.ipynb #ld000011
+_LOAD_STAGES = {"read": "reading the adapter", "written": "writing the shards"}
+
+def _write_pieces(pieces:list, done:list):
+    "Copy each piece into place, keeping in `done` the values each copy overwrote (so it can be undone)."
+    with torch.no_grad():
+        for dst, src in pieces:
+            old = dst.clone(); dst.copy_(src); done.append((dst, old))
+
+def load_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapped, or not wrapped
+              path:str|Path,               # a peft adapter directory (save_lora's or save_pretrained's)
+              *,
+              adapter_name:str="default",  # which adapter of the model receives the weights
+             )->int:                       # number of tensors loaded
+    "Load a saved adapter into a (sharded) model on every rank, all or nothing: each rank writes only its own shard."
+    path, done = Path(path), []
+    def undo(bad=None)->str:
+        with torch.no_grad():
+            while done: dst, old = done.pop(); dst.copy_(old)
+        return "the model was left as it was on every rank"
+    agree = dict(error=LoadError, what="load_lora", doing=_LOAD_STAGES, on_fail=undo)
+    with RankVote("load_lora") as vote:
+        with vote.step("read", **agree): pieces, n = _read_pieces(model, path, adapter_name)
+        try: _write_pieces(pieces, done); err = None
+        except Exception as e: err = e
+        except BaseException as e: undo(); vote.post("written", e); raise   # Ctrl-C: the others undo and raise too
+        vote.agree("written", err, **agree)
+    return n
 
 # %% ../nbs/09_export.ipynb #2f46e676
 def _nbytes(t:torch.Tensor)->int: return t.numel() * t.element_size()

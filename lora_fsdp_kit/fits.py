@@ -362,8 +362,11 @@ def fits_main(argv:list[str]|None=None)->int:
                 for b in _ints(a.batch, "batch") for s in _ints(a.seq, "seq")
                 for h in _choices(a.lm_head, {"root": False, "apart": True}, "lm-head")]
         from lora_fsdp_kit.models import add_lora, model_from_config
-        model = add_lora(model_from_config(a.config, device="meta"), r=a.lora_r,
-                         target_modules=tuple(t for t in a.targets.split(",") if t))
+        base = model_from_config(a.config, device="meta")
+        if getattr(base, "thinker", None) is not None:   # a multi-stage Omni model: LoRA trains the thinker alone
+            print(f"fits: {type(base).__name__} has no text step of its own: tracing its thinker", file=sys.stderr)
+            base = base.thinker
+        model = add_lora(base, r=a.lora_r, target_modules=tuple(t for t in a.targets.split(",") if t))
     except (FitsError, ValueError, FileNotFoundError, TypeError) as e:
         print(f"fits: error: {str(e).splitlines()[0]}", file=sys.stderr); return 2
     done, failed = [], []

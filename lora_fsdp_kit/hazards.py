@@ -138,16 +138,16 @@ def _patch_fsdp(self:check_collective_order):
     def unit1(handle):
         return g._fsdp1.get(id(handle), ("?", handle.flat_param._unpadded_unsharded_size.numel()))
     def all_gather1(handle, *a, **k):
-        g._before("all_gather", *unit1(handle)); return ag1(handle, *a, **k)
+        g._before("all_gather", *unit1(handle)); return g._issue(ag1, handle, *a, **k)
     def reduce1(state, handle, *a, **k):
-        g._before("reduce_scatter", *unit1(handle)); return rs1(state, handle, *a, **k)
+        g._before("reduce_scatter", *unit1(handle)); return g._issue(rs1, state, handle, *a, **k)
     def all_gather2(fsdp_params, *a, **k):
         us = [g._fsdp2.get(id(p), ("?", "?", p._orig_size.numel())) for p in fsdp_params]
-        g._before("all_gather", us[0][0], sum(u[2] for u in us)); return ag2(fsdp_params, *a, **k)
+        g._before("all_gather", us[0][0], sum(u[2] for u in us)); return g._issue(ag2, fsdp_params, *a, **k)
     def reduce2(fsdp_params, *a, **k):   # only the parameters that got a gradient on this rank
         us = [g._fsdp2.get(id(p), ("?", "?", p._orig_size.numel())) for p in fsdp_params]
         g._before("reduce_scatter", us[0][0], sum(u[2] for u in us), tuple(u[1] for u in us))
-        return rs2(fsdp_params, *a, **k)
+        return g._issue(rs2, fsdp_params, *a, **k)
     self._saved = [(fp1.FlatParamHandle, "_all_gather_flat_param", ag1), (ru, "_reduce_grad", rs1),
                    (pg2, "foreach_all_gather", ag2), (pg2, "foreach_reduce", rs2)]
     fp1.FlatParamHandle._all_gather_flat_param, ru._reduce_grad = all_gather1, reduce1
@@ -167,7 +167,19 @@ def _before(self:check_collective_order, kind:str, unit:str, numel:int, params:t
     report_status(f"collective-order guard, step {self.step}: issuing FSDP collective #{ev.index}: {ev.key()}")
     try:
         if self.compare: self._agree(ev.index, ev.key())
+    except GuardError: raise
+    except BaseException as e:   # Ctrl-C after every member wrote #i: issue #i (a peer may be in it), then raise
+        if isinstance(e, Exception) or self._deferred is not e: raise
+        self._agree(ev.index, ev.key())   # the round again: every entry is there, so this only reads and compares
     finally: self.seconds += time.perf_counter() - t0
+
+def _issue(self:check_collective_order, fn, *a, **k):
+    "Issue the collective the others were told of; a Ctrl-C that came while agreeing on it is raised once it ran."
+    try: return fn(*a, **k)
+    finally:
+        if self._deferred is not None:
+            e, self._deferred = self._deferred, None
+            raise e
 
 def _slot(self:check_collective_order, i:int, rank:int)->str:
     "The store key where `rank` writes its collective #i of this step (the group's channel counts across steps)."
@@ -178,26 +190,46 @@ def _agree(self:check_collective_order, i:int, mine:str):
     self._last, me = i, self.rank
     peers = [q for q in (self.members or range(self.world)) if q != me]
     try:   # a slot is written once (compare_set): a peer that gave up waiting may have marked this rank's slot first
-        seen = {me: self.store.compare_set(self._slot(i, me), "", mine).decode(), **self._read(i, peers)}
+        seen = {me: self.store.compare_set(self._slot(i, me), "", mine).decode()}
+        self._published = i
+        seen.update(self._read(i, peers))
     except Exception as e:   # the guard's own store traffic failed: tell the others why, then stop here too
         self._stop(i, f"the guard's store failed on rank {me}: {type(e).__name__}: {e}")
         raise self._fail(f"step {self.step}: rank {me}'s guard failed at FSDP collective #{i}: "
                          f"{type(e).__name__}: {e}", GuardError, "the store (the process group's rendezvous)") from e
-    self._verdict(i, seen)
-    # every member has published #i, so every member has read #i-1: this rank's entry there can go
+    # every member has published #i, so every member has read #i-1: this rank's entry there can go (before the
+    # verdict, so that a step that fails here leaves it behind neither)
     if self.base + i: self.store.delete_key(self._slot(i - 1, me))
+    self._verdict(i, seen)
 
+for f in (_before, _issue, _slot, _agree): setattr(check_collective_order, f.__name__, f)
+
+# %% ../nbs/10_hazards.ipynb #hzx00016
 def _read(self:check_collective_order, i:int, peers:list[int])->dict[int, str]:
     "The peers' entries for collective #i; a peer not there within the timeout gets the slow marker in its slot."
     keys = [self._slot(i, q) for q in peers]
     if not keys: return {}
-    try: self.store.wait(keys, datetime.timedelta(seconds=self.wait_s))
-    except dist.DistStoreError:   # atomic: a late peer finds the marker when it writes, and stops as well
-        mark = f"{_SLOW} {self.rank} {self.wait_s:g}"
-        return {q: self.store.compare_set(k, "", mark).decode() for q, k in zip(peers, keys)}
+    end = time.monotonic() + self.wait_s
+    try:
+        while True:   # in slices: a Ctrl-C is felt within half a second, not after the whole wait
+            try: self.store.wait(keys, datetime.timedelta(seconds=max(0.01, min(0.5, end - time.monotonic())))); break
+            except dist.DistStoreError:
+                if time.monotonic() >= end:   # atomic: a late peer finds the marker when it writes, and stops too
+                    mark = f"{_SLOW} {self.rank} {self.wait_s:g}"
+                    return {q: self.store.compare_set(k, "", mark).decode() for q, k in zip(peers, keys)}
+    except BaseException as e:
+        if isinstance(e, Exception): raise
+        self._interrupted(i, keys, e); raise
     return {q: v.decode() for q, v in zip(peers, self.store.multi_get(keys))}
 
-for f in (_before, _slot, _agree, _read): setattr(check_collective_order, f.__name__, f)
+def _interrupted(self:check_collective_order, i:int, keys:list[str], e:BaseException):
+    "Ctrl-C while waiting at #i: take back this rank's entry if a peer is still missing, else issue #i first."
+    if all(self.store.check([k]) for k in keys): self._deferred = e; return   # they may be in the collective already
+    mine = self.store.get(self._slot(i, self.rank))
+    self.store.compare_set(self._slot(i, self.rank), mine, f"{_STOP} rank {self.rank} stopped: {type(e).__name__}")
+    self.failed = f"interrupted at FSDP collective #{i}"
+
+for f in (_read, _interrupted): setattr(check_collective_order, f.__name__, f)
 
 # %% ../nbs/10_hazards.ipynb #hzverd1
 def _verdict(self:check_collective_order, i:int, seen:dict[int, str]):
@@ -241,7 +273,7 @@ def __enter__(self:check_collective_order):
     # all-gather that would hang; slots are numbered on across steps, so each rank keeps at most two in the store
     self.store = dist.distributed_c10d._get_default_store()
     self.prefix = f"lfk_order/{len(self.members)}/{zlib.crc32(repr(self.members).encode()):08x}"
-    self.base, self._last = _NEXT.get(self.prefix, 0), -1
+    self.base, self._last, self._published, self._deferred = _NEXT.get(self.prefix, 0), -1, -1, None
     self._patch_fsdp()
     return self
 
@@ -250,16 +282,29 @@ def __exit__(self:check_collective_order, exc_type, exc, tb):
     if not self.compare: return False
     try:
         if self.failed: return False
-        n = len(self.events)
         if exc_type is not None:   # the others raise at this rank's next collective instead of waiting for it
-            self._stop(n, f"{exc_type.__name__}: {exc}")
+            self._stop(self._published + 1, f"{exc_type.__name__}: {exc}")   # the first round it did not join
             return False
+        n = len(self.events)
         t0 = time.perf_counter()
         try: self._agree(n, "end of step")   # every rank must end the step after the same collectives
         finally: self.seconds += time.perf_counter() - t0
         report_status(f"collective-order guard, step {self.step}: {n} FSDP collectives, the same on every rank")
         return False
-    finally: _NEXT[self.prefix] = self.base + self._last + 1   # after a failure too: every member stopped at #last
+    finally:
+        _NEXT[self.prefix] = self.base + self._last + 1   # after a failure too: every member stopped at #last
+        if exc_type is not None or self.failed: self._leave()
+
+def _leave(self:check_collective_order):
+    "After a failed step: the last member to leave deletes the step's last two rounds of slots (nothing is left)."
+    last, members = self.base + self._last, self.members or tuple(range(self.world))
+    try:
+        if self.store.add(f"{self.prefix}/left/{last}", 1) < len(members): return
+        for k in [f"{self.prefix}/{j}/{q}" for j in (last - 1, last) for q in members] + [f"{self.prefix}/left/{last}"]:
+            self.store.delete_key(k)
+    except Exception: pass   # the store is gone: nothing left to clean
+
+check_collective_order._leave = _leave
 
 check_collective_order.__enter__, check_collective_order.__exit__ = __enter__, __exit__
 

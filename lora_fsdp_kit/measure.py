@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import contextlib, html, time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
-from .export import ADAPTER_WEIGHTS, _nbytes, buckets, iter_lora, save_lora
-from .gather import (GatherEngine, GatherUnit, _evenly, _own_cpu_copy, check_collected, gather_engine,
-                                  iter_merged_weights)
+from .gather import GatherEngine, GatherUnit, _own_cpu_copy, check_collected, gather_engine
+from .packing import evenly
 from .memory import AllGatherCounter, MemoryMeter
 from .models import fmt_bytes
 from .plan import dtype_itemsize
@@ -24,8 +21,7 @@ from .shards import fsdp1_layouts, fsdp1_padded_numel, fsdp2_layout, fsdp2_padde
 
 # %% auto #0
 __all__ = ['GATHER_STRATEGIES', 'UnitGather', 'GatherProfile', 'gather_whole', 'gather_per_unit', 'gather_lora_only',
-           'gather_packed_lora', 'predict', 'predict_unit', 'measure_gather', 'plot_gather', 'SaveProfile',
-           'measure_save', 'StreamProfile', 'measure_stream', 'plot_streams']
+           'gather_packed_lora', 'predict', 'predict_unit', 'measure_gather', 'plot_gather']
 
 # %% ../nbs/06a_measure.ipynb #6c62d340
 @dataclass(frozen=True)
@@ -212,19 +208,25 @@ def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the 
     if strategy == "whole":
         total = sum(gathered.values())
         if plan.flavour == "fsdp1": return total, total + plan.lora_bytes   # every padded flat parameter, then LoRA
-        # FSDP2 unshards unit after unit: unit i's padded all-gather output and its input (this rank's padded
-        # piece) sit beside its unsharded parameters, with the units before it already full
+        # FSDP2 unshards unit after unit: unit i's padded all-gather output sits beside its padded unsharded
+        # parameters (2 g: measured to the byte, e.g. 451,488 B at 3 ranks), with the units before it already full;
+        # its input is a slice of the output. + g / world: once, one rank measured 27,648 B more (a transient of
+        # the backend's, under one all-gather input), so the bound keeps room for one input-sized buffer
         rank, done, peak = {n: i for i, n in enumerate(order or [])}, 0, 0
         for u in sorted(plan.units, key=lambda u: rank.get(u.name, len(rank))):
             g = gathered[u.name]
-            peak = max(peak, done + g + g // max(world, 1) + u.nbytes); done += g
+            peak = max(peak, done + 2 * g + g // max(world, 1)); done += g
         return total, max(peak, done + plan.lora_bytes)
     if strategy == "per_unit":
-        # FSDP1: the unit's padded flat parameter; FSDP2's unshard holds the padded all-gather output, its input
-        # (this rank's padded piece) and the unpadded per-parameter copies at once
-        held = [gathered[u.name] + ((gathered[u.name] // world + u.nbytes) if plan.flavour == "fsdp2" else 0)
-                for u in lora_units]
-        return sum(gathered[u.name] for u in lora_units), max(held, default=0) + plan.lora_bytes
+        # unit after unit, with the LoRA copied out of the units before it: FSDP1 holds the unit's padded flat
+        # parameter and then its LoRA copies beside it; FSDP2 the padded all-gather output beside the padded
+        # unsharded parameters (its input is a slice of the output), freed before the copies. Exact, measured.
+        rank, done, peak = {n: i for i, n in enumerate(order or [])}, 0, 0
+        for u in sorted(lora_units, key=lambda u: rank.get(u.name, len(rank))):
+            mine = sum(p.nbytes for p in u.params if _in_adapter(p, adapter_name))
+            g = gathered[u.name]
+            peak = max(peak, done + (2 * g if plan.flavour == "fsdp2" else g + mine)); done += mine
+        return sum(gathered[u.name] for u in lora_units), max(peak, done)
     if strategy == "lora_only":
         # one full_tensor() per tensor: a padded all-gather output, then (when padded) an unpadded copy beside it;
         # a rank whose piece is short pads it first (at most two padded pieces in flight)
@@ -251,10 +253,13 @@ def _predict_packed(plan, lora:list, lora_units:list, world:int, shapes:dict|Non
         per_rank = [sum(c) for c in zip(*chunks)] or [0]
     width, total = max(per_rank), sum(per_rank)
     me = per_rank[(dist.get_rank() if rank is None and dist.is_initialized() else rank or 0) % world]
-    if world * width <= 1.05 * total:   # the all-gather of equal padded buffers (gather_packed's `_evenly`)
-        return world * width, max(width * (world + 1), world * width + lora_bytes)
+    # the send buffer may outlive the caller's `del`: gloo's worker thread drops the collective's Work (which holds
+    # its input) on its own time, so while the output is unpacked the send buffer may still be alive (measured: at
+    # 3 ranks, rank 2's 11,904 B send buffer on top of receive buffer + output, in 1 run of several)
+    if world * width <= 1.05 * total:   # the all-gather of equal padded buffers (`packing.evenly`)
+        return world * width, width * (world + 1) + lora_bytes
     # the all-to-all with exact split sizes: this rank's pieces, packed once per rank, beside the receive buffer
-    return total, max(me * world + total, total + lora_bytes)
+    return total, me * world + total + lora_bytes
 
 # %% ../nbs/06a_measure.ipynb #babb256b
 def predict_unit(plan,                # a `Plan` of the unwrapped model (or None)
@@ -323,7 +328,7 @@ def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft mo
     lora_bytes = sum(t.numel() * t.element_size() for t in got.values())
     if strategy == "packed":   # the LoRA pieces of every rank (padded to the largest when nearly even)
         sizes = [sum(t.piece_bytes(r) for t in shards if t.group is not None) for r in range(world)]
-        minimum = 0 if world == 1 else world * max(sizes) if _evenly(sizes) else sum(sizes)
+        minimum = 0 if world == 1 else world * max(sizes) if evenly(sizes) else sum(sizes)
     elif engine.flavour == "fsdp1": minimum = sum(u.gather_bytes for u, _ in lora_units)
     else: minimum = sum(t.piece_bytes(0) * world for t in shards if t.group is not None)   # dim-0 padded
     return GatherProfile(strategy, engine.flavour, dist.get_world_size() if dist.is_initialized() else 1, tuple(units),
@@ -381,158 +386,4 @@ def plot_gather(profiles,               # GatherProfiles (a list, or a dict labe
                                label="minimum (LoRA-bearing units / LoRA tensors)" if i == 0 else None)
                      for i, (_, p) in enumerate(items)])
     fig.suptitle(title or f"{ref.flavour}: gathering LoRA per unit vs the whole model (world size {ref.world_size})")
-    return fig
-
-# %% ../nbs/06a_measure.ipynb #6b3cb484
-@dataclass(frozen=True)
-class SaveProfile:
-    "One measured `save_lora`."
-    flavour: str            # "fsdp1", "fsdp2" or "unwrapped"
-    seconds: float
-    peak_extra: int         # peak bytes above the start, on this rank
-    lora_bytes: int         # bytes of the adapter's tensors
-    largest_lora_unit: int  # unsharded bytes of the largest unit that owns LoRA (what one gather step holds)
-    file_bytes: int         # size of adapter_model.safetensors
-    memory_source: str
-    def __repr__(self):
-        return (f"SaveProfile({self.flavour}: {self.seconds * 1e3:.0f} ms, peak extra {fmt_bytes(self.peak_extra)} for "
-                f"{fmt_bytes(self.lora_bytes)} of LoRA (largest LoRA unit {fmt_bytes(self.largest_lora_unit)}), "
-                f"file {fmt_bytes(self.file_bytes)})")
-
-def measure_save(model:nn.Module,            # an FSDP1- or FSDP2-wrapped peft model
-                 path:str|Path,              # as for `save_lora`
-                 *,
-                 adapter_name:str="default",
-                )->SaveProfile:
-    "Collective: `save_lora` under the memory meter; time, peak extra memory and file size."
-    engine = gather_engine(model)
-    wanted = engine.lora_names(adapter_name)
-    with MemoryMeter(model) as meter:
-        base = meter.now(); t0 = time.perf_counter()
-        save_lora(model, path, adapter_name=adapter_name)
-        seconds = time.perf_counter() - t0; meter.note()
-        peak = max((c for _, c in meter.timeline), default=base) - base
-    lora = sum(engine.by_name[n].nbytes for n in wanted)
-    big = max((u.gather_bytes for u, _ in engine.lora_units(list(wanted))), default=0)
-    f = Path(path)/ADAPTER_WEIGHTS
-    return SaveProfile(engine.flavour, seconds, peak, lora, big, f.stat().st_size if f.exists() else 0, meter.source)
-
-# %% ../nbs/06a_measure.ipynb #3b86afbb
-@dataclass(frozen=True)
-class StreamProfile:
-    "One measured weight stream, consumed in buckets or all at once."
-    label: str                      # e.g. "unbucketed", "64.00 KiB buckets"
-    what: str                       # "merged" or "lora"
-    bucket_bytes: int|None          # None: collected whole, then handed over
-    tensors: int
-    sizes: tuple[int, ...]          # bytes of each bucket handed out
-    peak_extra: int                 # peak bytes above the start
-    bound: int                      # largest_unit + lora_ahead + bucket_bytes + largest tensor (in flight)
-    largest_unit: int               # measured peak of producing the costliest unit alone
-    lora_ahead: int                 # LoRA bytes the stream gathers before it starts (merged: those in other units)
-    largest_tensor: int
-    stream_bytes: int               # bytes of everything streamed
-    seconds: float
-    timeline: tuple[tuple[float, int], ...]
-    memory_source: str
-    @property
-    def within_bound(self)->bool: return self.peak_extra <= self.bound
-    def __repr__(self):
-        return (f"StreamProfile({self.label}, {self.what}: {self.tensors} tensors in {len(self.sizes)} buckets, "
-                f"peak extra {fmt_bytes(self.peak_extra)}, bound {fmt_bytes(self.bound)}, "
-                f"all {fmt_bytes(self.stream_bytes)})")
-
-
-# %% ../nbs/06a_measure.ipynb #ms000006
-def _peak_of(engine:GatherEngine, run)->int:
-    "Measured peak extra bytes while the context `run()` is entered."
-    with MemoryMeter(engine.model) as meter:
-        base = meter.now()
-        with run(): meter.note()
-        return max((c for _, c in meter.timeline), default=base) - base
-
-def _unit_cost(engine:GatherEngine, what:str, adapter_name:str)->tuple[int, int]:
-    "Collective: (measured peak extra bytes of producing the costliest unit alone, LoRA bytes gathered up front)."
-    wanted = engine.lora_names(adapter_name)
-    if what == "merged":
-        # FSDP2 may hold the all-gather output and the unsharded parameters at once: measure, don't assume
-        unit = max((u for u in engine.units if u.module is not None), key=lambda u: u.gather_bytes, default=None)
-        # iter_merged_weights gathers first the LoRA tensors that live in other units than their layer's base weight
-        home = {n: engine.unit_of.get(n.split(".lora_")[0] + ".base_layer.weight") for n in wanted}
-        ahead = sum(engine.by_name[n].nbytes for n in wanted if engine.unit_of[n] is not home[n])
-        return (0 if unit is None else _peak_of(engine, lambda: engine.unsharded(unit))), ahead
-    # iter_lora gathers unit by unit: measure every unit, keep the costliest
-    return max((_peak_of(engine, lambda: _drain(engine.full_lora(u, ns))) for u, ns in
-                engine.lora_units(list(wanted))), default=0), 0
-
-@contextlib.contextmanager
-def _drain(stream):
-    "Consume a (name, tensor) stream, dropping each tensor, as a context (for `_unit_cost`)."
-    for _, t in stream: del t
-    yield
-
-
-# %% ../nbs/06a_measure.ipynb #ms000007
-def measure_stream(model:nn.Module,           # an FSDP1- or FSDP2-wrapped peft model
-                   bucket_bytes:int|None,     # None: collect the whole stream, then hand it over
-                   *,
-                   what:str="merged",         # "merged" (iter_merged_weights) or "lora" (iter_lora)
-                   adapter_name:str="default",
-                  )->StreamProfile:
-    "Collective: consume a weight stream as a rollout engine would, measuring peak extra memory against the bound."
-    if what not in ("merged", "lora"): raise ValueError(f"what must be 'merged' or 'lora', got {what!r}")
-    engine = gather_engine(model)
-    if what == "merged": stream = lambda: iter_merged_weights(model, progress=False, adapter_name=adapter_name)
-    else: stream = lambda: iter_lora(model, adapter_name=adapter_name)
-    unit, ahead = _unit_cost(engine, what, adapter_name)
-    sizes, n, big = [], 0, 0
-    with MemoryMeter(engine.model) as meter:
-        base = meter.now(); t0 = time.perf_counter()
-        if bucket_bytes is None:
-            held = list(stream())
-            n, big = len(held), max(_nbytes(t) for _, t in held)
-            sizes.append(sum(_nbytes(t) for _, t in held)); meter.note(); del held
-        else:
-            for b in buckets(stream(), bucket_bytes):
-                sizes.append(sum(_nbytes(t) for _, t in b)); n += len(b); big = max(big, *(_nbytes(t) for _, t in b))
-                meter.note(); del b       # handed over: the consumer keeps nothing
-        seconds = time.perf_counter() - t0; meter.note()
-        timeline = tuple((t, c - base) for t, c in meter.timeline)
-    peak = max((c for _, c in timeline), default=0)
-    label = "unbucketed" if bucket_bytes is None else f"{fmt_bytes(bucket_bytes)} buckets"
-    # a bucket is handed out when the next tensor does not fit: that tensor already exists then (it is in flight)
-    bound = unit + ahead + (sum(sizes) if bucket_bytes is None else bucket_bytes + big)
-    return StreamProfile(label, what, bucket_bytes, n, tuple(sizes), peak, bound, unit, ahead, big, sum(sizes), seconds,
-                         timeline, meter.source)
-
-# %% ../nbs/06a_measure.ipynb #f49e2347
-def plot_streams(profiles:list[StreamProfile],  # `measure_stream` results, e.g. unbucketed and a few bucket sizes
-                 title:str|None=None,
-                ):                              # a matplotlib Figure
-    "Timeline of extra memory per stream, and peak vs bound (largest unit + one bucket) per stream."
-    from lora_fsdp_kit.figures import new_figure
-    if not profiles: raise ValueError("plot_streams needs at least one StreamProfile")
-    top = max(max(p.peak_extra, p.bound) for p in profiles)
-    unit, scale = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)) if top >= 2 * s), ("B", 1))
-    fig = new_figure(figsize=(13, 4.8))   # displays itself in Jupyter (see `lora_fsdp_kit.figures`)
-    ax_t, ax_p = fig.subplots(1, 2, width_ratios=[1.6, 1])
-    for i, p in enumerate(profiles):
-        if not p.timeline: continue
-        T = max(p.timeline[-1][0], 1e-9)
-        ax_t.step([0.0] + [t / T for t, _ in p.timeline], [0] + [max(b, 0) / scale for _, b in p.timeline],
-                  where="post", color=f"C{i}", lw=2, label=f"{p.label}: peak {fmt_bytes(p.peak_extra)}")
-        if p.bucket_bytes is not None: ax_t.axhline(p.bound / scale, color=f"C{i}", ls=":", lw=1.2)
-    ax_t.set(xlabel="progress through the stream (time / run time)", ylabel=f"extra memory ({unit})",
-             title=f"memory above the start while streaming {profiles[0].what} weights (dotted: bounds)")
-    ax_t.legend(fontsize=8, loc="upper left"); ax_t.set_xlim(0, 1)
-    x = range(len(profiles))
-    ax_p.bar([i - 0.2 for i in x], [p.peak_extra / scale for p in profiles], 0.4,
-             color=[f"C{i}" for i in x], label="measured peak")
-    ax_p.bar([i + 0.2 for i in x], [p.bound / scale for p in profiles], 0.4, color="none", edgecolor="k", hatch="//",
-             label="one unit + one bucket (+ tensor in flight)")
-    for i, p in enumerate(profiles): ax_p.text(i - 0.2, p.peak_extra / scale, fmt_bytes(p.peak_extra), ha="center",
-                                               va="bottom", fontsize=8)
-    ax_p.set_xticks(list(x), [p.label.replace(" buckets", "") for p in profiles], rotation=20)
-    ax_p.set(ylabel=unit, title="peak extra memory vs bound"); ax_p.legend(fontsize=8); ax_p.margins(y=0.2)
-    fig.suptitle(title or f"streaming {profiles[0].what} weights: {fmt_bytes(profiles[0].stream_bytes)} in all")
     return fig

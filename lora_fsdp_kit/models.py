@@ -34,7 +34,7 @@ TINY_MODELS: dict[str, str] = {   # name -> what it is
 }
 
 FULL_SIZE_CONFIGS: dict[str, str] = {   # name -> what it is (build these on meta only)
-    "qwen3_omni_default": "Qwen3-Omni (30B-A3B shape): thinker 18.4 B, talker 3.3 B, code2wav 0.2 B params, bf16",
+    "qwen3_omni_default": "Qwen3-Omni (30B-A3B shape): thinker 18.6 B, talker 3.3 B, code2wav 0.2 B params, bf16",
     "qwen2_5_omni_default": "Qwen2.5-Omni (7B shape): thinker 11.3 B, talker 6.6 B, token2wav 0.45 B params, bf16",
 }
 

@@ -145,7 +145,7 @@ def _probe_regions(model:nn.Module, names:dict[nn.Module, str], probes:int)->tup
         done.update(k for k, v in sub.items() if any(got[v]))   # what this forward reached is settled
     return sig, unprobed
 
-# %% ../nbs/12_moe.ipynb #6248a808
+# %% ../nbs/12_moe.ipynb #36ee825b
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # model -> (its module ids, probes, Routing)
 _BY_STRUCTURE: dict = {}   # a model's structure -> Routing (small: one entry per architecture and LoRA layout)
 

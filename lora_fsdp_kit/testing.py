@@ -20,7 +20,8 @@ from . import plan as P
 from .export import load_lora, peft_model_of
 from .gather import gather_engine, gather_lora, iter_merged_weights
 from .hazards import check_collective_order
-from .measure import measure_gather, measure_save, measure_stream, predict
+from .measure import measure_gather, predict
+from .measure_streams import measure_save, measure_stream
 from .memory import AllGatherCounter
 from .models import add_lora, model_from_config, shipped_config, tiny_model
 from .platform import get_platform

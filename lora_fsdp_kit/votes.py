@@ -96,7 +96,8 @@ def failure_message(what:str,              # the function that failed, e.g. "loa
     root = {r: c for r, c in bad.items() if not _TIMED_OUT.search(c)} or bad
     waited = sorted(r for r in bad if r not in root)
     why = "; ".join(f"rank {r}: {c}" if r >= 0 else c for r, c in sorted(root.items()))
-    msg = f"{what} failed on rank(s) {sorted(r for r in root if r >= 0)} while {doing}{'; ' + note if note else ''}: {why}"
+    ranks = sorted(r for r in root if r >= 0)
+    msg = f"{what} failed on rank(s) {ranks} while {doing}{'; ' + note if note else ''}: {why}"
     if waited: msg += (f" (rank(s) {waited} timed out in a collective waiting for them; a process group that timed "
                        f"out cannot be used again)")
     return msg
@@ -157,12 +158,18 @@ def _vote_close(self:RankVote):
         except Exception: pass   # a store without deletion (FileStore before torch 2.x): keys stay, few and small
 
 RankVote.signal, RankVote.wait_for, RankVote.close = _vote_signal, _vote_wait_for, _vote_close
-RankVote.__enter__ = lambda self: self
-RankVote.__exit__ = lambda self, *exc: self.close()
+def _vote_exit(self:RankVote, typ, exc, tb):
+    "Leaving a `with` block: a failure not yet posted (Ctrl-C while waiting, say) is posted, then the vote closes."
+    if exc is not None and not isinstance(exc, RankFailure) and not any(self.posted.values()):
+        try: self.post("interrupted", exc)
+        except Exception: pass   # the store is gone: the others find out at their own timeout
+    self.close()
 
-# %% ../nbs/04b_votes.ipynb #vt000023
+RankVote.__enter__, RankVote.__exit__ = lambda self: self, _vote_exit
+
+# %% ../nbs/04b_votes.ipynb #vt000024
 _set_pg_timeout = internal("torch.distributed.distributed_c10d:_set_pg_timeout",
-                           feature="the bounded wait inside save_lora's and the gathers' collectives (votes.bounded_wait)")
+                           feature="the bounded wait in save_lora's and the gathers' collectives (votes.bounded_wait)")
 
 def _device()->torch.device:
     from lora_fsdp_kit.platform import get_platform   # imported late: platform imports more than a vote needs

@@ -14,7 +14,7 @@ import lora_fsdp_kit.export as E
 from lora_fsdp_kit import plan as P
 from lora_fsdp_kit.gather import gather_lora, iter_merged_weights
 from lora_fsdp_kit.memory import AllGatherCounter
-from lora_fsdp_kit.measure import measure_save, measure_stream
+from lora_fsdp_kit.measure_streams import measure_save, measure_stream
 from lora_fsdp_kit.testing import case_config, train_steps
 from lora_fsdp_kit.models import tiny_model
 
@@ -235,8 +235,8 @@ def _fault(fm, d:Path, fault:str, who:int)->dict:
     dist.barrier()
     before = _files(target) if target.is_dir() else target.read_bytes()
     t0, kind, msg = time.perf_counter(), None, None
-    with _inject(fault, who, d):
-        try: E.save_lora(fm, target)
+    with _inject(fault, who, d):   # a fault inside the gather waits out `timeout`: 2 s is plenty between 2-3 ranks
+        try: E.save_lora(fm, target, timeout=2.0 if fault == GATHER_FAULT else 8.0)
         except BaseException as e: kind, msg = type(e).__name__, str(e)
     seconds = time.perf_counter() - t0
     after = _files(target) if target.is_dir() else target.read_bytes()
@@ -255,5 +255,72 @@ def faults(folder:str, setting:str="fsdp2", gather_fault_rank:int|None=None)->li
     E.save_lora(fm, d/"adapter")       # the group still works after all of them
     out.append(dict(fault="a save after them", rank=dist.get_rank(), kind=None, message=None, seconds=0.0,
                     intact=True, leftovers=sorted(p.name for p in d.iterdir() if p.name.startswith("."))))
+    out += load_faults(fm, d)
     if gather_fault_rank is not None: out.append(_fault(fm, d, GATHER_FAULT, gather_fault_rank))
+    return out
+
+# ---- load_lora faults: every rank raises LoadError within seconds, naming the rank; no rank's model changes ----
+LOAD_CAUSE = {"file missing on one rank": "has no adapter_model.safetensors", "damaged file on one rank": "Error",
+              "shape mismatch on one rank": "the file holds shape", "before reading": "injected",
+              "while writing the shards": "injected", "Ctrl-C while writing the shards": "KeyboardInterrupt"}
+
+def _local(fm)->dict:
+    "This rank's own values of every parameter (its FSDP shards): what a load changes on this rank."
+    from torch.distributed.tensor import DTensor
+    return {n: (p.to_local() if isinstance(p, DTensor) else p).detach().clone() for n, p in fm.named_parameters()}
+
+def _bad_adapters(d:Path):
+    "Rank 0 writes the broken copies of `d/adapter` a rank is pointed at: none, damaged, a tensor of another shape."
+    from safetensors.torch import load_file, save_file
+    for name in ("missing", "damaged", "reshaped"): shutil.copytree(d/"adapter", d/name)
+    (d/"missing"/E.ADAPTER_WEIGHTS).unlink()
+    w = d/"damaged"/E.ADAPTER_WEIGHTS; w.write_bytes(w.read_bytes()[:100])
+    sd = load_file(d/"reshaped"/E.ADAPTER_WEIGHTS); k = next(iter(sd)); sd[k] = torch.zeros(sd[k].shape[0] + 1, 1)
+    save_file(sd, str(d/"reshaped"/E.ADAPTER_WEIGHTS), metadata={"format": "pt"})
+
+def _load_fault(fm, d:Path, fault:str, who:int)->dict:
+    "One injected load fault on rank `who`: what this rank raised, how fast, and whether its shards changed."
+    me, path, patch = dist.get_rank(), d/"adapter", contextlib.nullcontext()
+    if me == who:
+        path = {"file missing on one rank": d/"missing", "damaged file on one rank": d/"damaged",
+                "shape mismatch on one rank": d/"reshaped"}.get(fault, path)
+        real = E._write_pieces
+        def half(pieces, done):   # write half of this rank's pieces, then fail
+            real(pieces[:max(1, len(pieces) // 2)], done)
+            raise (KeyboardInterrupt() if "Ctrl-C" in fault else RuntimeError(f"injected on rank {who}: {fault}"))
+        def boom(*a, **k): raise RuntimeError(f"injected on rank {who}: {fault}")
+        if fault == "before reading": patch = mock.patch.object(E, "lora_keys", boom)
+        if "writing the shards" in fault: patch = mock.patch.object(E, "_write_pieces", half)
+    before = _local(fm)
+    dist.barrier()
+    t0, kind, msg = time.perf_counter(), None, None
+    with patch:
+        try: E.load_lora(fm, path)
+        except BaseException as e: kind, msg = type(e).__name__, str(e)
+    seconds = time.perf_counter() - t0
+    after = _local(fm)
+    return dict(fault=fault, who=who, rank=me, kind=kind, message=msg, seconds=seconds,
+                unchanged=all(torch.equal(before[k], after[k]) for k in before))
+
+def load_faults(fm, d:Path)->list[dict]:
+    "Every load fault on every rank in turn, then a load that works (it changes the model)."
+    if dist.get_rank() == 0: _bad_adapters(d)
+    with torch.no_grad():   # the model now differs from the saved adapter: a partial load would show
+        for n, p in fm.named_parameters():
+            if p.requires_grad: p.add_(1.0)
+    out = [_load_fault(fm, d, f, r) for f in LOAD_CAUSE for r in range(dist.get_world_size())]
+    before = _local(fm)
+    dist.barrier()
+    E.load_lora(fm, d/"adapter")
+    out.append(dict(fault="a load after them", rank=dist.get_rank(), kind=None,
+                    changed=any(not torch.equal(before[k], v) for k, v in _local(fm).items())))
+    return out
+
+
+def everything(folder:str, settings:tuple, fault_settings:tuple, gather_fault:tuple)->dict:
+    """Rank function, the file's one launch per world: `run(settings)`, the faults of each of `fault_settings`, and
+    last (it closes the group) those of `gather_fault` = (setting, failing rank) with the fault inside the gather."""
+    out = dict(run=run(folder, settings), faults={})
+    for s in fault_settings: out["faults"][s, None] = faults(folder, s)
+    out["faults"][tuple(gather_fault)] = faults(folder, *gather_fault)
     return out

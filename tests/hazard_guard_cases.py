@@ -29,6 +29,18 @@ class FailingStore:
     def compare_set(self, *a): return self._write("compare_set", *a)
 
 
+class InterruptingStore:
+    """The default store, except that the guard's first wait raises KeyboardInterrupt (a Ctrl-C while it waits):
+    at once (`after=False`: a peer is still missing), or once every peer has written (`after=True`)."""
+    def __init__(self, store, after:bool): self.store, self.after, self.armed = store, after, True
+    def __getattr__(self, name): return getattr(self.store, name)
+    def wait(self, keys, timeout):
+        if not self.armed: return self.store.wait(keys, timeout)
+        self.armed = False
+        if self.after: self.store.wait(keys, datetime.timedelta(seconds=30))
+        raise KeyboardInterrupt
+
+
 def _wrap(name:str, spec:dict, ranks:list[int], pg, hybrid:bool):
     "The hazard model `name` wrapped as `spec` on `ranks` (a 2-D mesh, replicas × 1, when `hybrid`)."
     model = T.HAZARD_MODELS[name]()
@@ -47,7 +59,8 @@ def _wrap(name:str, spec:dict, ranks:list[int], pg, hybrid:bool):
 def guard_case(name:str="branch",        # a hazard model of `testing` ("branch", "switch")
                spec:dict=LAYER,          # its wrapping
                same:bool=True,           # every rank gets rank 0's batch (else its own: diverges on divergent wrappings)
-               fault:str|None=None,      # None, "slow", "before", "between" or "write"
+               fault:str|None=None,      # None, "slow", "before", "between", "write", or "ctrl-c" + " between",
+                                         # " waiting" (a peer still missing) or " after all wrote"
                on:int=1,                 # the rank the fault is injected on
                delay:float=0.0,          # "slow": seconds that rank sleeps before its forward
                timeout:float|None=None,  # the guard's timeout (None: the FSDP group's)
@@ -62,7 +75,7 @@ def guard_case(name:str="branch",        # a hazard model of `testing` ("branch"
     pg = dist.new_group(ranks, timeout=datetime.timedelta(seconds=pg_timeout))   # every rank of the job calls it
     res = dict(rank=rank, member=rank in ranks, error=None, seconds=None, events=[], wait_s=None)
     model = _wrap(name, spec, ranks, pg, hybrid)
-    if model is None: return res
+    if model is None: dist.barrier(); return res   # the members' barrier after their step
     ids = T.hazard_batch("branch" if name.startswith("branch") else name, rank, same)
     hit = fault is not None and rank == on
     g = H.check_collective_order(model, timeout=timeout)
@@ -70,15 +83,23 @@ def guard_case(name:str="branch",        # a hazard model of `testing` ("branch"
     try:
         with g:
             if hit and fault == "write": g.store = FailingStore(g.store)
+            if hit and fault in ("ctrl-c waiting", "ctrl-c after all wrote"):
+                g.store = InterruptingStore(g.store, after=fault.endswith("wrote"))
+            if fault == "ctrl-c waiting" and not hit: time.sleep(delay)   # the peer is late: the slot is taken back
             if hit and fault == "slow": time.sleep(delay)
             if hit and fault == "before": raise ValueError("injected before the first collective")
-            if hit and fault == "between":   # after the all-gathers of the root and the first two blocks
+            if hit and fault in ("between", "ctrl-c between"):   # after the all-gathers of the root and 2 blocks
                 block = [m for m in model.modules() if type(m).__name__ == "BranchBlock"][1]
-                block.register_forward_pre_hook(lambda *a: (_ for _ in ()).throw(ValueError("injected between "
-                                                                                             "collectives")))
+                err = KeyboardInterrupt() if fault.startswith("ctrl-c") else ValueError("injected between collectives")
+                block.register_forward_pre_hook(lambda *a: (_ for _ in ()).throw(err))
             T.hazard_loss(model, name, ids).backward()
-    except Exception as e: res["error"] = f"{type(e).__name__}: {e}"[:900]
+    except BaseException as e: res["error"] = f"{type(e).__name__}: {e}"[:900]
     res.update(seconds=time.perf_counter() - t0, events=[e.key() for e in g.events], wait_s=getattr(g, "wait_s", None))
+    dist.barrier()   # every rank has left the step: a failed step must have left none of the guard's keys behind
+    if res["error"] and hasattr(g, "prefix"):
+        last = g.base + g._last
+        keys = [f"{g.prefix}/{j}/{q}" for j in range(max(0, last - 1), last + 2) for q in ranks]
+        res["left_keys"] = [k for k in keys if g.store.check([k])]
     return res
 
 

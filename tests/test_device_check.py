@@ -86,3 +86,18 @@ def test_memory_problems_flag_a_prediction_off_by_more_than_5_percent():
     assert p.endswith("failed: OutOfMemoryError: x")
     p, = DC.memory_problems([dict(ok, rank=0)], {name: "the experts implementation ... cannot"})
     assert "no prediction" in p
+
+def test_memory_predictions_record_the_attention_kernel(monkeypatch):
+    "On NCCL the two float32 Llama cases are predicted with the math kernel CUDA runs them on, the rest fused."
+    import types
+    import lora_fsdp_kit.fits as F
+    seen = {}
+    def fake_predict(pm, *, attention, **kw):
+        seen[len(seen)] = attention
+        return types.SimpleNamespace(peak_bytes=[1], label="stub")
+    monkeypatch.setattr(F, "predict_step_memory", fake_predict)
+    monkeypatch.setattr(DC, "get_platform", lambda: types.SimpleNamespace(dist_backend="nccl"))
+    pred, kernels = DC.predict_memory(1, 1, 8)
+    assert list(kernels) == [n for n, *_ in DC.MEMORY_CASES] and list(seen.values()) == list(kernels.values())
+    assert {n for n, k in kernels.items() if k == "math"} == {"llama fsdp2 fp32", "llama fsdp1 lora fp32"}
+    assert set(kernels.values()) == {"math", "fused"} and all(v == [1] for v in pred.values())

@@ -14,15 +14,24 @@ from lora_fsdp_kit.launch import launch
 
 TWO = tuple(C.SETTINGS)
 THREE = ("fsdp2",)   # 3 ranks: FSDP2 pads dim 0 unevenly; FSDP1 at 3 ranks is covered by the gather matrix
+# faults (issue 19, item 1), each injected on each rank in turn: every save and load fault on these settings, then
+# (it closes the group) the fault inside the gather on one rank: FSDP1 rank 0 (the root of the gather) at 2 ranks,
+# FSDP2 rank 2 at 3 ranks (FSDP2 at 2 ranks, rank 1, was a third launch proving what 3 ranks prove)
+FAULTS = {2: (("fsdp2",), ("fsdp1-peft", 0)), 3: ((), ("fsdp2", 2))}
+pytestmark = pytest.mark.xdist_group("export")   # under `pytest -n --dist loadgroup`: one worker, one launch per world
 
 @pytest.fixture(scope="module")
-def results():
+def launched():
+    "One launch per world size for the whole file: the save/load/stream matrix, then every fault."
     out = {}
     for world, settings in ((2, TWO), (3, THREE)):
-        ranks = launch(C.run, tempfile.mkdtemp(prefix="lfk_export_"), settings, nprocs=world, quiet=True,
-                       timeout=1200)
-        out[world] = [row for rank in ranks for row in rank]
+        out[world] = launch(C.everything, tempfile.mkdtemp(prefix="lfk_export_"), settings, *FAULTS[world],
+                            nprocs=world, quiet=True, timeout=1200)
     return out
+
+@pytest.fixture(scope="module")
+def results(launched):
+    return {world: [row for rank in ranks for row in rank["run"]] for world, ranks in launched.items()}
 
 def _rows(results): return [r for rows in results.values() for r in rows]
 
@@ -94,16 +103,15 @@ def test_save_holds_only_lora(results):
         assert s.file_bytes > s.lora_bytes
 
 # ---- faults (issue 19, item 1): each injected on each rank in turn; before the fix every one of them hung ----
-FAULT_RUNS = ((2, "fsdp1-peft", 0), (2, "fsdp2", 1), (3, "fsdp2", 2))   # (world, setting, rank failing in the gather)
 CAUSE = {"target is a file": "is a file", "target is a non-adapter folder": "non-empty folder without",
          "during the write": "No space left on device", "while publishing": "injected",
          "Ctrl-C during the write": "KeyboardInterrupt", "Ctrl-C after the gather": "KeyboardInterrupt"}
 
 @pytest.fixture(scope="module")
-def fault_runs():
-    return {(world, setting, who): launch(C.faults, tempfile.mkdtemp(prefix="lfk_faults_"), setting, who,
-                                          nprocs=world, quiet=True, timeout=600)
-            for world, setting, who in FAULT_RUNS}
+def fault_runs(launched):
+    "{(world, setting, rank failing in the gather or None): each rank's fault rows}."
+    return {(world, *key): [rank["faults"][key] for rank in ranks]
+            for world, ranks in launched.items() for key in ranks[0]["faults"]}
 
 def _cases(fault_runs):
     for key, ranks in fault_runs.items():
@@ -113,6 +121,7 @@ def test_every_fault_raises_on_every_rank_within_10s(fault_runs):
     seen = set()
     for key, rows in _cases(fault_runs):
         f, who = rows[0]["fault"], rows[0].get("who")
+        if f in C.LOAD_CAUSE or f == "a load after them": continue   # below
         if f == "a save after them":
             assert all(r["kind"] is None and r["leftovers"] == [] for r in rows), (key, rows); continue
         seen.add(f)
@@ -129,6 +138,7 @@ def test_every_fault_raises_on_every_rank_within_10s(fault_runs):
 
 def test_faults_change_nothing_on_disk(fault_runs):
     for key, rows in _cases(fault_runs):
+        if "intact" not in rows[0]: continue   # a load fault
         assert all(r["intact"] and r["leftovers"] == [] for r in rows), (key, rows[0]["fault"], rows)
 
 def test_a_rank_failing_in_the_gather_is_named_by_every_rank(fault_runs):
@@ -136,7 +146,11 @@ def test_a_rank_failing_in_the_gather_is_named_by_every_rank(fault_runs):
         if rows[0]["fault"] != C.GATHER_FAULT: continue
         who = key[2]
         for r in rows:
-            if r["rank"] != who: assert "timed out in a collective waiting for them" in r["message"], r["message"]
+            assert f"failed on rank(s) [{who}]" in r["message"] and "in the gather" in r["message"], r["message"]
+            # a rank that waited in the collective says so; with rank 0 (the gather's root) failing, the others'
+            # sends may complete without it (gloo buffers them), and they hear of it in the vote instead, at once
+            if r["rank"] != who and "timed out in a collective waiting for them" not in r["message"]:
+                assert who == 0 and r["seconds"] < 2, (r["seconds"], r["message"])
 
 def test_lora_buckets_move_only_lora(results):
     "Issue 19, item 4: FSDP1 with decoder-layer units moved whole layers (21.6x the LoRA bytes) per bucket stream."
@@ -151,3 +165,19 @@ def test_load_accepts_what_peft_loads(results):
         assert v["peft < 0.14"] is True and v["regex"] is True, (key, v)
         assert "target_modules" in str(v["regex, other modules"]), (key, v)
         if "default" in r: assert v["peft < 0.14 (peft)"] is True and v["regex (peft)"] is True, (key, v)
+
+def test_load_faults_raise_on_every_rank_and_change_no_model(fault_runs):
+    "Issue 19: load_lora, a fault on one rank (each rank in turn): every rank raises, no rank's shards change."
+    seen = set()
+    for key, rows in _cases(fault_runs):
+        f, who = rows[0]["fault"], rows[0].get("who")
+        if f == "a load after them": assert all(r["changed"] for r in rows), key; continue   # a load does change it
+        if f not in C.LOAD_CAUSE: continue
+        seen.add(f)
+        for r in rows:
+            where = (key, f, who, r["rank"], r["message"])
+            assert r["kind"] is not None and r["seconds"] <= 10 and r["unchanged"], (where, r["seconds"])
+            if r["kind"] == "KeyboardInterrupt": assert r["rank"] == who and "Ctrl-C" in f, where; continue
+            assert r["kind"] == "LoadError" and f"failed on rank(s) [{who}]" in r["message"], where
+            assert C.LOAD_CAUSE[f] in r["message"] and "left as it was on every rank" in r["message"], where
+    assert seen == set(C.LOAD_CAUSE), seen

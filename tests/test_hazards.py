@@ -49,6 +49,9 @@ SLOW = 1.5   # seconds a slow rank sleeps (the issue's 8 s, scaled); the FSDP gr
 JOB = ([dict(fault="slow", on=1, delay=SLOW)]                                       # within the group's timeout
        + [dict(fault="slow", on=q, delay=SLOW, timeout=0.5) for q in (0, 1)]        # past the guard's timeout
        + [dict(fault=f, on=q, timeout=2.0) for f in ("before", "between", "write") for q in (0, 1)]
+       + [dict(fault="ctrl-c between", on=q, timeout=2.0) for q in (0, 1)]                # Ctrl-C (issue 19)
+       + [dict(fault="ctrl-c waiting", on=1, delay=1.0, timeout=3.0),
+          dict(fault="ctrl-c after all wrote", on=0, timeout=3.0)]
        + [dict(spec=G.F2_LAYER, same=False, hybrid=True, timeout=2.0),              # FSDP2, 2 replicas x 1 shard
           dict(hybrid=True, timeout=2.0)])                                          # FSDP1 HYBRID_SHARD, 2 x 1
 STEPS = 10
@@ -209,3 +212,23 @@ def test_guard_works_on_a_subgroup_and_a_hybrid_mesh_of_it():
     assert [r["error"] for r in hybrid] == [None, None, None], hybrid
     assert all(r["error"].startswith("CollectiveOrderError: step 0: ranks part") for r in parted[:2]), parted
     assert "rank 2" not in parted[0]["error"] and parted[2]["error"] is None
+
+
+CTRL_C = ("ctrl-c between", "ctrl-c waiting", "ctrl-c after all wrote")
+
+def test_ctrl_c_on_one_rank_reaches_the_others(job):
+    "A Ctrl-C on one rank, between collectives or while the guard waits: the others raise at once, naming it."
+    seen = set()
+    for c, rk in zip(JOB, job[0]):
+        if c.get("fault") not in CTRL_C: continue
+        q, seen = c["on"], seen | {c["fault"]}
+        assert rk[q]["error"].startswith("KeyboardInterrupt"), (c, rk[q]["error"])
+        other = rk[1 - q]
+        assert other["error"].startswith("PeerStoppedError") and f"rank {q} stopped: KeyboardInterrupt" in other["error"], (c, other)
+        # well under the FSDP group's 4 s (waited out before, as the gloo timeout): the late peer's own delay only
+        assert all(r["seconds"] < 3.0 for r in rk), (c, [r["seconds"] for r in rk])
+    assert seen == set(CTRL_C)
+
+def test_a_failed_step_leaves_no_guard_keys(job):
+    bad = [(c, r["rank"], r["left_keys"]) for c, rk in zip(JOB, job[0]) for r in rk if r["error"] and r.get("left_keys")]
+    assert not bad, bad
