@@ -261,10 +261,7 @@ def first_picture_line(nb)->int|None:
 # with the rules they fail. Each entry is checked to still fail (test_pending_still_fails), so a fixed notebook must
 # leave this set: empty it, never grow it.
 PENDING = {
-    "04a_sharded.ipynb": {"export without prose"},                  # cells 14, 15
     "04b_votes.ipynb": {"export without prose"},                    # cells 5-6, 13-14 (new this session)
-    "05a_packing.ipynb": {"export without prose"},                  # cells 11-12 (new this session)
-    "05_gather.ipynb": {"export without prose", "first picture"},   # none yet; issue 20 asks for one
     "06_memory.ipynb": {"export without prose"},                    # cell 7
     "06a_measure.ipynb": {"export without prose", "first picture"}, # 4 export runs; the first picture at line 178
     "09_export.ipynb": {"machine path", "export without prose",     # transformers' FutureWarning with its
