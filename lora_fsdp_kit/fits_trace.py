@@ -258,6 +258,24 @@ def _attention(kind:str):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     return sdpa_kernel([SDPBackend.MATH])
 
+# %% ../nbs/11a_fits_trace.ipynb #c6fdbaa3
+def _storage_bytes(tensors)->int:
+    "Bytes of the distinct storages under `tensors`."
+    seen = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            t = getattr(t, "_local_tensor", t)
+            st = t.untyped_storage(); seen[st._cdata] = st.nbytes()
+    return sum(seen.values())
+
+def _sharded_bytes(wrapped:nn.Module, cfg:WrapConfig)->int:
+    "Bytes of this rank's parameter shards (FSDP2: padded local tensors; FSDP1: each flat parameter's local shard)."
+    if cfg.flavour == "fsdp2": return _storage_bytes(wrapped.parameters())
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    return _storage_bytes(m._handle.flat_param._local_shard for m in wrapped.modules()
+                          if isinstance(m, FSDP) and m._handle is not None)
+
+# %% ../nbs/11a_fits_trace.ipynb #bbce2873
 def trace_rank(model:nn.Module,      # a peft model on the meta device (copied, never changed)
                cfg:WrapConfig,       # how it is sharded
                world:int,            # ranks
@@ -301,20 +319,3 @@ def trace_rank(model:nn.Module,      # a peft model on the meta device (copied, 
         cats["sharded parameters"], cats["unsharded parameters"] = min(sharded, p), max(p - sharded, 0)
     return RankTrace(rank, tr.peak, {c: cats.get(c, 0) for c in CATEGORIES}, *tr.peak_at, tuple(tr.timeline), sig,
                      sharded, opt_bytes, time.perf_counter() - t0)
-
-# %% ../nbs/11a_fits_trace.ipynb #c6fdbaa3
-def _storage_bytes(tensors)->int:
-    "Bytes of the distinct storages under `tensors`."
-    seen = {}
-    for t in tensors:
-        if isinstance(t, torch.Tensor):
-            t = getattr(t, "_local_tensor", t)
-            st = t.untyped_storage(); seen[st._cdata] = st.nbytes()
-    return sum(seen.values())
-
-def _sharded_bytes(wrapped:nn.Module, cfg:WrapConfig)->int:
-    "Bytes of this rank's parameter shards (FSDP2: padded local tensors; FSDP1: each flat parameter's local shard)."
-    if cfg.flavour == "fsdp2": return _storage_bytes(wrapped.parameters())
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    return _storage_bytes(m._handle.flat_param._local_shard for m in wrapped.modules()
-                          if isinstance(m, FSDP) and m._handle is not None)
