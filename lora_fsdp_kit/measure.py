@@ -212,20 +212,25 @@ def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the 
         # parameters (2 g: measured to the byte, e.g. 451,488 B at 3 ranks), with the units before it already full;
         # its input is a slice of the output. + g / world: once, one rank measured 27,648 B more (a transient of
         # the backend's, under one all-gather input), so the bound keeps room for one input-sized buffer
-        rank, done, peak = {n: i for i, n in enumerate(order or [])}, 0, 0
+        # + the unit before's output and input: the backend may free a finished collective's buffers late (gloo's
+        # worker thread drops its Work on its own time; measured: 1,312 B over at 3 ranks, r=1, once in a while)
+        rank, done, peak, prev = {n: i for i, n in enumerate(order or [])}, 0, 0, 0
         for u in sorted(plan.units, key=lambda u: rank.get(u.name, len(rank))):
             g = gathered[u.name]
-            peak = max(peak, done + 2 * g + g // max(world, 1)); done += g
+            peak = max(peak, done + 2 * g + g // max(world, 1) + prev); done += g; prev = g + g // max(world, 1)
         return total, max(peak, done + plan.lora_bytes)
     if strategy == "per_unit":
         # unit after unit, with the LoRA copied out of the units before it: FSDP1 holds the unit's padded flat
         # parameter and then its LoRA copies beside it; FSDP2 the padded all-gather output beside the padded
-        # unsharded parameters (its input is a slice of the output), freed before the copies. Exact, measured.
-        rank, done, peak = {n: i for i, n in enumerate(order or [])}, 0, 0
+        # unsharded parameters (its input is a slice of the output), freed before the copies; + g / world on FSDP2,
+        # as for `whole`: the backend's input-sized transient (measured: 192 B over at 3 and 4 ranks, r=1, now and then)
+        rank, done, peak, prev = {n: i for i, n in enumerate(order or [])}, 0, 0, 0
         for u in sorted(lora_units, key=lambda u: rank.get(u.name, len(rank))):
             mine = sum(p.nbytes for p in u.params if _in_adapter(p, adapter_name))
             g = gathered[u.name]
-            peak = max(peak, done + (2 * g if plan.flavour == "fsdp2" else g + mine)); done += mine
+            if plan.flavour == "fsdp1": peak = max(peak, done + g + mine)
+            else: peak = max(peak, done + 2 * g + g // world + prev); prev = g + g // world   # as for `whole`
+            done += mine
         return sum(gathered[u.name] for u in lora_units), max(peak, done)
     if strategy == "lora_only":
         # one full_tensor() per tensor: a padded all-gather output, then (when padded) an unpadded copy beside it;
@@ -256,10 +261,13 @@ def _predict_packed(plan, lora:list, lora_units:list, world:int, shapes:dict|Non
     # the send buffer may outlive the caller's `del`: gloo's worker thread drops the collective's Work (which holds
     # its input) on its own time, so while the output is unpacked the send buffer may still be alive (measured: at
     # 3 ranks, rank 2's 11,904 B send buffer on top of receive buffer + output, in 1 run of several)
+    # the unpacking reorders the receive buffer into one output buffer (`packing.unpack`: one index_select) and then
+    # copies each tensor out of it: the receive buffer, which gloo's Work may hold as long as the send buffer, the
+    # output buffer and the tensors can all be alive at once (measured: 4 ranks, r=1, 7,200 B over send + receive + L)
     if world * width <= 1.05 * total:   # the all-gather of equal padded buffers (`packing.evenly`)
-        return world * width, width * (world + 1) + lora_bytes
+        return world * width, width * (world + 1) + 2 * lora_bytes
     # the all-to-all with exact split sizes: this rank's pieces, packed once per rank, beside the receive buffer
-    return total, me * world + total + lora_bytes
+    return total, me * world + total + 2 * lora_bytes
 
 # %% ../nbs/06a_measure.ipynb #babb256b
 def predict_unit(plan,                # a `Plan` of the unwrapped model (or None)

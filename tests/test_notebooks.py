@@ -263,7 +263,8 @@ def first_picture_line(nb)->int|None:
 PENDING = {
     "04b_votes.ipynb": {"export without prose"},                    # cells 5-6, 13-14 (new this session)
     "06_memory.ipynb": {"export without prose"},                    # cell 7
-    "06a_measure.ipynb": {"export without prose", "first picture"}, # 4 export runs; the first picture at line 178
+    "06a_measure.ipynb": {"first picture"},                         # the first picture at line 178
+    "06b_measure_streams.ipynb": {"export without prose"},          # cells 5-9 (new this session)
     "09_export.ipynb": {"machine path", "export without prose",     # transformers' FutureWarning with its
                         "first picture"},                           # site-packages path; picture at line 384
     "10_hazards.ipynb": {"export without prose", "first picture"},  # picture at line 211
