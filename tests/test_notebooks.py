@@ -265,7 +265,6 @@ PENDING = {
     "06_memory.ipynb": {"export without prose"},                    # cell 7
     "06a_measure.ipynb": {"first picture"},                         # the first picture at line 178
     "06b_measure_streams.ipynb": {"export without prose"},          # cells 5-9 (new this session)
-    "10_hazards.ipynb": {"export without prose", "first picture"},  # picture at line 211
     "index.ipynb": {"text dump"},                                   # the README's report, 3.3 KB printed whole
 }
 MUST_DRAW = {"03_plan.ipynb", "05_gather.ipynb"}           # issue 20: these chapters get their picture
