@@ -263,7 +263,6 @@ def first_picture_line(nb)->int|None:
 PENDING = {
     "04b_votes.ipynb": {"export without prose"},                    # cells 5-6, 13-14 (new this session)
     "06_memory.ipynb": {"export without prose"},                    # cell 7
-    "06b_measure_streams.ipynb": {"export without prose"},          # cells 5-9 (new this session)
     "index.ipynb": {"text dump"},                                   # the README's report, 3.3 KB printed whole
 }
 MUST_DRAW = {"03_plan.ipynb", "05_gather.ipynb"}           # issue 20: these chapters get their picture
