@@ -261,7 +261,6 @@ def first_picture_line(nb)->int|None:
 # with the rules they fail. Each entry is checked to still fail (test_pending_still_fails), so a fixed notebook must
 # leave this set: empty it, never grow it.
 PENDING = {
-    "04b_votes.ipynb": {"export without prose"},                    # cells 5-6, 13-14 (new this session)
     "06_memory.ipynb": {"export without prose"},                    # cell 7
     "index.ipynb": {"text dump"},                                   # the README's report, 3.3 KB printed whole
 }
