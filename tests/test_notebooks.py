@@ -268,7 +268,6 @@ PENDING = {
     "09_export.ipynb": {"machine path", "export without prose",     # transformers' FutureWarning with its
                         "first picture"},                           # site-packages path; picture at line 384
     "10_hazards.ipynb": {"export without prose", "first picture"},  # picture at line 211
-    "index.ipynb": {"text dump"},                                   # the README's report, 3.3 KB printed whole
 }
 MUST_DRAW = {"03_plan.ipynb", "05_gather.ipynb"}           # issue 20: these chapters get their picture
 
