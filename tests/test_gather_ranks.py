@@ -77,8 +77,8 @@ def test_plan_predicts_packed_bytes_and_peak(world, request):
     for res in request.getfixturevalue(world):
         for p in res["profiles"]:
             assert abs(p["bytes"] / p["predicted_bytes"] - 1) <= 0.05, p
-            # (r=1 keeps these buffers at a few KiB: one stray allocation of the gloo/tracker machinery seen on a rank
-            # is already several %, hence a 4 KiB floor; the bytes above are exact)
-            assert abs(p["peak"] - p["predicted_peak"]) <= max(0.05 * p["predicted_peak"], 4096), \
-                (p["peak"], p["predicted_peak"], p)
+            # the peak is printed as a bound (measure.predict: it allows for buffers gloo's worker thread frees late,
+            # which most runs do not see): never exceeded, and never more than twice the measurement (+ 4 KiB: r=1
+            # keeps these buffers at a few KiB); the bytes above are exact
+            assert p["peak"] <= p["predicted_peak"] <= 2 * p["peak"] + 4096, (p["peak"], p["predicted_peak"], p)
             if p["strategy"] == "packed": assert p["collectives"] == 1, p
