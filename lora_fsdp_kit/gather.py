@@ -29,7 +29,6 @@ from .votes import RankFailure, RankVote
 from .shards import clean_name, join_name
 from .sharded import ShardedParam, ShardedUnit, ShardedView, sharded_view
 from .packing import PackPlan, TensorShards, pack, pack_plan, receive_buffer, split_buckets, tensor_shards, unpack
-from .packing import evenly as _evenly   # measure reads it here
 
 # %% auto #0
 __all__ = ['OwnedParam', 'GatherUnit', 'unwrapped_name', 'MissingLoraError', 'GatherEngine', 'Fsdp1GatherEngine',

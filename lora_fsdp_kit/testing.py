@@ -17,7 +17,7 @@ from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from safetensors.torch import save_file
 
 from . import plan as P
-from .export import load_lora, peft_model_of
+from .export import load_lora, peft_model_of, save_lora
 from .gather import gather_engine, gather_lora, iter_merged_weights
 from .hazards import check_collective_order
 from .measure import measure_gather, predict
@@ -237,6 +237,7 @@ def export_demo(folder:str,                      # a folder every rank can reach
     cfg = WrapConfig(flavour=flavour, policy="peft")   # peft's own units (FSDP2: the same modules)
     fm = cfg.wrap(P.tiny_lora_model("llama"))
     losses = train_steps(fm, 3)
+    save_lora(fm, Path(folder)/"first")   # a model's first save builds its pack plan: measure one like every later save
     save = measure_save(fm, Path(folder)/"adapter")
     trained = gather_lora(fm, progress=False)
     fresh = cfg.wrap(P.tiny_lora_model("llama"))    # the same start as `fm` before training

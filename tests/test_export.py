@@ -97,9 +97,10 @@ def test_save_holds_only_lora(results):
     for r in _rows(results):
         s = r["save"]
         # the LoRA tensors kept on rank 0, plus the packed gather's buffers (one collective of the LoRA bytes: a
-        # receive buffer of at most the LoRA bytes and its padding, and this rank's own slices); never a base weight
-        # (+ 4 KiB: at 7 KiB of LoRA the tracker's view of the collective machinery varies by a few KiB between runs)
-        assert s.peak_extra <= 2 * s.lora_bytes + s.largest_lora_unit + 4096, (r["setting"], r["world"], s)
+        # receive buffer of at most the LoRA bytes and its padding, the buffer it is reordered into, of the LoRA
+        # bytes, and this rank's own slices); never a base weight (+ 4 KiB: at 7 KiB of LoRA the tracker's view of
+        # the collective machinery varies by a few KiB between runs)
+        assert s.peak_extra <= 3 * s.lora_bytes + s.largest_lora_unit + 4096, (r["setting"], r["world"], s)
         assert s.file_bytes > s.lora_bytes
 
 # ---- faults (issue 19, item 1): each injected on each rank in turn; before the fix every one of them hung ----
