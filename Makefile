@@ -8,8 +8,10 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.lfk-installed
 OUT    ?= demo_out
-# install into the venv of python $(1): uv, else pip (uv reads no pip.conf: pip installs torch, from the local wheel)
-INSTALL = { $(dir $(1))uv pip install --quiet --python $(1) $(2) || $(1) -m pip install --quiet $(2); }
+# install into the venv of python $(1): uv, else pip (uv reads no pip.conf: pip installs torch, from the local wheel);
+# compiled to bytecode as pip does, since a process that may not write .pyc files (PYTHONDONTWRITEBYTECODE) would
+# otherwise compile every module it imports, every time
+INSTALL = { $(dir $(1))uv pip install --quiet --compile-bytecode --python $(1) $(2) || $(1) -m pip install --quiet $(2); }
 
 .PHONY: install demo test nbtest pytest export readme bench clean-nbs docs book browser-deps test-oldest
 
