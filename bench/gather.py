@@ -8,8 +8,9 @@ sharding (FSDP1 with LoRA leaves as units, FSDP1 with decoder layers as units, F
   plus the copies around it (packing this rank's bytes into the send buffer, copying the received bytes out);
 - `save_lora(model, dir)`, against the limit plus rank 0 writing the same tensors with safetensors.
 It prints each time as a ratio to its limit (goal: <= 3x), a raw `all_to_all_single` of the exact sizes (what the kit
-uses when pieces are uneven), the failure vote of one gather alone (two store agreements; included in the gather's time), the collectives and bytes of one gather, and the peak extra
-memory of one gather (torch's MemTracker) against the bound: receive buffer + send buffer + the full LoRA tensors.
+uses when pieces are uneven), the failure check of one gather alone (one 4-byte all-reduce; included in the gather's
+time), the collectives and bytes of one gather, and the peak extra memory of one gather (torch's MemTracker) against
+the bound: send buffer + receive buffer + the full LoRA tensors (all made before the collective).
 `--profile` prints cProfile's top functions of one (second) gather on rank 0. `--strategies` runs the older
 comparison of gather strategies (per unit, per tensor, whole model). Timings are noisy on a shared machine.
 Run: `python bench/gather.py [--ranks 2 4] [--models llama thinker] [--runs 15] [--profile]`.
@@ -86,7 +87,12 @@ def raw_limit(fm)->tuple:
     def with_copies():   # pack this rank's bytes, gather, copy every rank's bytes out (as the unpacking does)
         send[:sizes[me]].copy_(src); collective()
         for r in range(world): out[sum(sizes[:r]):sum(sizes[:r + 1])].copy_(recv[r * width:r * width + sizes[r]])
-    size = dict(shard_world=world, sizes=sizes, width=width, lora_bytes=total, n=len(names))
+    # the bound: what one gather allocates before its collective and keeps through it. The send buffer (padded to the
+    # largest rank's for the all-gather; this rank's pieces once per rank for the exact all-to-all the kit uses when
+    # the pieces are uneven, `packing.evenly`), the receive buffer, and the output the tensors are views of
+    even = world * width <= 1.05 * total
+    bound = (world * width + width if even else world * sizes[me] + total) + total
+    size = dict(shard_world=world, sizes=sizes, width=width, lora_bytes=total, n=len(names), bound=bound)
     return collective, with_copies, a2a, size
 
 def _shared_dir()->str:
@@ -114,8 +120,8 @@ def run_setting(model:str, setting:str, runs:int, profile:bool)->dict:
     with AllGatherCounter() as c: got = gather_lora(fm, progress=False)
     res.update(collectives=c.calls, bytes=c.bytes)
     eng = gather_engine(fm)
-    def vote_rounds():   # the failure vote of one gather_lora alone: an agreement before its collective, one after
-        with eng.vote("bench") as v: v.agree("collective 0"); v.agree("done")
+    def vote_rounds():   # the failure check of one gather_lora alone: one 4-byte all-reduce before its collective
+        with eng.vote("bench") as v: v.check("collective 0")
     res.update(timed(dict(gather=lambda: gather_lora(fm, progress=False), raw=collective, raw_copies=with_copies,
                           a2a=a2a, vote=vote_rounds), runs))
     folder = _shared_dir()
@@ -125,7 +131,7 @@ def run_setting(model:str, setting:str, runs:int, profile:bool)->dict:
         if dist.get_rank() == 0: save_file(got, plain, metadata={"format": "pt"})
     res.update(timed(dict(save=lambda: save_lora(fm, target), save_limit=save_limit), runs))
     p = measure_gather(fm, "packed")
-    res.update(peak=p.peak_extra, bound=size["shard_world"] * size["width"] + size["width"] + size["lora_bytes"])
+    res.update(peak=p.peak_extra, bound=size["bound"])
     if profile and dist.get_rank() == 0: res["profile"] = _profile(lambda: gather_lora(fm, progress=False))
     elif profile: gather_lora(fm, progress=False)
     dist.barrier()

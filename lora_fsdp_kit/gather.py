@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import contextlib, re
-from itertools import count
 from collections import OrderedDict
 from typing import Callable, ClassVar, Iterator
 
@@ -28,7 +27,8 @@ from .peft_names import peft_lora_names
 from .votes import RankFailure, RankVote
 from .shards import clean_name, join_name
 from .sharded import ShardedParam, ShardedUnit, ShardedView, sharded_view
-from .packing import PackPlan, TensorShards, pack, pack_plan, receive_buffer, split_buckets, tensor_shards, unpack
+from .packing import (PackPlan, TensorShards, output_buffer, pack, pack_plan, receive_buffer, split_buckets,
+                                   tensor_shards, unpack)
 
 # %% auto #0
 __all__ = ['OwnedParam', 'GatherUnit', 'unwrapped_name', 'MissingLoraError', 'GatherEngine', 'Fsdp1GatherEngine',
@@ -149,20 +149,25 @@ def lora_names(self, adapter_name:str="default")->OrderedDict[str, str]:
 
 @_method_of(GatherEngine)
 def collect(self, names, *, rank0_only:bool=False, bucket_bytes:int|None=None, progress:bool=False,
-            vote:RankVote|None=None)->dict[str, torch.Tensor]:
-    "Gather `names` in packed collectives (one per shard group and bucket): full CPU tensors with own storage."
-    if vote is None and self.view.groups:   # ranks agree before each collective and at the end (a vote of its own)
+            vote:RankVote|None=None,        # the caller's vote (None: one of its own, when the model is sharded)
+            error:Exception|None=None,      # the caller already failed: told to the others before any collective
+           )->dict[str, torch.Tensor]:      # name -> full CPU tensor (views of one buffer per collective)
+    "Gather `names` in packed collectives (one per shard group and bucket); every rank checks in before each one."
+    if vote is None and self.view.groups:   # called alone (`iter_lora_buckets`, `measure`): a vote of its own
         with self.vote("gather") as own:
-            got = self.collect(names, rank0_only=rank0_only, bucket_bytes=bucket_bytes, progress=progress, vote=own)
-            _agree(own, "done", what="gather", doing="unpacking the gathered tensors")
-            return got
+            return self.collect(names, rank0_only=rank0_only, bucket_bytes=bucket_bytes, progress=progress,
+                                vote=own, error=error)
     def plan():   # once per set of names: the collectives' plans (a tied weight: gathered once, under its first name)
         pairs = [(n, self.primary(n)) for n in names]
-        return pairs, packed_jobs(self.shards(list(dict.fromkeys(p for _, p in pairs))), rank0_only, bucket_bytes)
-    try: pairs, jobs, err = *self.memo(("packed", tuple(names), rank0_only, bucket_bytes), plan), None
-    except Exception as e: pairs, jobs, err = [], ([], []), e   # voted on before the first collective
+        shards = self.shards(list(dict.fromkeys(p for _, p in pairs)))
+        check_collected([p for _, p in pairs], {t.name: None for t in shards}, self)   # an engine that skips some
+        return pairs, packed_jobs(shards, rank0_only, bucket_bytes)
+    pairs, jobs = [], ([], [])
+    if error is None:
+        try: pairs, jobs = self.memo(("packed", tuple(names), rank0_only, bucket_bytes), plan)
+        except Exception as e: error = e   # told to the others at the first check, before any collective
     got = run_packed(jobs, rank0_only=rank0_only, progress=progress, desc=f"gather LoRA ({self.flavour})",
-                     vote=vote, error=err)
+                     vote=vote, error=error)
     return {n: got[p] for n, p in pairs if p in got}
 
 @_method_of(GatherEngine)
@@ -278,18 +283,17 @@ def _send_buffer(plan:PackPlan, copies:int)->torch.Tensor:
     return send
 
 # %% ../nbs/05_gather.ipynb #3e4de790
-def _gather_bucket(plan:PackPlan, group, rank0_only:bool, vote:RankVote|None=None,
-                   stage:str="")->dict[str, torch.Tensor]|None:
-    "One collective of `plan` within `group`; full tensors (None on ranks that keep nothing)."
-    world, me, sizes, width = plan.world, plan.me, plan.sizes, plan.width
-    keep = not rank0_only or dist.get_rank() == 0
+def _buffers(plan:PackPlan, rank0_only:bool, keep:bool)->tuple:
+    "All one collective of `plan` allocates, made before it: (send, receive, output); the last two empty if not `keep`."
     # the all-to-all sends this rank's pieces once to each receiving rank: pack once, then copy the packed block
-    send = _send_buffer(plan, 1 if plan.even or rank0_only else world)
-    recv = [receive_buffer(plan, keep)]   # in a list: `unpack` drops it before its copies
-    # every rank has its buffers: agree that all do before anyone enters the collective (no peer left in it)
-    if vote is not None: vote.agree(stage, what="gather", doing=f"preparing {stage}")
+    send = _send_buffer(plan, 1 if plan.even or rank0_only else plan.world)
+    return send, receive_buffer(plan, keep), (output_buffer(plan) if keep else None)
+
+def _exchange(plan:PackPlan, group, rank0_only:bool, keep:bool, send:torch.Tensor, recv:torch.Tensor):
+    "The one collective of `plan` within `group`: this rank's `send` out, every rank's block into `recv`."
+    world, me, sizes, width = plan.world, plan.me, plan.sizes, plan.width
     if plan.even:   # nearly even pieces: one all-gather (or gather to rank 0) of equal, zero-padded buffers
-        out = recv[0][:world * width] if keep else recv[0]
+        out = recv[:world * width] if keep else recv
         if rank0_only:   # in the shard group of rank 0, group rank 0 is global rank 0
             dist.gather(send, list(out.chunk(world)) if keep else None, dst=0, group=group)
         else: dist.all_gather_into_tensor(out, send, group=group)
@@ -300,10 +304,8 @@ def _gather_bucket(plan:PackPlan, group, rank0_only:bool, vote:RankVote|None=Non
         dst = list(range(world)) if not rank0_only else [0]
         out_splits = [n if keep else 0 for n in sizes]
         in_splits = [sizes[me] if r in dst else 0 for r in range(world)]
-        out = recv[0][:sum(out_splits)]
+        out = recv[:sum(out_splits)]
         dist.all_to_all_single(out, send, out_splits, in_splits, group=group)
-    del send, out
-    return unpack(plan, recv) if keep else None
 
 # %% ../nbs/05_gather.ipynb #fb9eef49
 def run_packed(jobs:tuple,                 # from `packed_jobs`
@@ -311,30 +313,38 @@ def run_packed(jobs:tuple,                 # from `packed_jobs`
                rank0_only:bool=False,      # only rank 0 receives; others return {}
                progress:bool=False,        # tqdm bar over collectives
                desc:str="gather",
-               vote:RankVote|None=None,    # ranks agree before each collective that every rank is ready
-               error:Exception|None=None,  # this rank already failed (e.g. planning): raised at the first agreement
-              )->dict[str, torch.Tensor]:  # name -> full detached CPU tensor with its own storage
+               vote:RankVote|None=None,    # every rank checks in before each collective (`RankVote.check`)
+               error:Exception|None=None,  # this rank already failed (e.g. planning): told at the first check
+              )->dict[str, torch.Tensor]:  # name -> full CPU tensor (views of one output buffer per collective)
     "Run planned collectives: this rank's pieces read now, one collective per plan, full tensors out."
     keep = not rank0_only or (dist.get_rank() if dist.is_initialized() else 0) == 0
-    (whole, plans), out = jobs, {}
-    try:
-        if error is not None: raise error
-        if keep: out = {t.name: _own_cpu_copy(t.local.view(t.shape)) for t in whole}
-        with torch.no_grad():
-            for k, (g, plan) in enumerate(_progress_bar(plans, progress, desc, "collective")):
-                got = _gather_bucket(plan, g, rank0_only, vote, f"collective {k}")
-                if got is not None: out.update(got)
-    except RankFailure: raise
-    except BaseException as e:   # failed before or after a collective: every rank raises at its next agreement
-        if vote is None: raise
-        stage = next(f"collective {k}" for k in count() if f"collective {k}" not in vote.posted)
-        if not isinstance(e, Exception): vote.post(stage, e); raise   # Ctrl-C: said to the others, then on up
-        _agree(vote, stage, e, what="gather", doing=f"preparing {stage}")
+    (whole, plans), out, err = jobs, {}, error
+    with torch.no_grad():
+        if err is None and keep:
+            try: out = {t.name: _own_cpu_copy(t.local.view(t.shape)) for t in whole}
+            except Exception as e: err = e
+        # no plan (nothing sharded here, or a failure before planning): the ranks still check in once
+        for k, (g, plan) in enumerate(_progress_bar(plans or [(None, None)], progress and bool(plans), desc,
+                                                    "collective")):
+            if err is None and plan is not None:
+                try: send, recv, dst = _buffers(plan, rank0_only, keep)   # all that can fail, before the collective
+                except BaseException as e: err = e   # Ctrl-C included: this rank still checks in, then raises
+            _check(vote, f"collective {k}", err)   # one rank failed: every rank raises here, none enters
+            if plan is None: continue
+            _exchange(plan, g, rank0_only, keep, send, recv)
+            try:   # only copies are left; a Ctrl-C here is told at the next check (after the last: this rank's)
+                if keep: out.update(unpack(plan, recv, dst))
+            except BaseException as e: err = e
+            del send, recv, dst
+    if err is not None: raise err
     return out
 
-def _agree(vote:RankVote, stage:str, err:Exception|None=None, **kw):
-    "Agree on `stage`: a rank that failed raises its own error, the others `RankFailure` naming it and its cause."
-    try: vote.agree(stage, err, **kw)
+def _check(vote:RankVote|None, stage:str, err:BaseException|None):
+    "Check in at `stage`: if any rank failed, it raises its own error and every other rank `RankFailure` naming it."
+    if vote is None:
+        if err is not None: raise err
+        return
+    try: vote.check(stage, err, what="gather", doing=f"preparing {stage}")
     except RankFailure:
         if err is None: raise
         raise err from None   # the vote told the others; this rank's own error is the most precise
@@ -377,19 +387,14 @@ def gather_lora(model:nn.Module,              # an FSDP1- or FSDP2-wrapped peft 
     rank = dist.get_rank() if dist.is_initialized() else 0
     show = (launched_from_notebook() and rank == 0) if progress is None else bool(progress)
     engine = gather_engine(model)   # not FSDP-wrapped: the same error on every rank, before any collective
-    # a failure on one rank (before, between or after the collectives) raises on every rank, naming it: never a hang
+    # a failure on one rank before or between the collectives raises on every rank, naming it: never a hang
     with (engine.vote("gather_lora") if engine.view.groups else contextlib.nullcontext()) as vote:
         try: wanted, err = engine.lora_names(adapter_name), None
-        except Exception as e: err = e
-        if err is not None and vote is None: raise err
-        if err is not None: _agree(vote, "collective 0", err, what="gather_lora", doing="finding the LoRA tensors")
+        except Exception as e: wanted, err = OrderedDict(), e
         got = engine.collect(list(wanted), rank0_only=rank0_only, bucket_bytes=bucket_bytes, progress=show,
-                             vote=vote)
-        try: err = check_collected(wanted, got, engine) if not (rank0_only and rank != 0) else None
-        except Exception as e: err = e
-        if vote is not None: _agree(vote, "done", err, what="gather_lora", doing="checking the gathered tensors")
-        elif err is not None: raise err
+                             vote=vote, error=err)
     if rank0_only and rank != 0: return OrderedDict()
+    check_collected(wanted, got, engine)   # planning checked it on every rank; this checks the engine kept its word
     return OrderedDict((key, got[src]) for src, key in wanted.items())
 
 def check_collected(wanted, got:dict, engine:GatherEngine|None=None):

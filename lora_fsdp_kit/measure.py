@@ -261,13 +261,14 @@ def _predict_packed(plan, lora:list, lora_units:list, world:int, shapes:dict|Non
     # the send buffer may outlive the caller's `del`: gloo's worker thread drops the collective's Work (which holds
     # its input) on its own time, so while the output is unpacked the send buffer may still be alive (measured: at
     # 3 ranks, rank 2's 11,904 B send buffer on top of receive buffer + output, in 1 run of several)
-    # the unpacking reorders the receive buffer into one output buffer (`packing.unpack`: one index_select) and then
-    # copies each tensor out of it: the receive buffer, which gloo's Work may hold as long as the send buffer, the
-    # output buffer and the tensors can all be alive at once (measured: 4 ranks, r=1, 7,200 B over send + receive + L)
+    # every buffer is made before the collective (`gather._buffers`, so that what can fail fails before it): the send
+    # buffer, the receive buffer and the output buffer the tensors are views of (`packing.unpack`: one index_select),
+    # the LoRA bytes plus at most 16 B of alignment per dtype region
+    out = lora_bytes + 16 * len({p.dtype for p in lora})
     if world * width <= 1.05 * total:   # the all-gather of equal padded buffers (`packing.evenly`)
-        return world * width, width * (world + 1) + 2 * lora_bytes
+        return world * width, width * (world + 1) + out
     # the all-to-all with exact split sizes: this rank's pieces, packed once per rank, beside the receive buffer
-    return total, me * world + total + 2 * lora_bytes
+    return total, me * world + total + out
 
 # %% ../nbs/06a_measure.ipynb #babb256b
 def predict_unit(plan,                # a `Plan` of the unwrapped model (or None)

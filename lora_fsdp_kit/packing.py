@@ -6,7 +6,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import is_
 from functools import reduce
 from itertools import repeat
 
@@ -17,7 +18,7 @@ from .sharded import ShardedParam
 
 # %% auto #0
 __all__ = ['TensorShards', 'tensor_shards', 'split_buckets', 'evenly', 'PackPlan', 'pack_plan', 'pack', 'receive_buffer',
-           'unpack']
+           'output_buffer', 'unpack']
 
 # %% ../nbs/05a_packing.ipynb #c19cdb63
 @dataclass(frozen=True, eq=False)
@@ -94,11 +95,11 @@ class PackPlan:
     starts: tuple[int, ...]          # per group rank: where its block starts in the receive buffer
     row: int                         # bytes the unpacking index moves at a time (divides every run)
     index: torch.Tensor              # per output row: the receive buffer's row it copies
-    outs: tuple[tuple, ...]          # per dtype: (dtype, first byte, end byte, names, numels, shapes) of the output
-    reads: tuple                     # this rank's pieces: () -> the tensor each is cut from (the master weights)
-    offs: tuple[int, ...]            # ... where each piece starts in it
-    lens: tuple[int, ...]            # ... its elements
+    outs: tuple[tuple, ...]          # per dtype and shape: (dtype, first byte, end byte, names, shape) in the output
+    reads: tuple                     # this rank's bases: () -> a tensor its pieces are cut from (the master weights)
+    runs: tuple[tuple[int, int, int], ...]   # this rank's pieces, in send order: (base, first element, elements)
     send_dtype: torch.dtype|None     # the one dtype of this rank's pieces (one typed `torch.cat`); None: mixed
+    memo: dict = field(default_factory=dict, repr=False)   # the pieces as views, while the bases stay the same
     @property
     def width(self)->int: return max(self.sizes)
     @property
@@ -117,34 +118,56 @@ def pack_plan(tensors:list[TensorShards],  # one shard group's tensors (all with
               me:int,                      # this rank's place in the shard group
              )->PackPlan:
     "Work out one packed collective of `tensors` once: every later call only reads, copies and moves bytes."
-    groups: dict = {}
-    for t in tensors: groups.setdefault(t.dtype, []).append(t)   # packed and returned by dtype, each in order
-    world, tensors = tensors[0].layout.world, [t for ts in groups.values() for t in ts]
+    groups: dict = {}   # packed and returned by dtype, then by shape (the tensors of one shape: one `unbind`)
+    for t in tensors: groups.setdefault(t.dtype, {}).setdefault(t.shape, []).append(t)
+    world, tensors = tensors[0].layout.world, [t for g in groups.values() for ts in g.values() for t in ts]
     sizes = [sum(t.piece_bytes(r) for t in tensors) for r in range(world)]
     even = evenly(sizes)
     starts = [r * max(sizes) for r in range(world)] if even else [sum(sizes[:r]) for r in range(world)]
     runs, outs, pos, at = [], [], 0, list(starts)   # `at`: where each rank's next piece lies in the receive buffer
-    for dtype, ts in groups.items():                 # the output: one aligned region per dtype
-        pos = first = _align(pos)
-        for t in ts:
-            for r in range(world):
-                if t.piece_bytes(r): runs.append(_runs(t, r, at[r], pos)); at[r] += t.piece_bytes(r)
-            pos += t.nbytes
-        outs.append((dtype, first, pos, tuple(t.name for t in ts), tuple(math.prod(t.shape) for t in ts),
-                     tuple(t.shape for t in ts)))
+    for dtype, shapes in groups.items():             # the output: one aligned region per dtype
+        pos = _align(pos)
+        for shape, ts in shapes.items():
+            first = pos
+            for t in ts:
+                for r in range(world):
+                    if t.piece_bytes(r): runs.append(_runs(t, r, at[r], pos)); at[r] += t.piece_bytes(r)
+                pos += t.nbytes
+            outs.append((dtype, first, pos, tuple(t.name for t in ts), shape))
     row, index = _rows(torch.cat(runs) if runs else torch.zeros(0, 3, dtype=torch.int64), [o[1] for o in outs])
     mine = [t for t in tensors if t.piece_bytes(me)]
     dts = {t.dtype for t in mine}
-    return PackPlan(world, me, tuple(sizes), even, tuple(starts), row, index, tuple(outs),
-                    tuple(_reader(t.source) for t in mine), tuple(t.layout.offsets[me] for t in mine),
-                    tuple(t.layout.piece_numel(me) for t in mine), dts.pop() if len(dts) == 1 else None)
+    reads, runs = _send_runs(mine, me)
+    return PackPlan(world, me, tuple(sizes), even, tuple(starts), row, index, tuple(outs), reads, runs,
+                    dts.pop() if len(dts) == 1 else None)
+
+def _send_runs(mine:list[TensorShards], me:int)->tuple[tuple, tuple]:
+    "This rank's pieces as runs of their bases: one reader per base (FSDP1: a unit's flat shard), adjacent runs merged."
+    readers, runs = {}, []
+    for t in mine:
+        b = readers.setdefault(_reader(t.source), len(readers))
+        off, n = t.layout.offsets[me], t.layout.piece_numel(me)
+        if runs and runs[-1][0] == b and runs[-1][1] + runs[-1][2] == off: runs[-1][2] += n   # lora_A then lora_B
+        else: runs.append([b, off, n])
+    return tuple(readers), tuple(map(tuple, runs))
 
 # %% ../nbs/05a_packing.ipynb #9dbdd7b6
+def _pieces(plan:PackPlan)->list[torch.Tensor]:
+    "This rank's pieces as views of the master weights, read now; the views are kept while every base is the same."
+    bases = [r() for r in plan.reads]
+    ptrs = list(map(torch.Tensor.data_ptr, bases))
+    kept = plan.memo.get("pieces")   # (bases, their data pointers, views): same tensors, same storage -> same views
+    if kept and kept[1] == ptrs and all(map(is_, kept[0], bases)): return kept[2]
+    flat = [b.detach().reshape(-1) for b in bases]
+    views = [flat[b].narrow(0, off, n) for b, off, n in plan.runs]
+    # a base that is not contiguous was copied by `reshape`: its views would go stale, so nothing is kept
+    if all(b.is_contiguous() for b in bases): plan.memo["pieces"] = (bases, ptrs, views)
+    return views
+
 def pack(plan:PackPlan, send:torch.Tensor):
     "This rank's pieces, read now from the master weights, into `send` (uint8, `sizes[me]` bytes): one `torch.cat`."
     if not plan.reads: return
-    bases = map(torch.Tensor.reshape, [r() for r in plan.reads], repeat(-1))
-    pieces = list(map(torch.narrow, bases, repeat(0), plan.offs, plan.lens))
+    pieces = _pieces(plan)
     if plan.send_dtype is not None: torch.cat(pieces, out=send.view(plan.send_dtype))
     else: torch.cat([p.view(torch.uint8) for p in pieces], out=send)
 
@@ -152,13 +175,16 @@ def receive_buffer(plan:PackPlan, keep:bool=True)->torch.Tensor:
     "An uninitialised receive buffer: `recv_bytes` for the collective, rounded up to whole rows for the unpacking."
     return torch.empty(_align(plan.recv_bytes, plan.row) if keep else 0, dtype=torch.uint8)
 
-def unpack(plan:PackPlan, recv:list[torch.Tensor])->dict[str, torch.Tensor]:
-    "Full tensors from the receive buffer (`[recv]`: emptied, so it is freed before the copies are made)."
+def output_buffer(plan:PackPlan)->torch.Tensor:
+    "An uninitialised buffer for the full tensors: every dtype's aligned region, in whole rows of the unpacking."
+    return torch.empty(max(plan.index.numel() * plan.row, plan.outs[-1][2] if plan.outs else 0), dtype=torch.uint8)
+
+def unpack(plan:PackPlan, recv:torch.Tensor, out:torch.Tensor|None=None)->dict[str, torch.Tensor]:
+    "Full tensors from the receive buffer: one reorder into `out` (an `output_buffer`, made if None), then views of it."
+    out = output_buffer(plan) if out is None else out
     rows = plan.index.numel() * plan.row
-    out = torch.empty(max(rows, plan.outs[-1][2] if plan.outs else 0), dtype=torch.uint8)
-    torch.index_select(recv.pop().view(-1, plan.row), 0, plan.index, out=out[:rows].view(-1, plan.row))  # one reorder
+    torch.index_select(recv.view(-1, plan.row), 0, plan.index, out=out[:rows].view(-1, plan.row))
     res = {}
-    for dtype, first, end, names, numels, shapes in plan.outs:   # one own storage per tensor, as the caller keeps them
-        parts = torch.split(out[first:end].view(dtype), list(numels))
-        res.update(zip(names, map(torch.clone, map(torch.Tensor.view, parts, shapes))))
+    for dtype, first, end, names, shape in plan.outs:   # views: the caller owns the buffer, made for it
+        res.update(zip(names, out[first:end].view(dtype).view(len(names), *shape).unbind(0)))
     return res

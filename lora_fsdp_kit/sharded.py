@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import html, math
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import is_
 from typing import Any, Callable
 
 import torch
@@ -160,19 +162,22 @@ class ShardedView:
         return f"ShardedView({self.flavour}, {len(self.units)} units, {n} parameters, {len(self.groups)} shard groups)"
 
 # %% ../nbs/04a_sharded.ipynb #de87cac8
-def _unit_token(u:ShardedUnit, fsdp1:bool)->tuple:
-    "The identities of the FSDP objects behind unit `u`, read live."
-    m = u.module
-    if m is None: return ()
-    if fsdp1:   # the view's flavour, not an isinstance per unit: checked on every gather, for every unit
-        h = m._handle
-        return (id(m), id(h), id(h.flat_param) if h is not None else None)
-    g = m._get_fsdp_state()._fsdp_param_group
-    return (id(m), id(g), tuple(id(fp) for fp in g.fsdp_params) if g is not None else ())
-
 def _fingerprint(model:nn.Module, units, flavour:str)->tuple:
-    fsdp1 = flavour == "fsdp1"
-    return (type(model), tuple(_unit_token(u, fsdp1) for u in units))
+    "The model's class and the FSDP objects behind its units, read live (held, and compared by identity)."
+    mods = [u.module for u in units if u.module is not None]
+    if flavour == "fsdp1":   # the view's flavour, not an isinstance per unit: checked on every gather
+        hs = list(map(getattr, mods, repeat("_handle")))   # C-level reads: a few microseconds for 100 units
+        live = hs + list(map(getattr, filter(None, hs), repeat("flat_param")))
+    else:
+        live = [m._get_fsdp_state()._fsdp_param_group for m in mods]
+        live += [fp for g in live if g is not None for fp in g.fsdp_params]
+    return type(model), live
+
+def _holds(view, model:nn.Module)->bool:
+    "Is `view`'s fingerprint still the model's? (the same objects, in the same order)"
+    cls, old = view.fingerprint
+    now = _fingerprint(model, view.units, view.flavour)[1]
+    return type(model) is cls and len(now) == len(old) and all(map(is_, now, old))
 
 _CACHE = "_lora_fsdp_kit_sharded_view"
 
@@ -223,7 +228,7 @@ def sharded_view(model:nn.Module,   # an FSDP1- or FSDP2-wrapped model (the obje
     "The model's `ShardedView`: built on first use, cached on the model, rebuilt when its wrapping changed."
     view = model.__dict__.get(_CACHE)
     if (view is not None and not rebuild and view.model is model
-            and _fingerprint(model, view.units, view.flavour) == view.fingerprint):
+            and _holds(view, model)):
         return view
     view = _build(model)
     model.__dict__[_CACHE] = view   # not a submodule or a parameter: plain instance state

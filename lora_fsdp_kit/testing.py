@@ -199,10 +199,13 @@ def gather_case(model:str="llama",          # a tiny model of `lora_fsdp_kit.mod
         pb, pp = predict(plan, "packed", world=world, shapes=shapes, adapter_name=adapter_name,
                          param_order=order)
         lora_bytes = sum(t.numel() * t.element_size() for t in ref.values())
+        # the caller's own: detached, on memory none of the model's parameters (sharded or not) sits on
+        model_mem = {(p.to_local() if hasattr(p, "to_local") else p).untyped_storage().data_ptr()
+                     for p in fm.parameters()}
         res.update(n_lora=len(ref), keys_equal=list(got) == list(ref), values_equal=_equal(got, ref),
                    changed=any(not torch.equal(ref[k], pristine[k]) for k in ref),
-                   own_storage=all(t.untyped_storage().nbytes() == t.numel() * t.element_size()
-                                   and not t.requires_grad for t in got.values()),
+                   own_storage=all(not t.requires_grad and t.untyped_storage().data_ptr() not in model_mem
+                                   for t in got.values()),
                    collectives=c.calls, bytes_gathered=c.bytes, lora_bytes=lora_bytes, predicted_bytes=pb,
                    shard_world=world, padded_bytes=_dim0_padded(shapes, ref, world),
                    n_units=len(eng.units))

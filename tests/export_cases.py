@@ -222,7 +222,7 @@ def _inject(fault:str, rank:int, d:Path):
     def interrupted(model, tensors, folder, *a, **k):
         (Path(folder)/"partial").write_bytes(b"\0" * 64); raise KeyboardInterrupt()
     return {"before the first collective": lambda: mock.patch.object(E, "sharded_view", boom),
-            GATHER_FAULT: lambda: mock.patch.object(G, "_gather_bucket", boom),
+            GATHER_FAULT: lambda: mock.patch.object(G, "_buffers", boom),
             "after the gather": lambda: mock.patch.object(E, "_lora_state_dict", after),
             "Ctrl-C after the gather": lambda: mock.patch.object(E, "_lora_state_dict", after),
             "during the write": lambda: mock.patch.object(E, "save_file", disk_full),

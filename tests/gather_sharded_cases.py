@@ -165,12 +165,12 @@ def _inject(fault:str, who:int):
     if dist.get_rank() != who: return contextlib.nullcontext()
     def boom(*a, **k): raise MemoryError(f"injected on rank {who}: {fault}")
     if fault == "before the first collective": return mock.patch.object(G, "receive_buffer", boom)
-    real, calls = G.unpack, []
-    def unpack_once(*a, **k):   # the first collective completes, then this rank fails before the next one
+    real, calls = G._buffers, []
+    def buffers(*a, **k):   # the first collective completes, then this rank fails making the next one's buffers
         calls.append(1)
-        if len(calls) == 1: boom()
+        if len(calls) == 2: boom()
         return real(*a, **k)
-    return mock.patch.object(G, "unpack", unpack_once)
+    return mock.patch.object(G, "_buffers", buffers)
 
 def fault_case(fault:str, who:int, how:str)->dict:
     """A fault on rank `who` in `gather_lora` (or `iter_lora_buckets`), with 4 KiB buckets (several collectives): what
