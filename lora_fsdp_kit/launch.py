@@ -143,6 +143,10 @@ def _rank_main(rank:int, world:int, port:int, backend:str|None, pg_timeout:float
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **{STATUS_ENV: os.path.dirname(log_path)})
     if from_notebook: os.environ[NOTEBOOK_ENV] = "1"   # so rank code can show progress the notebook will see
+    # as torchrun does: the ranks share the machine's cores, so each runs torch's CPU ops on its share (unless the user
+    # set OMP_NUM_THREADS); else every rank's thread pool spins on every core while its peers wait for one in a
+    # collective (measured: a 180 KiB LoRA gather on 2 ranks, 2 cores: 7.5 ms, 1.3 ms with one thread each)
+    if "OMP_NUM_THREADS" not in os.environ: torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     name = f"{fn_ref[0]}.{fn_ref[1]}"
     def send(msg):
         sys.stdout.flush(); sys.stderr.flush()
