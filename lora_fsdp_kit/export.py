@@ -29,7 +29,7 @@ from .votes import RankFailure, RankVote, bounded_wait
 # %% auto #0
 __all__ = ['ADAPTER_CONFIG', 'ADAPTER_WEIGHTS', 'CONFIG_FIELDS', 'is_sharded', 'peft_model_of', 'adapter_config', 'lora_keys',
            'SaveError', 'write_adapter', 'save_lora', 'config_differences', 'ShardWriter', 'LoadError', 'load_lora',
-           'buckets', 'iter_lora', 'iter_lora_buckets']
+           'buckets', 'StreamClosed', 'iter_lora', 'iter_lora_buckets']
 
 # %% ../nbs/09_export.ipynb #3083927b
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"   # peft's own file names
@@ -390,12 +390,26 @@ def _packed_batches(engine, wanted:dict, batches:list[list[str]], rank0_only:boo
                    )->Iterator[list[tuple[str, torch.Tensor]]]:
     "Each batch of names in one packed gather, LoRA bytes only (as `gather_lora`): lists of (peft key, tensor)."
     keep, seen = not rank0_only or _rank() == 0, {}
-    for names in batches:
+    for i, names in enumerate(batches):
         got = engine.collect(names, rank0_only=rank0_only)
         seen.update(dict.fromkeys(got))
-        if keep: yield [(wanted[n], got[n]) for n in names if n in got]
+        try:
+            if keep: yield [(wanted[n], got[n]) for n in names if n in got]
+        except GeneratorExit:   # the caller raised or stopped reading: its peers wait at the next bucket's check
+            if i + 1 < len(batches): _stop_peers(engine, batches[i + 1], rank0_only)
+            raise
         del got
     if keep: check_collected(wanted, seen, engine)   # an engine that skipped a tensor is an error, not a short stream
+
+def _stop_peers(engine, names:list[str], rank0_only:bool):
+    "Check in at the next bucket as failed, so that every peer raises `RankFailure` there instead of waiting."
+    stop = StreamClosed("the caller stopped reading the buckets of iter_lora_buckets (it raised, or left the loop) "
+                        "while its peers went on: every rank must read the whole stream")
+    try: engine.collect(names, rank0_only=rank0_only, error=stop)
+    except StreamClosed: pass   # this rank's own reason; the caller's exception (or exit) goes on up
+
+class StreamClosed(RuntimeError):
+    "A rank stopped reading a collective stream of buckets before its end."
 
 def iter_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapped, or not wrapped
               *,

@@ -195,10 +195,11 @@ def _own_cpu_copy(t:torch.Tensor)->torch.Tensor:
     if t.device.type != "cpu": return t.cpu()
     return t.clone(memory_format=torch.contiguous_format)
 
-def _fresh_or_copy(t:torch.Tensor)->torch.Tensor:
-    "`t` itself when it is a fresh CPU tensor that owns exactly its storage, else an own copy."
+def _fresh_or_copy(t:torch.Tensor, src:torch.Tensor)->torch.Tensor:
+    "`t` itself when it is a fresh CPU tensor that owns exactly its storage (not `src`'s), else an own copy."
     own = (t.device.type == "cpu" and t.is_contiguous() and t.storage_offset() == 0
-           and t.untyped_storage().nbytes() == t.numel() * t.element_size())
+           and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+           and t.untyped_storage().data_ptr() != src.untyped_storage().data_ptr())   # one rank: the shard itself
     return t.detach() if own else _own_cpu_copy(t)
 
 def _progress_bar(items, show:bool, desc:str, unit:str="unit"):
@@ -240,7 +241,8 @@ class Fsdp2GatherEngine(GatherEngine):
                 p = self.by_name[n]
                 t = p.sharded_param()
                 # full_tensor() returns a fresh tensor: copying it again would only double the transient memory
-                yield n, (_fresh_or_copy(t.full_tensor()) if t is not None else _own_cpu_copy(p.local().view(p.shape)))
+                yield n, (_fresh_or_copy(t.full_tensor(), t.to_local()) if t is not None
+                          else _own_cpu_copy(p.local().view(p.shape)))
 
     @contextlib.contextmanager
     def unsharded(self, unit, rank0_only=False):

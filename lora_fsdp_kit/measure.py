@@ -239,7 +239,8 @@ def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the 
         for p in lora:
             extra = (p.nbytes + 2 * padded(p) // world) if padded(p) != p.nbytes else 0
             peak = max(peak, done + padded(p) + extra); done += p.nbytes
-        return sum(padded(p) for p in lora), peak
+        # one rank alone: full_tensor() is its local tensor, no collective (the gather copies it: the peak stays)
+        return (sum(padded(p) for p in lora) if world > 1 else 0), peak
     if strategy == "packed": return _predict_packed(plan, lora, lora_units, world, shapes, rank, adapter_name, pos)
     return None, None
 

@@ -162,7 +162,7 @@ def _inject(fault:str, who:int):
     "The patch that makes rank `who` fail at `fault` (nothing on the other ranks)."
     from unittest import mock
     import lora_fsdp_kit.gather as G
-    if dist.get_rank() != who: return contextlib.nullcontext()
+    if dist.get_rank() != who or fault.startswith("in the caller"): return contextlib.nullcontext()
     def boom(*a, **k): raise MemoryError(f"injected on rank {who}: {fault}")
     if fault == "before the first collective": return mock.patch.object(G, "receive_buffer", boom)
     real, calls = G._buffers, []
@@ -178,8 +178,12 @@ def fault_case(fault:str, who:int, how:str)->dict:
     import time
     from lora_fsdp_kit.export import iter_lora_buckets
     fm = _fault_model()
+    def read_buckets():   # the caller's own code raises between two buckets (the stream is left unread)
+        for b in iter_lora_buckets(fm, bucket_bytes=4096):
+            if fault == "in the caller, between buckets" and dist.get_rank() == who:
+                raise MemoryError(f"injected on rank {who}: {fault}")
     run = {"gather_lora": lambda: gather_lora(fm, bucket_bytes=4096),
-           "iter_lora_buckets": lambda: list(iter_lora_buckets(fm, bucket_bytes=4096))}[how]
+           "iter_lora_buckets": lambda: list(iter_lora_buckets(fm, bucket_bytes=4096)), "caller": read_buckets}[how]
     dist.barrier()
     t0, kind, msg = time.perf_counter(), None, None
     with _inject(fault, who):

@@ -19,7 +19,8 @@ CASES = ([("dim1_case", {}), ("offline_case", {}), ("rebuild_case", {})]
          + [("second_call_case", dict(setting=s, policy=p))
             for s, p in (("fsdp1", "peft"), ("fsdp1-orig", "layer"), ("fsdp2", "layer"))]
          + [("fault_case", dict(fault=f, who=w, how=h)) for h in ("gather_lora", "iter_lora_buckets")
-            for f in ("before the first collective", "between collectives") for w in (0, 1)])
+            for f in ("before the first collective", "between collectives") for w in (0, 1)]
+         + [("fault_case", dict(fault="in the caller, between buckets", who=w, how="caller")) for w in (0, 1)])
 
 @pytest.fixture(scope="module")
 def rows():
@@ -74,14 +75,16 @@ def test_iter_lora_moves_only_lora_bytes(rows):
 def test_faults_raise_on_every_rank(rows):
     # issue 19: a failure on one rank before a collective or between two used to leave the peer in the collective
     got = of(rows, "fault_case")
-    assert len(got) == 2 * 8
+    assert len(got) == 2 * 10
     for r in got:
         # the failed rank raises its own error; every other rank RankFailure, naming it and its cause
         if r["rank"] == r["who"]: assert r["raised"] == "MemoryError" and "injected" in r["message"], r
         else:
             assert r["raised"] == "RankFailure", r
             assert f"rank(s) [{r['who']}]" in r["message"], r
-            assert f"MemoryError: injected on rank {r['who']}" in r["message"], r
+            # the caller's own error stays on its rank; its peers hear that it stopped reading the stream
+            cause = "StreamClosed: the caller stopped reading" if r["how"] == "caller" else "MemoryError: injected"
+            assert f"{cause}" in r["message"], r
         assert r["seconds"] < 10, r
         assert r["usable"], r
 
