@@ -161,14 +161,14 @@ def collect(self, names, *, rank0_only:bool=False, bucket_bytes:int|None=None, p
         pairs = [(n, self.primary(n)) for n in names]
         shards = self.shards(list(dict.fromkeys(p for _, p in pairs)))
         check_collected([p for _, p in pairs], {t.name: None for t in shards}, self)   # an engine that skips some
-        return pairs, packed_jobs(shards, rank0_only, bucket_bytes)
+        return (None if all(n == p for n, p in pairs) else pairs), packed_jobs(shards, rank0_only, bucket_bytes)
     pairs, jobs = [], ([], [])
     if error is None:
         try: pairs, jobs = self.memo(("packed", tuple(names), rank0_only, bucket_bytes), plan)
         except Exception as e: error = e   # told to the others at the first check, before any collective
     got = run_packed(jobs, rank0_only=rank0_only, progress=progress, desc=f"gather LoRA ({self.flavour})",
                      vote=vote, error=error)
-    return {n: got[p] for n, p in pairs if p in got}
+    return got if pairs is None else {n: got[p] for n, p in pairs if p in got}   # None: no tied second names
 
 @_method_of(GatherEngine)
 def collect_per_unit(self, names, *, rank0_only:bool=False, progress:bool=False,
@@ -401,8 +401,8 @@ def gather_lora(model:nn.Module,              # an FSDP1- or FSDP2-wrapped peft 
 
 def check_collected(wanted, got:dict, engine:GatherEngine|None=None):
     "Raise `MissingLoraError` naming every wanted tensor that is not in `got` (and the unit that owns it)."
+    if got.keys() >= set(wanted): return   # all there (one set operation: a gather calls this every time)
     missing = [n for n in wanted if n not in got]
-    if not missing: return
     where = lambda n: (f" (unit {engine.unit_of[n].name or '<root>'!r})" if engine and n in engine.unit_of else "")
     shown = "\n  ".join(n + where(n) for n in missing[:20]) + ("\n  ..." if len(missing) > 20 else "")
     raise MissingLoraError(f"{len(missing)} of {len(wanted)} LoRA tensors were not collected:\n  {shown}")

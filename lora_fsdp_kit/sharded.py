@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import html, math
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import repeat
-from operator import is_
+from operator import attrgetter, is_
 from typing import Any, Callable
 
 import torch
@@ -81,7 +82,8 @@ def _fsdp1_unit(m:nn.Module, prefix:str)->tuple[ShardedUnit, dict[str, tuple[Sha
     world, rank, group = (h.world_size, h.rank, h.process_group) if sharded else (1, 0, None)
     lays = fsdp1_layouts([tuple(s) for s in fp._shapes], list(fp._numels_with_padding), list(fp._is_padding_mask),
                          world)
-    read = lambda: fp._local_shard   # the sharded flat parameter, full precision (NO_SHARD: all of it)
+    # the sharded flat parameter, full precision (NO_SHARD: all of it); a C-level reader: a gather calls one per unit
+    read = partial(attrgetter("_local_shard"), fp)
     ps = tuple(ShardedParam(clean_name(join_name(prefix, pi.module_name, pi.param_name)), pi.module, pi.param_name,
                             tuple(shape), fp.dtype, lay, group, rank, read)
                for pi, shape, lay in zip(fp._param_infos, fp._shapes, lays))
@@ -104,7 +106,7 @@ def _fsdp2_param(fp, names:dict[int, str])->ShardedParam:
     mod, attr, mi = fp._module_info.module, fp._module_info.param_name, fp.mesh_info
     world, dim = mi.shard_mesh_size, fp.fsdp_placement.dim
     lay = fsdp2_layout(tuple(fp._orig_size), world, dim)
-    read = lambda: fp.sharded_param._local_tensor   # the master shard, whatever the module holds right now
+    read = partial(attrgetter("sharded_param._local_tensor"), fp)   # the master shard, whatever the module holds now
     return ShardedParam(clean_name(join_name(names[id(mod)], attr)), mod, attr, tuple(fp._orig_size),
                         fp.sharded_param.dtype, lay, mi.shard_process_group if world > 1 else None,
                         mi.shard_mesh_rank, read, lambda: fp.sharded_param)
@@ -129,7 +131,8 @@ class ShardedView:
         self.unit_by_key = {id(u.key): u for u in self.units if u.key is not None}
         self.memo: dict = {}                   # readers' derived facts, dropped with the view on a re-wrap
         self._groups = list({id(p.group): p.group for p in self.by_name.values() if p.group is not None}.values())
-        self.fingerprint = _fingerprint(model, self.units, flavour)
+        self._modules = [u.module for u in self.units if u.module is not None]   # the units' modules, in order
+        self.fingerprint = _fingerprint(model, self.units, flavour, self._modules)
     def unit_of(self, name:str)->ShardedUnit:
         "The unit that owns parameter `name` (a tied second name: the unit that owns the weight)."
         return self._unit_of[self.primary(name)]
@@ -162,9 +165,9 @@ class ShardedView:
         return f"ShardedView({self.flavour}, {len(self.units)} units, {n} parameters, {len(self.groups)} shard groups)"
 
 # %% ../nbs/04a_sharded.ipynb #de87cac8
-def _fingerprint(model:nn.Module, units, flavour:str)->tuple:
+def _fingerprint(model:nn.Module, units, flavour:str, mods:list|None=None)->tuple:
     "The model's class and the FSDP objects behind its units, read live (held, and compared by identity)."
-    mods = [u.module for u in units if u.module is not None]
+    mods = [u.module for u in units if u.module is not None] if mods is None else mods
     if flavour == "fsdp1":   # the view's flavour, not an isinstance per unit: checked on every gather
         hs = list(map(getattr, mods, repeat("_handle")))   # C-level reads: a few microseconds for 100 units
         live = hs + list(map(getattr, filter(None, hs), repeat("flat_param")))
@@ -176,7 +179,7 @@ def _fingerprint(model:nn.Module, units, flavour:str)->tuple:
 def _holds(view, model:nn.Module)->bool:
     "Is `view`'s fingerprint still the model's? (the same objects, in the same order)"
     cls, old = view.fingerprint
-    now = _fingerprint(model, view.units, view.flavour)[1]
+    now = _fingerprint(model, view.units, view.flavour, view._modules)[1]
     return type(model) is cls and len(now) == len(old) and all(map(is_, now, old))
 
 _CACHE = "_lora_fsdp_kit_sharded_view"
