@@ -401,7 +401,7 @@ def _packed_batches(engine, wanted:dict, batches:list[list[str]], rank0_only:boo
         del got
     if keep: check_collected(wanted, seen, engine)   # an engine that skipped a tensor is an error, not a short stream
 
-# %% ../nbs/09_export.ipynb #bbd766b4
+# %% ../nbs/09_export.ipynb #75fccb5b
 def _stop_peers(engine, names:list[str], rank0_only:bool):
     "Check in at the next bucket as failed, so that every peer raises `RankFailure` there instead of waiting."
     stop = StreamClosed("the caller stopped reading the buckets of iter_lora_buckets (it raised, or left the loop) "
