@@ -15,12 +15,11 @@ INSTALL = { $(dir $(1))uv pip install --quiet --compile-bytecode --python $(1) $
 # torch 2.13.0 FIRST, into the venv of python $(1). uv installs the CPU wheel FILE that pip's find-links names
 # (PIP_FIND_LINKS or pip.conf; uv reads neither), never from an index, which would offer the CUDA build; its cache
 # makes the second venv's copy nearly free. Where there is no such file or no uv, pip finds torch as before.
-TORCH_PIN   := 2.13.0
 FIND_LINKS   = $(patsubst file://%,%,$(PIP_FIND_LINKS) $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 PY_TAG       = $(shell $(PYTHON) -c "import sys; print('cp%d%d' % sys.version_info[:2])")
-TORCH_WHEEL  = $(firstword $(wildcard $(addsuffix /torch-$(TORCH_PIN)+cpu-$(PY_TAG)-$(PY_TAG)-*linux*x86_64.whl,$(FIND_LINKS))))
+TORCH_WHEEL  = $(firstword $(wildcard $(addsuffix /torch-2.13.0+cpu-$(PY_TAG)-$(PY_TAG)-*linux*x86_64.whl,$(FIND_LINKS))))
 INSTALL_TORCH = { $(if $(TORCH_WHEEL),$(dir $(1))uv pip install --quiet --compile-bytecode --python $(1) $(TORCH_WHEEL) ||) \
-                  $(1) -m pip install --quiet torch==$(TORCH_PIN); }
+                  $(1) -m pip install --quiet torch==2.13.0; }
 
 .PHONY: install demo test nbtest pytest export readme bench clean-nbs docs book browser-deps test-oldest
 
@@ -37,15 +36,26 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m lora_fsdp_kit demo --out $(OUT)
 
+# pytest: 2 workers, each taking whole files (a module's launch runs once), the longest files first (tests/conftest.py
+# orders them). One thread per process, as torchrun sets for its ranks, unless OMP_NUM_THREADS says otherwise: the
+# models are tiny and 2 cores run up to 6 ranks at once, where more threads only wait for each other.
+PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
+test nbtest pytest test-oldest: export OMP_NUM_THREADS ?= 1
+
+# nbdev_test beside pytest: both wait on ranks and subprocesses, which leaves a core idle when either runs alone.
+# nbdev_test's output is kept and shown after pytest's; the target fails if either fails.
 test: $(STAMP) browser-deps
-	$(VENV)/bin/nbdev_test
-	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile tests
+	@echo "nbdev_test and pytest, side by side"; \
+	$(VENV)/bin/nbdev_test > $(VENV)/nbdev_test.log 2>&1 & nb=$$!; \
+	$(PYTEST); rc=$$?; wait $$nb; nrc=$$?; \
+	echo "nbdev_test (exit $$nrc):"; cat $(VENV)/nbdev_test.log; \
+	exit $$(( rc ? rc : nrc ))
 
 nbtest: $(STAMP)
 	$(VENV)/bin/nbdev_test
 
 pytest: $(STAMP) browser-deps
-	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile tests
+	$(PYTEST)
 
 # What tests/test_browser.py needs: Debian's Chromium and a font (apt, when root and missing), Voila and Playwright
 # (pip, into the venv). Never `playwright install`: it downloads a browser. Where apt cannot run, the browser test
