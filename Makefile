@@ -8,17 +8,25 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.lfk-installed
 OUT    ?= demo_out
-# install into the venv of python $(1): uv, else pip (uv reads no pip.conf: pip installs torch, from the local wheel);
+# install into the venv of python $(1): uv, else pip (uv reads no pip.conf, so torch has its own step below);
 # compiled to bytecode as pip does, since a process that may not write .pyc files (PYTHONDONTWRITEBYTECODE) would
 # otherwise compile every module it imports, every time
 INSTALL = { $(dir $(1))uv pip install --quiet --compile-bytecode --python $(1) $(2) || $(1) -m pip install --quiet $(2); }
+# torch 2.13.0 FIRST, into the venv of python $(1). uv installs the CPU wheel FILE that pip's find-links names
+# (PIP_FIND_LINKS or pip.conf; uv reads neither), never from an index, which would offer the CUDA build; its cache
+# makes the second venv's copy nearly free. Where there is no such file or no uv, pip finds torch as before.
+FIND_LINKS   = $(patsubst file://%,%,$(PIP_FIND_LINKS) $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+PY_TAG       = $(shell $(PYTHON) -c "import sys; print('cp%d%d' % sys.version_info[:2])")
+TORCH_WHEEL  = $(firstword $(wildcard $(addsuffix /torch-2.13.0+cpu-$(PY_TAG)-$(PY_TAG)-*linux*x86_64.whl,$(FIND_LINKS))))
+INSTALL_TORCH = { $(if $(TORCH_WHEEL),$(dir $(1))uv pip install --quiet --compile-bytecode --python $(1) $(TORCH_WHEEL) ||) \
+                  $(1) -m pip install --quiet torch==2.13.0; }
 
 .PHONY: install demo test nbtest pytest export readme bench clean-nbs docs book browser-deps test-oldest
 
 $(STAMP): settings.ini setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet uv || true
+	$(call INSTALL_TORCH,$(PY))
 	$(call INSTALL,$(PY),-C editable_mode=compat -e ".[dev]")
 	$(PY) -m pip check
 	touch $(STAMP)
@@ -28,15 +36,23 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m lora_fsdp_kit demo --out $(OUT)
 
+# pytest: 2 workers, each taking whole files (a module's launch runs once), the longest files first (tests/conftest.py
+# orders them). One thread per process, as torchrun sets for its ranks, unless OMP_NUM_THREADS says otherwise: the
+# models are tiny and 2 cores run up to 6 ranks at once, where more threads only wait for each other.
+PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
+test nbtest pytest test-oldest: export OMP_NUM_THREADS ?= 1
+
+# nbdev_test and pytest one after the other: run side by side (tried 2026-12-01) they took more CPU in all, from
+# contention on 2 cores, and no less time.
 test: $(STAMP) browser-deps
 	$(VENV)/bin/nbdev_test
-	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile tests
+	$(PYTEST)
 
 nbtest: $(STAMP)
 	$(VENV)/bin/nbdev_test
 
 pytest: $(STAMP) browser-deps
-	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile tests
+	$(PYTEST)
 
 # What tests/test_browser.py needs: Debian's Chromium and a font (apt, when root and missing), Voila and Playwright
 # (pip, into the venv). Never `playwright install`: it downloads a browser. Where apt cannot run, the browser test
@@ -89,8 +105,8 @@ OLDEST_TESTS := tests/test_device_check.py
 $(STAMP_OLDEST): settings.ini setup.py $(wildcard lora_fsdp_kit/*.py lora_fsdp_kit/configs/*.json)
 	test -x $(PY_OLDEST) || $(PYTHON) -m venv $(VENV_OLDEST)
 	echo '*' > $(VENV_OLDEST)/.gitignore
-	$(PY_OLDEST) -m pip install --quiet torch==2.13.0
 	$(PY_OLDEST) -m pip install --quiet uv || true
+	$(call INSTALL_TORCH,$(PY_OLDEST))
 	$(PY_OLDEST) -m pip uninstall --quiet --yes fastcore nbdev execnb ghapi pytest 2>/dev/null || true
 	$(call INSTALL,$(PY_OLDEST),. $$(PYTHONPATH=. $(PYTHON) -c \
 	    "from lora_fsdp_kit.doctor import oldest_requirements as o; print(' '.join(o()))"))

@@ -136,11 +136,13 @@ def test_hang_is_killed_at_the_timeout_and_the_status_names_the_unit(monkeypatch
     status = tempfile.mkdtemp(prefix="lfk_status_")
     monkeypatch.setenv(H.STATUS_ENV, status)   # the launcher may set its own; then its message carries the text
     t0 = time.perf_counter()
+    # 10 s (it was 20): 5 s was enough for the ranks to reach the hang on a quiet machine, not at load 10 (measured);
+    # their collectives would wait 600 s
     with pytest.raises(LaunchError) as e:
-        launch(T.hazard_case, "branch_drop", LAYER, guard="record", wait=600, quiet=True, timeout=20)
-    assert time.perf_counter() - t0 < 90   # the timeout counts from when every rank has joined
+        launch(T.hazard_case, "branch_drop", LAYER, guard="record", wait=600, quiet=True, timeout=10)
+    assert time.perf_counter() - t0 < 75   # the timeout counts from when every rank has joined
     text = str(e.value) + "".join(open(os.path.join(status, f)).read() for f in os.listdir(status))
-    assert "did not finish within 20" in str(e.value) or "timed out" in str(e.value).lower(), str(e.value)
+    assert "did not finish within 10" in str(e.value) or "timed out" in str(e.value).lower(), str(e.value)
     assert "all_gather base_model.model.blocks.1" in text, text
 
 
