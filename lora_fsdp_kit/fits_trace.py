@@ -5,7 +5,7 @@
 # %% ../nbs/11a_fits_trace.ipynb #879c119f
 from __future__ import annotations
 
-import contextlib, copy, functools, logging, math, time, warnings
+import contextlib, copy, functools, logging, math, sys, time, warnings
 from dataclasses import dataclass
 
 import torch
@@ -175,10 +175,11 @@ def fake_world(world:int,   # ranks in the pretended world
         raise RuntimeError("predict_step_memory runs outside any process group (it creates a fake one): call it "
                            "before init_process_group, or in a separate process")
     from torch.testing._internal.distributed.fake_pg import FakeStore   # registers the "fake" backend
+    hook = sys.excepthook   # init_process_group prefixes it with "[rankN]:", and destroying the group keeps that
     dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
     try:
         with _fsdp1_under_fake_tensors(): yield
-    finally: dist.destroy_process_group()
+    finally: dist.destroy_process_group(); sys.excepthook = hook
 
 # %% ../nbs/11a_fits_trace.ipynb #25a321cf
 @dataclass(frozen=True)
