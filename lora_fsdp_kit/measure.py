@@ -259,9 +259,6 @@ def _predict_packed(plan, lora:list, lora_units:list, world:int, shapes:dict|Non
         per_rank = [sum(c) for c in zip(*chunks)] or [0]
     width, total = max(per_rank), sum(per_rank)
     me = per_rank[(dist.get_rank() if rank is None and dist.is_initialized() else rank or 0) % world]
-    # the send buffer may outlive the caller's `del`: gloo's worker thread drops the collective's Work (which holds
-    # its input) on its own time, so while the output is unpacked the send buffer may still be alive (measured: at
-    # 3 ranks, rank 2's 11,904 B send buffer on top of receive buffer + output, in 1 run of several)
     # every buffer is made before the collective (`gather._buffers`, so that what can fail fails before it): the send
     # buffer, the receive buffer and the output buffer the tensors are views of (`packing.unpack`: one index_select),
     # the LoRA bytes plus at most 16 B of alignment per dtype region

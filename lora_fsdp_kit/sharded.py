@@ -132,7 +132,7 @@ class ShardedView:
         self.memo: dict = {}                   # readers' derived facts, dropped with the view on a re-wrap
         self._groups = list({id(p.group): p.group for p in self.by_name.values() if p.group is not None}.values())
         self._modules = [u.module for u in self.units if u.module is not None]   # the units' modules, in order
-        self.fingerprint = _fingerprint(model, self.units, flavour, self._modules)
+        self.fingerprint = type(model), _fingerprint(self._modules, flavour)   # FSDP2's fully_shard changes the class
     def unit_of(self, name:str)->ShardedUnit:
         "The unit that owns parameter `name` (a tied second name: the unit that owns the weight)."
         return self._unit_of[self.primary(name)]
@@ -165,21 +165,20 @@ class ShardedView:
         return f"ShardedView({self.flavour}, {len(self.units)} units, {n} parameters, {len(self.groups)} shard groups)"
 
 # %% ../nbs/04a_sharded.ipynb #de87cac8
-def _fingerprint(model:nn.Module, units, flavour:str, mods:list|None=None)->tuple:
-    "The model's class and the FSDP objects behind its units, read live (held, and compared by identity)."
-    mods = [u.module for u in units if u.module is not None] if mods is None else mods
+def _fingerprint(mods:list[nn.Module], flavour:str)->list:
+    "The FSDP objects behind the units' modules `mods`, read live (held, and compared by identity)."
     if flavour == "fsdp1":   # the view's flavour, not an isinstance per unit: checked on every gather
         hs = list(map(getattr, mods, repeat("_handle")))   # C-level reads: a few microseconds for 100 units
         live = hs + list(map(getattr, filter(None, hs), repeat("flat_param")))
     else:
         live = [m._get_fsdp_state()._fsdp_param_group for m in mods]
         live += [fp for g in live if g is not None for fp in g.fsdp_params]
-    return type(model), live
+    return live
 
 def _holds(view, model:nn.Module)->bool:
     "Is `view`'s fingerprint still the model's? (the same objects, in the same order)"
     cls, old = view.fingerprint
-    now = _fingerprint(model, view.units, view.flavour, view._modules)[1]
+    now = _fingerprint(view._modules, view.flavour)
     return type(model) is cls and len(now) == len(old) and all(map(is_, now, old))
 
 _CACHE = "_lora_fsdp_kit_sharded_view"

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from .doctor import internal
 
 # %% auto #0
-__all__ = ['cause', 'RankVote', 'RankFailure', 'failure_message', 'bounded_wait', 'failed_ranks']
+__all__ = ['cause', 'RankVote', 'RankFailure', 'failure_message', 'bounded_wait']
 
 # %% ../nbs/04b_votes.ipynb #vt000006
 # private torch object: imported when first used, checked by `python -m lora_fsdp_kit doctor`
@@ -203,24 +203,14 @@ def bounded_wait(groups:list,                # process groups the block's collec
             try: _set_pg_timeout(old, g)
             except Exception: pass   # a group closed by a timeout takes no new setting
 
-def failed_ranks(failed:bool)->list[int]:
-    "Collective: every rank says whether it failed; all of them get the list of ranks that did (an all-gather)."
-    if not (dist.is_available() and dist.is_initialized()): return [0] if failed else []
-    flags = [torch.zeros(1, dtype=torch.int32, device=_device()) for _ in range(dist.get_world_size())]
-    dist.all_gather(flags, torch.tensor([int(failed)], dtype=torch.int32, device=_device()))
-    return [r for r, f in enumerate(flags) if f.item()]
-
 # %% ../nbs/04b_votes.ipynb #b1d536a3
-_STATUS_DEVICE: list = []   # the device the status flag lives on (the platform's), looked up once per process
-
 def _vote_check(self:RankVote, stage:str,
                 err:BaseException|None=None,   # this rank's failure at `stage`, if any
                 **agree_kw,                    # as for `agree`, used when a rank failed
                ):
     "Agree on `stage` in one 4-byte all-reduce among the vote's ranks; the store (`agree`) only if a rank failed."
     if self.collective and self.world > 1:
-        if not _STATUS_DEVICE: _STATUS_DEVICE.append(_device())
-        flag = torch.tensor([err is not None], dtype=torch.int32, device=_STATUS_DEVICE[0])
+        flag = torch.tensor([err is not None], dtype=torch.int32, device=_device())
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
         if not flag.item(): return
     elif not self.on and err is None: return   # a vote of one, all clear (seats on a store: `agree` below)
