@@ -5,7 +5,7 @@
 # %% ../nbs/91_doctor.ipynb #6f074b47
 from __future__ import annotations
 
-import configparser, html, importlib, importlib.metadata as md, inspect, re, sys
+import configparser, dis, html, importlib, importlib.metadata as md, inspect, re, sys, types
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -31,13 +31,30 @@ def _source(obj)->str:
     try: return inspect.getsource(obj)
     except (OSError, TypeError): return ""
 
+def _assigns(code:types.CodeType, name:str)->bool:
+    "Does `code`, or a function nested in it, assign `self.<name>` (self: its first argument, or a closure's `self`)?"
+    me = {"self", *code.co_varnames[:code.co_argcount][:1]}
+    ins = list(dis.get_instructions(code)) if name in code.co_names else []   # co_names: every attribute it names
+    for a, b in zip(ins, ins[1:]):   # `self.x = v` is LOAD self; STORE_ATTR x (3.13 fuses loads: argval a tuple)
+        if b.opname == "STORE_ATTR" and b.argval == name and a.opname.startswith(("LOAD_FAST", "LOAD_DEREF")):
+            if me & set(a.argval if isinstance(a.argval, tuple) else (a.argval,)): return True
+    return any(_assigns(c, name) for c in code.co_consts if isinstance(c, types.CodeType))
+
+def _codes(cls:type):
+    "The code of each function `cls` defines: methods, static and class methods, property accessors."
+    for v in vars(cls).values():
+        for f in (v, getattr(v, "__func__", None), getattr(v, "fget", None), getattr(v, "fset", None)):
+            code = getattr(inspect.unwrap(f), "__code__", None) if callable(f) else None
+            if isinstance(code, types.CodeType): yield code
+
 def _has_attr(cls:type, name:str)->bool:
-    "Does `cls` (or a base) define, annotate, or assign `self.<name>` in its source?"
+    "Does `cls` (or a base) define, annotate, or assign `self.<name>` in one of its methods?"
+    # read from the compiled methods, not the source: `inspect.getsource` of a class parses its whole module (0.1 s
+    # for FSDP's), in every process, and a build without .py files has none to read
     if hasattr(cls, name): return True
-    pat = re.compile(rf"self\.{re.escape(name)}\s*(:[^=\n]+)?=")
     for c in inspect.getmro(cls):
         if name in vars(c).get("__annotations__", {}): return True
-        if c.__module__ != "builtins" and pat.search(_source(c)): return True
+        if any(_assigns(code, name) for code in _codes(c)): return True
     return False
 
 # %% ../nbs/91_doctor.ipynb #cc40a69d
@@ -96,9 +113,9 @@ class Internal:
 # %% ../nbs/91_doctor.ipynb #b0010eb2
 def _internal_load(self)->Any:
     "The object; raises `KitCompatibilityError` with the doctor's message if it is missing or changed."
-    obj, _ = self.find()
-    probs = self.problems()
-    if probs or obj is None:
+    obj, bad = self.find()
+    if bad or obj is None:
+        probs = self.problems()     # the failure's message (finds again: only on this path)
         raise KitCompatibilityError(f"{probs[0] if probs else self.path + ' is missing'} "
                                     "(`python -m lora_fsdp_kit doctor` checks them all)")
     return obj

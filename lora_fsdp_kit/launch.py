@@ -366,6 +366,10 @@ PRELOAD = ("torch", "torch.distributed", "torch.distributed.fsdp", "transformers
            "transformers.models.llama.modeling_llama", "transformers.models.qwen2.modeling_qwen2")
 
 _server_env: dict|None = None   # the environment the fork server started with
+# Variables that change while a process runs and that no library reads on import: a change in them alone keeps the
+# server. pytest sets PYTEST_CURRENT_TEST at every phase of every test, and each server costs a fresh import of torch,
+# transformers and peft (about 5 s of CPU): 18 restarts in one run of the suite.
+_VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST"})
 
 def rank_context()->tuple:
     "The multiprocessing context ranks start from, and the pid of the process that will be their parent."
@@ -379,7 +383,7 @@ def rank_context()->tuple:
     from multiprocessing import forkserver
     # Ranks inherit the server's environment, and libraries read some variables once, on import (HF_HUB_OFFLINE,
     # say): a server started before the caller changed os.environ is replaced, so ranks see what spawn would give
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in _VOLATILE_ENV}
     if _server_env is not None and env != _server_env: forkserver._forkserver._stop()   # private, since 3.8
     forkserver.ensure_running(); _server_env = env
     return ctx, forkserver._forkserver._forkserver_pid   # private attribute: the ranks' parent, which they die with
