@@ -363,7 +363,8 @@ def _raise_failure(errors:dict, pending:set, joined:bool, nprocs:int, status:str
 # %% ../nbs/01_launch.ipynb #2e4fd00e
 START_ENV = "LFK_START_METHOD"
 PRELOAD = ("torch", "torch.distributed", "torch.distributed.fsdp", "transformers", "peft",
-           "transformers.models.llama.modeling_llama", "transformers.models.qwen2.modeling_qwen2")
+           *(f"transformers.models.{m}.modeling_{m}" for m in ("llama", "qwen2", "qwen3_moe", "qwen3_omni_moe",
+                                                              "qwen2_5_omni")))   # the shipped models' code
 
 _server_env: dict|None = None   # the environment the fork server started with
 # Variables that change while a process runs and that no library reads on import: a change in them alone keeps the
