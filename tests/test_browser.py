@@ -162,9 +162,9 @@ def test_explorer_in_chromium(voila_url):
             browser.close()
     assert not errors, f"JavaScript errors on the page: {errors}"
 
-# A ceiling against a hang, not a speed check: timed asserts fail at random on a shared 2-core machine (16 s once at
-# load 2.7 where an idle machine takes about 7). The speed of the first paint (10 s on an idle machine) is measured by
-# bench/first_paint.py, beside Voila serving an empty notebook.
+# A ceiling against a hang, not a speed check: a timed assert fails at random on a shared 2-core machine (CI once
+# measured 16.2 s at load 2.7, against 10 s scaled by the load). How fast the first paint is (bound: 10 s on an idle
+# machine) is measured by bench/first_paint.py, beside Voila serving a notebook that only imports the kit.
 FIRST_PAINT_CEILING_S = float(os.environ.get("LFK_FIRST_PAINT_CEILING_S", "90"))
 
 def first_paint(page, url:str)->float:
