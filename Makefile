@@ -21,7 +21,8 @@ TORCH_WHEEL  = $(firstword $(wildcard $(addsuffix /torch-2.13.0+cpu-$(PY_TAG)-$(
 INSTALL_TORCH = { $(if $(TORCH_WHEEL),$(dir $(1))uv pip install --quiet --compile-bytecode --python $(1) $(TORCH_WHEEL) ||) \
                   $(1) -m pip install --quiet torch==2.13.0; }
 
-.PHONY: install demo test nbtest pytest export readme bench clean-nbs docs book browser-deps test-oldest
+.PHONY: install demo test nbtest pytest export readme bench clean-nbs docs book browser-deps chromium browser-python \
+        test-oldest
 
 $(STAMP): settings.ini setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,9 +44,12 @@ PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
 test nbtest pytest test-oldest: export OMP_NUM_THREADS ?= 1
 
 # nbdev_test and pytest one after the other: run side by side (tried 2026-12-01) they took more CPU in all, from
-# contention on 2 cores, and no less time.
-test: $(STAMP) browser-deps
-	$(VENV)/bin/nbdev_test
+# contention on 2 cores, and no less time. Debian's Chromium (apt: 40 s of downloads and unpacking, little CPU) is
+# installed in the background meanwhile, from the first step: only the browser tests, in pytest, need it.
+test:
+	@$(MAKE) --no-print-directory chromium > .lfk-chromium.log 2>&1 & apt=$$!; \
+	$(MAKE) --no-print-directory install browser-python && $(VENV)/bin/nbdev_test; rc=$$?; \
+	wait $$apt; cat .lfk-chromium.log; rm -f .lfk-chromium.log; test $$rc = 0
 	$(PYTEST)
 
 nbtest: $(STAMP)
@@ -58,10 +62,14 @@ pytest: $(STAMP) browser-deps
 # (pip, into the venv). Never `playwright install`: it downloads a browser. Where apt cannot run, the browser test
 # says so in one line and skips (under CI=true it fails instead).
 CHROMIUM := /usr/lib/chromium/chromium
-browser-deps: $(STAMP)
+browser-deps: chromium browser-python
+
+chromium:
 	@if [ ! -x $(CHROMIUM) ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core) \
 	    >/dev/null || echo "browser-deps: apt-get could not install chromium"; fi
+
+browser-python: $(STAMP)
 	@$(PY) -c "import voila, playwright" 2>/dev/null || $(call INSTALL,$(PY),voila playwright) \
 	  || echo "browser-deps: pip could not install voila playwright"
 

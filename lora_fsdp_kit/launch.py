@@ -380,14 +380,18 @@ def rank_context()->tuple:
     if method not in ("forkserver", "spawn"): raise LaunchError(f"{START_ENV}={method!r}: use forkserver or spawn")
     ctx = mp.get_context(method)
     if method == "spawn": return ctx, os.getpid()
-    ctx.set_forkserver_preload([m for m in PRELOAD])   # a module that fails to import is skipped by the server
     from multiprocessing import forkserver
+    fs = forkserver._forkserver   # private, since 3.8, as are its _stop and _forkserver_pid
     # Ranks inherit the server's environment, and libraries read some variables once, on import (HF_HUB_OFFLINE,
     # say): a server started before the caller changed os.environ is replaced, so ranks see what spawn would give
     env = {k: v for k, v in os.environ.items() if k not in _VOLATILE_ENV}
-    if _server_env is not None and env != _server_env: forkserver._forkserver._stop()   # private, since 3.8
+    want = [m for m in PRELOAD if m in sys.modules]   # what the caller imported (see above)
+    # the running server's list is the one set before it started (set only here, just before a start)
+    if fs._forkserver_pid is not None and ((_server_env is not None and env != _server_env)
+                                           or not set(want) <= set(fs._preload_modules)): fs._stop()
+    if fs._forkserver_pid is None: ctx.set_forkserver_preload(want)   # a module that fails to import is skipped
     forkserver.ensure_running(); _server_env = env
-    return ctx, forkserver._forkserver._forkserver_pid   # private attribute: the ranks' parent, which they die with
+    return ctx, fs._forkserver_pid   # the ranks' parent, which they die with
 
 # %% ../nbs/01_launch.ipynb #0946d469
 def launch(fn:Callable,             # an importable function (defined in a module, not in the notebook)
