@@ -8,18 +8,23 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.lfk-installed
 OUT    ?= demo_out
-# install into the venv of python $(1): uv, else pip (uv reads no pip.conf, so torch has its own step below);
-# compiled to bytecode as pip does, since a process that may not write .pyc files (PYTHONDONTWRITEBYTECODE) would
-# otherwise compile every module it imports, every time
-INSTALL = { $(dir $(1))uv pip install --quiet --compile-bytecode --python $(1) $(2) || $(1) -m pip install --quiet $(2); }
+# install into the venv of python $(1): uv, else pip (uv reads no pip.conf, so torch has its own step below).
+# Not compiled to bytecode up front: that took 82 CPU-s (44 s on 2 cores) for every module of torch, transformers
+# and the rest, where the suite imports a fraction of them. Instead the recipes may write .pyc files (below), so each
+# module is compiled once, on its first import, into the project's own venv (about 17 CPU-s for the whole stack).
+INSTALL = { $(dir $(1))uv pip install --quiet --python $(1) $(2) || $(1) -m pip install --quiet $(2); }
 # torch 2.13.0 FIRST, into the venv of python $(1). uv installs the CPU wheel FILE that pip's find-links names
 # (PIP_FIND_LINKS or pip.conf; uv reads neither), never from an index, which would offer the CUDA build; its cache
 # makes the second venv's copy nearly free. Where there is no such file or no uv, pip finds torch as before.
 FIND_LINKS   = $(patsubst file://%,%,$(PIP_FIND_LINKS) $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 PY_TAG       = $(shell $(PYTHON) -c "import sys; print('cp%d%d' % sys.version_info[:2])")
 TORCH_WHEEL  = $(firstword $(wildcard $(addsuffix /torch-2.13.0+cpu-$(PY_TAG)-$(PY_TAG)-*linux*x86_64.whl,$(FIND_LINKS))))
-INSTALL_TORCH = { $(if $(TORCH_WHEEL),$(dir $(1))uv pip install --quiet --compile-bytecode --python $(1) $(TORCH_WHEEL) ||) \
+INSTALL_TORCH = { $(if $(TORCH_WHEEL),$(dir $(1))uv pip install --quiet --python $(1) $(TORCH_WHEEL) ||) \
                   $(1) -m pip install --quiet torch==2.13.0; }
+
+# A process that may not write .pyc files (PYTHONDONTWRITEBYTECODE, set on some machines) compiles every module it
+# imports, every time: imports of the stack took 24 s instead of 8. The venvs are the project's own, so let them cache.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install demo test nbtest pytest export readme bench clean-nbs docs book browser-deps chromium browser-python \
         test-oldest
