@@ -32,6 +32,8 @@ def test_demo_on_one_rank(tmp_path):
     assert "s of it starting up" in out
     s = json.loads((tmp_path/"out"/"summary.json").read_text())
     assert set(s["exact"]) == {"fsdp1", "fsdp2"} and s["seconds"] > s["startup_seconds"] > 0
+    assert "strip" not in s and "strip.png" not in s["figures"].values()        # a Llama has nothing to strip
+    assert {f.name for f in (tmp_path/"out").iterdir()} == set(s["figures"].values()) | {"report.md", "summary.json"}
     assert not list((tmp_path/"t").glob("lfk_launch_*"))
 
 def test_demo_sigterm_keeps_previous_results(tmp_path):
