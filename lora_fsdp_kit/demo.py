@@ -14,7 +14,6 @@ from torch import nn
 
 from .platform import detect_platform, get_platform
 from .launch import launch, _SignalsToExit
-from .figures import bbox_for
 from .models import tiny_model, model_from_config, add_lora, model_names, summarize_model, fmt_bytes, fmt_count
 from .strip import strip_submodules, strip_names_for, StripReport
 from . import plan as P
@@ -175,7 +174,7 @@ def _plan_step(pm:nn.Module, out:Path, summary:dict):
         print(f"  {k:<34} {len(p):>4} units, {len(p.lora_units):>4} with LoRA, largest "
               f"{fmt_bytes(p.largest_unit.nbytes)}, findings: {findings_summary(fs) or 'none'}")
         fname = f"plan_{i}_" + re.sub(r"[^a-z0-9]+", "_", k.lower()).strip("_") + ".png"
-        f = plot_plan(p, fs); f.savefig(out/fname, dpi=110, bbox_inches=bbox_for(f)); plt.close(f)
+        f = plot_plan(p, fs); f.save_png(out/fname); plt.close(f)
         summary["figures"][f"plan: {k}"] = fname
 
 # %% ../nbs/08_tour.ipynb #e6f0d2c8
@@ -219,7 +218,7 @@ def _demo_steps(out:Path, model, config, cfg, nprocs:int, r:int, t_all:float, ra
         print(sr)
         summary["strip"] = dict(removed=[x.name for x in sr.removed], params_before=sr.before.params,
                                 params_after=sr.after.params, bytes_freed=sr.before.bytes - sr.after.bytes)
-        f = sr.plot(); f.savefig(out/"strip.png", dpi=110, bbox_inches=bbox_for(f)); plt.close(f)
+        f = sr.plot(); f.save_png(out/"strip.png"); plt.close(f)
         summary["figures"]["strip"] = "strip.png"
     else: print(f"  {type(pm.base_model.model).__name__} has no stages to strip")
     summary["params"], summary["lora_params"] = sm.params, sm.lora_params
@@ -236,7 +235,7 @@ def _demo_steps(out:Path, model, config, cfg, nprocs:int, r:int, t_all:float, ra
         steps("plotting the gathers")
         for fl in ("fsdp1", "fsdp2"):
             f = plot_gather({k.split(" · ")[1]: p for k, p in profs.items() if k.startswith(fl)})
-            f.savefig(out/f"gather_{fl}.png", dpi=110, bbox_inches=bbox_for(f)); plt.close(f)
+            f.save_png(out/f"gather_{fl}.png"); plt.close(f)
             summary["figures"][f"gather: {fl}"] = f"gather_{fl}.png"
     steps("writing the summary and report.md")
     summary["seconds"] = time.time() - t_all

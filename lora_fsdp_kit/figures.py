@@ -15,16 +15,20 @@ class KitFigure(Figure):
         # IPython asks every displayed object for `_repr_png_`: JupyterLab, Voila and nbclient all get a picture,
         # with no `%matplotlib` magic and under `matplotlib.use("Agg")` too. savefig draws on its own Agg canvas.
         buf = io.BytesIO()
-        self.savefig(buf, format="png", dpi=100, bbox_inches=bbox_for(self), facecolor="white")
+        self.save_png(buf, dpi=100)
         return buf.getvalue()
 
-def bbox_for(fig:Figure)->str|None:
-    "What `savefig(bbox_inches=...)` needs: None where constrained layout has fitted the figure, else 'tight'."
-    # A "tight" box costs one more layout pass and draw before the real one; constrained layout has already fitted
-    # every decoration inside the figure, so it would only crop a few pixels of margin (a plan chart's PNG: 1.22 s
-    # -> 0.80 s; the explorer redraws one on every change of a knob)
-    from matplotlib.layout_engine import ConstrainedLayoutEngine
-    return None if isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine) else "tight"
+    def save_png(self,
+                 path,          # a file name, or a binary file object
+                 dpi:int=110,   # pixels per inch (the display shows 100)
+                )->None:
+        "Write the figure as a PNG, cropped to what is drawn only where its layout has not fitted it already."
+        # A "tight" box costs one more layout pass and draw before the real one; constrained layout has already
+        # fitted every decoration inside the figure, so it would only crop a few pixels of margin (a plan chart's
+        # PNG: 1.22 s -> 0.80 s; the explorer redraws one on every change of a knob)
+        from matplotlib.layout_engine import ConstrainedLayoutEngine
+        fitted = isinstance(self.get_layout_engine(), ConstrainedLayoutEngine)
+        self.savefig(path, format="png", dpi=dpi, bbox_inches=None if fitted else "tight", facecolor="white")
 
 def new_figure(figsize:tuple[float, float]=(9.0, 5.0),  # inches; 9 inches at the display's 100 dpi is 900 px
                layout:str|None="constrained",           # matplotlib's layout engine
@@ -34,4 +38,4 @@ def new_figure(figsize:tuple[float, float]=(9.0, 5.0),  # inches; 9 inches at th
     return KitFigure(figsize=figsize, layout=layout, **kwargs)
 
 # %% auto #0
-__all__ = ['KitFigure', 'bbox_for', 'new_figure']
+__all__ = ['KitFigure', 'new_figure']

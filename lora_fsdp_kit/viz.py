@@ -13,7 +13,7 @@ import torch.nn as nn
 from .models import fmt_bytes
 from .plan import Finding, Plan, Unit, plan_summary, resolve_layer_classes
 from .wrap import WrapConfig
-from .figures import KitFigure, bbox_for, new_figure
+from .figures import KitFigure, new_figure
 
 # %% auto #0
 __all__ = ['PART_COLOURS', 'LINE_WIDTH', 'UnitGroup', 'group_units', 'shorten_middle', 'distinct_labels', 'plot_plan',
@@ -498,7 +498,7 @@ def plan_command(model:str|None=None,        # a zoo name or a shipped full-size
     findings = plan.check()
     text = plan_text_grouped(plan, findings, speak)
     if png:
-        f = plot_plan(plan, findings); f.savefig(png, dpi=110, bbox_inches=bbox_for(f)); text += f"\nchart: {png}"
+        plot_plan(plan, findings).save_png(png); text += f"\nchart: {png}"
     if json_path:
         with open(json_path, "w") as f: json.dump(plan.to_dict(), f, indent=1)
         text += f"\nplan: {json_path}"
