@@ -362,15 +362,21 @@ def _raise_failure(errors:dict, pending:set, joined:bool, nprocs:int, status:str
 
 # %% ../nbs/01_launch.ipynb #2e4fd00e
 START_ENV = "LFK_START_METHOD"
-PRELOAD = ("torch", "torch.distributed", "torch.distributed.fsdp", "transformers", "peft",
-           *(f"transformers.models.{m}.modeling_{m}" for m in ("llama", "qwen2", "qwen3_moe", "qwen3_omni_moe",
-                                                              "qwen2_5_omni")))   # the shipped models' code
+PRELOAD = (("torch", "torch.distributed"), ("torch.distributed.fsdp",),   # tiers: the server imports them whole
+           ("transformers", "peft", *(f"transformers.models.{m}.modeling_{m}"  # the shipped models' code
+                                      for m in ("llama", "qwen2", "qwen3_moe", "qwen3_omni_moe", "qwen2_5_omni"))))
+
+def _top_tier(names)->int:
+    "The highest tier of `PRELOAD` that holds one of `names` (-1: none)."
+    return max((i for i, tier in enumerate(PRELOAD) if any(m in names for m in tier)), default=-1)
 
 _server_env: dict|None = None   # the environment the fork server started with
 # Variables that change while a process runs and that no library reads on import: a change in them alone keeps the
 # server. pytest sets PYTEST_CURRENT_TEST at every phase of every test, and each server costs a fresh import of torch,
 # transformers and peft (about 5 s of CPU): 18 restarts in one run of the suite.
-_VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST"})
+# torch sets two more in its own process as it runs, for itself: inductor's cache folder on first use, the profiler's
+# log level on its first profile; a rank that needs them sets its own
+_VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "KINETO_LOG_LEVEL"})
 
 def rank_context()->tuple:
     "The multiprocessing context ranks start from, and the pid of the process that will be their parent."
@@ -385,11 +391,12 @@ def rank_context()->tuple:
     # Ranks inherit the server's environment, and libraries read some variables once, on import (HF_HUB_OFFLINE,
     # say): a server started before the caller changed os.environ is replaced, so ranks see what spawn would give
     env = {k: v for k, v in os.environ.items() if k not in _VOLATILE_ENV}
-    want = [m for m in PRELOAD if m in sys.modules]   # what the caller imported (see above)
+    top = _top_tier(sys.modules)   # the caller's (see above)
     # the running server's list is the one set before it started (set only here, just before a start)
     if fs._forkserver_pid is not None and ((_server_env is not None and env != _server_env)
-                                           or not set(want) <= set(fs._preload_modules)): fs._stop()
-    if fs._forkserver_pid is None: ctx.set_forkserver_preload(want)   # a module that fails to import is skipped
+                                           or top > _top_tier(fs._preload_modules)): fs._stop()
+    if fs._forkserver_pid is None:   # a module that fails to import is skipped
+        ctx.set_forkserver_preload([m for tier in PRELOAD[:top + 1] for m in tier])
     forkserver.ensure_running(); _server_env = env
     return ctx, fs._forkserver_pid   # the ranks' parent, which they die with
 
