@@ -27,7 +27,7 @@ INSTALL_TORCH = { $(if $(TORCH_WHEEL),$(dir $(1))uv pip install --quiet --python
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install demo test nbtest pytest export readme bench clean-nbs docs book browser-deps chromium browser-python \
-        test-oldest oldest-env
+        test-oldest
 
 $(STAMP): settings.ini setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -128,9 +128,6 @@ $(STAMP_OLDEST): settings.ini setup.py $(wildcard lora_fsdp_kit/*.py lora_fsdp_k
 	$(call INSTALL,$(PY_OLDEST),".[dev]")
 	$(PY_OLDEST) -m pip check
 	touch $(STAMP_OLDEST)
-
-# the second environment alone, without its tests: .ci/run installs it beside `make test`
-oldest-env: $(STAMP_OLDEST)
 
 test-oldest: $(STAMP_OLDEST)
 	$(VENV_OLDEST)/bin/nbdev_test --file_re '$(OLDEST_NBS)'
