@@ -13,7 +13,7 @@ import torch.nn as nn
 from .models import fmt_bytes
 from .plan import Finding, Plan, Unit, plan_summary, resolve_layer_classes
 from .wrap import WrapConfig
-from .figures import KitFigure, new_figure
+from .figures import KitFigure, byte_axis, new_figure
 
 # %% auto #0
 __all__ = ['PART_COLOURS', 'LINE_WIDTH', 'UnitGroup', 'group_units', 'shorten_middle', 'distinct_labels', 'plot_plan',
@@ -170,6 +170,7 @@ def plot_plan(plan:Plan,                 # the plan to draw
         texts.append(ax.annotate(txt, (end, y), va="center", fontsize=7.5, annotation_clip=False,
                                  color=_SEV_COLOUR.get(g.severity, "#263238") if g.severity != "info" else "#263238"))
     ax.set_xscale("log"); ax.set_xlim(lo * 0.5, hi); ax.set_ylim(-0.6, n - 0.4)
+    byte_axis(ax.xaxis)                  # ticks in KiB and MiB, as the annotations
     # tree labels, left-aligned so that indentation shows the nesting; cut from the middle, so rows stay distinct
     full = ["  " * max(g.depth - 1, 0) + ("└ " if g.depth else "") + g.label
             + (f"  ×{g.count}" if g.count > 1 else "") for g in shown]
