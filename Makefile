@@ -50,8 +50,9 @@ test nbtest pytest test-oldest: export OMP_NUM_THREADS ?= 1
 
 # nbdev_test and pytest one after the other: run side by side (tried 2026-12-01) they took more CPU in all, from
 # contention on 2 cores, and no less time. One pool with the notebooks as pytest items (tried too) took longer still:
-# a notebook sharing a worker with tests met their leftovers, and each notebook's environment replaced the fork server. Debian's Chromium (apt: 40 s of downloads and unpacking, little CPU) is
-# installed in the background meanwhile, from the first step: only the browser tests, in pytest, need it.
+# a notebook sharing a worker with tests met their leftovers, and each notebook's environment replaced the fork
+# server. Debian's Chromium (apt: 40 s of downloads and unpacking, little CPU) is installed in the background
+# meanwhile, from the first step: only the browser tests, in pytest, need it.
 test:
 	@$(MAKE) --no-print-directory chromium > .lfk-chromium.log 2>&1 & apt=$$!; \
 	$(MAKE) --no-print-directory install browser-python && $(VENV)/bin/nbdev_test; rc=$$?; \

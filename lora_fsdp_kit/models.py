@@ -291,12 +291,14 @@ def fmt_count(n:int)->str:
         if abs(n) >= div: return f"{n/div:.2f} {unit}"
     return str(n)
 
-def fmt_bytes(n:int|float|None)->str:
+def fmt_bytes(n:int|float|None,   # bytes (None: unknown)
+              compact:bool=False,  # no trailing zeros (`1 KiB`, `1.5 GiB`): the tick labels of `figures.byte_axis`
+             )->str:
     "Human-readable bytes in binary units (`1.50 MiB`, `–` for unknown); the kit's one formatter for sizes."
     if n is None: return "–"
     for div, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if abs(n) >= div: return f"{n/div:.2f} {unit}"
-    return f"{n:.0f} B"
+        if abs(n) >= div: return f"{n/div:{'g' if compact else '.2f'}} {unit}"
+    return f"{n:{'g' if compact else '.0f'}} B"
 
 # %% ../nbs/02_models.ipynb #3e8d639f
 @dataclass(frozen=True)

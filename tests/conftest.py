@@ -1,7 +1,7 @@
 """Longest files first: under `-n 2 --dist loadfile --no-loadscope-reorder` (see the Makefile) the workers take whole
 files in this order, so no long file starts last while the other worker idles. Seconds of wall time per file under
-`-n 2`, measured on 2 cores (2026-12-02: the sum of each file's setup, call and teardown
-times in one run of the suite, `--durations=0`); a file not listed runs after these, in collection order."""
+`-n 2` on 2 cores: the sum of its setup, call and teardown times in one run of the suite (`--durations=0`, 2026-12-02).
+A file not listed runs after these, in collection order."""
 COST = {"test_fits": 90, "test_browser": 85, "test_launch": 60, "test_gather": 59, "test_cli": 50, "test_hazards": 50,
         "test_plan_fidelity": 44, "test_moe": 31, "test_script_guide": 30, "test_device_check": 28, "test_export": 23,
         "test_gather_ranks": 20, "test_book": 18, "test_measure": 17, "test_gather_sharded": 14, "test_doctor": 10,
