@@ -203,13 +203,13 @@ _FUSED_FIX = ("FSDP2 with the decoder layers as units and LoRA inside them (Wrap
               "'**.layers.*'); FSDP1 cannot shard peft's ParamWrapper")
 
 def _wrapper_homes(plan:Plan):
-    "Per unit holding a fused parameter that a peft ParamWrapper adapts: (unit, parameter, wrapper, LoRA units apart)."
+    "Per unit holding a parameter that a peft ParamWrapper adapts: (unit, parameter, wrapper, LoRA units apart)."
     unit_of = {p: u.name for u in plan.units for p in u.param_names}
     seen = set()
     for wn, base in plan.param_wrappers:
         home = unit_of.get(base, "")
         away = sorted({unit_of[p] for p in unit_of if p.startswith(wn + ".lora_")} - {home})
-        if home not in seen: seen.add(home); yield home, base.rsplit(".", 1)[-1], wn, away
+        if home not in seen: seen.add(home); yield home, base, wn, away
 
 @plan_check("fused-experts", "info",
             "experts fused in one module (3-D weights) run whenever their block runs: no unit can diverge there, so "
@@ -220,37 +220,54 @@ def fused_experts_info(plan:Plan):
     for n, why in plan.fused:
         yield next((unit_of[p] for p in unit_of if p.startswith(n + ".")), ""), f"{n}: {why}"
 
+# what the first forward says, where peft adds the delta of a 3-D fused experts' weight (per expert) or of a 2-D one
+# (a router's weight): measured on 2 gloo ranks (tests/test_plan_fidelity.py)
+_SPLIT_SAYS = {("fsdp2", 3): "aten.baddbmm.default got mixed torch.Tensor and DTensor",
+               ("fsdp2", 2): "aten.add.Tensor got mixed torch.Tensor and DTensor",
+               ("fsdp1", 3): "shape '[E, -1, …]' is invalid for input of size …",
+               ("fsdp1", 2): "inconsistent tensor size, expected tensor [a] and src [b] to have the same number of "
+                             "elements"}
+
+def _wrapped_param(base:str, fused:bool)->str:
+    "How a message names the parameter a ParamWrapper adapts: the fused experts' `down_proj`, or `'…gate.weight'`."
+    return f"the fused experts' {base.rsplit('.', 1)[-1]}" if fused else repr(base.replace(".base_layer", ""))
+
+
+# %% ../nbs/03b_checks.ipynb #a4b9c7d8
 @plan_check("fused-lora-split", "error",
-            "LoRA on fused experts (peft ParamWrapper) with its lora_A/lora_B in units of their own: the wrapper "
-            "reads them still sharded, the first forward fails",
-            _FUSED_FIX, predicts=["got mixed torch.Tensor and DTensor", "is invalid for input of size"])
+            "LoRA through peft's ParamWrapper (on fused experts or a router's weight) with its lora_A/lora_B in units "
+            "of their own: the wrapper reads them still sharded, the first forward fails",
+            _FUSED_FIX, predicts=["got mixed torch.Tensor and DTensor", "is invalid for input of size",
+                                  "inconsistent tensor size"])
 def fused_lora_split(plan:Plan):
     if plan.flavour == "fsdp1" and not plan.use_orig_params: return   # flat: fused-lora-fsdp1 fails first
-    for home, param, wn, away in _wrapper_homes(plan):
+    dims = {p.name: len(p.shape) for u in plan.units for p in u.params}
+    for home, base, wn, away in _wrapper_homes(plan):
         if not away: continue
+        fused = dims.get(base, 3) > 2
+        says, what = _SPLIT_SAYS[plan.flavour, 3 if fused else 2], _wrapped_param(base, fused)
         if plan.flavour == "fsdp2":
-            yield home, (f"peft's ParamWrapper adds its LoRA delta to the fused experts' {param} inside "
-                         f"{home or '<root>'!r}, but its lora_A/lora_B are units of their own ({away[0]!r}…), still "
-                         "sharded there: the first forward fails (\"aten.baddbmm.default got mixed torch.Tensor and "
-                         "DTensor\")")
+            yield home, (f"peft's ParamWrapper adds its LoRA delta to {what} inside {home or '<root>'!r}, but its "
+                         f"lora_A/lora_B are units of their own ({away[0]!r}…), still sharded there: the first forward "
+                         f"fails (\"{says}\")")
         else:
             yield home, (f"peft's ParamWrapper reads lora_A/lora_B of {wn!r} outside their own unit ({away[0]!r}), "
-                         "where FSDP1 shows them as flat shards: the first forward fails (\"shape '[E, -1, …]' is "
-                         "invalid for input of size …\")")
+                         f"where FSDP1 shows them as flat shards: the first forward fails (\"{says}\")")
 
 @plan_check("fused-lora-fsdp1", "error",
-            "FSDP1 and LoRA on fused experts: peft's ParamWrapper parametrizes a weight FSDP1 holds as a view of its "
-            "flat parameter, the first forward fails",
+            "FSDP1 and LoRA through peft's ParamWrapper (fused experts, a router's weight): it parametrizes a weight "
+            "FSDP1 holds as a view of its flat parameter, the first forward fails",
             _FUSED_FIX, predicts=["has been modified inplace"])
 def fused_lora_fsdp1(plan:Plan):
     if plan.flavour != "fsdp1": return
+    dims = {p.name: len(p.shape) for u in plan.units for p in u.params}
     units = {u.name: u for u in plan.units}
-    for home, param, wn, away in _wrapper_homes(plan):
+    for home, base, wn, away in _wrapper_homes(plan):
         if plan.use_orig_params and away: continue   # fused-lora-split fails first
         if not plan.use_orig_params and len({p.requires_grad for p in units[home].params}) > 1: continue   # refused
-        yield home, (f"peft's ParamWrapper parametrizes the fused experts' {param}, which FSDP1 holds as a view of "
-                     "its flat parameter: the first forward fails (\"Output 0 of View is a view and its base … has "
-                     "been modified inplace\")")
+        yield home, (f"peft's ParamWrapper parametrizes {_wrapped_param(base, dims.get(base, 3) > 2)}, which FSDP1 "
+                     "holds as a view of its flat parameter: the first forward fails (\"Output 0 of View is a view and "
+                     "its base … has been modified inplace\")")
 
 # %% ../nbs/03b_checks.ipynb #c9a9f86e
 def _lora_leaves(plan:Plan)->list[Unit]: return [u for u in plan.units if is_lora_name(u.name) and u.n_lora]

@@ -1,4 +1,4 @@
-"""The plan is what FSDP does: on 2 gloo ranks (and 3 for the forward/backward cases), the units planned by `WrapConfig.plan` (names, exact parameter sets, and each parameter's shape and dtype in FSDP's order) equal the units of the model really wrapped by `WrapConfig.wrap`, read back through the kit's sharded view, for 4 LoRA models (a Qwen3-MoE with LoRA on its fused experts too; a bf16 one with fp32 adapters; tied embeddings, mixed precision, DoRA and modules_to_save run forward and backward) × wrap policies × use_orig_params and FSDP2 target choices; where FSDP refuses (at wrap, first forward or backward), a registered check predicted it (the error texts come from `checks.CHECKS`), at the unit where FSDP stopped; where it runs, the plan has no error finding."""
+"""The plan is what FSDP does: on 2 gloo ranks (and 3 for the forward/backward cases), the units planned by `WrapConfig.plan` (names, exact parameter sets, and each parameter's shape and dtype in FSDP's order) equal the units of the model really wrapped by `WrapConfig.wrap`, read back through the kit's sharded view, for 4 LoRA models (a Qwen3-MoE with LoRA on its fused experts too, and one with LoRA on its routers' 2-D weights; a bf16 one with fp32 adapters; tied embeddings, mixed precision, DoRA and modules_to_save run forward and backward) × wrap policies × use_orig_params and FSDP2 target choices; where FSDP refuses (at wrap, first forward or backward), a registered check predicted it (the error texts come from `checks.CHECKS`), at the unit where FSDP stopped; where it runs, the plan has no error finding."""
 import functools, time
 
 import pytest
@@ -102,6 +102,12 @@ def results():
         fsdp1(policy="peft", use_orig_params=True), fsdp1(policy="peft"),             # split / flat view
         fsdp2(targets=["**.lora_A.*", "**.lora_B.*", "**.layers.*"]),                 # adapters sharded apart
         fsdp1(policy="layer", use_orig_params=True), fsdp1(policy="layer"), LAYERS)]  # view / refused / trains
+    # LoRA on the router's 2-D weight (a ParamWrapper too: peft's "all-linear" adds it on transformers 5's MoE models):
+    # with its adapters in units apart FSDP1 fails otherwise than on the 3-D experts
+    router = functools.partial(tiny_lora_model, "qwen3_moe", lora_kwargs=dict(target_parameters=["mlp.gate.weight"]))
+    cases += [(router, c, dict(model="qwen3_moe_router", forward=True)) for c in (
+        fsdp1(policy="peft", use_orig_params=True), fsdp1(policy="peft"), fsdp1(policy="layer", use_orig_params=True),
+        fsdp2(targets=["**.lora_A.*", "**.lora_B.*", "**.layers.*"]), LAYERS)]
     # the rest of WrapConfig, wrapped for real and run forward and backward: each must run as planned
     llama = functools.partial(tiny_lora_model, "llama")
     cases += [(llama, c, dict(model="llama_wrap", forward=True)) for c in (
