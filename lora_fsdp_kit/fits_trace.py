@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib, copy, functools, gc, logging, math, sys, time, warnings
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -16,7 +17,7 @@ from .plan import clean_name
 from .wrap import WrapConfig
 
 # %% auto #0
-__all__ = ['CATEGORIES', 'STAGING_BACKENDS', 'fake_world', 'RankTrace', 'attention_kernel', 'trace_rank']
+__all__ = ['CATEGORIES', 'STAGING_BACKENDS', 'fake_world', 'RankTrace', 'attention_kernel', 'tie_keeping_init', 'trace_rank']
 
 # %% ../nbs/11a_fits_trace.ipynb #9e5fcb84
 CATEGORIES = ("sharded parameters", "unsharded parameters", "buffers", "gradients", "unsharded gradients",
@@ -290,6 +291,24 @@ def _sharded_bytes(wrapped:nn.Module, cfg:WrapConfig)->int:
     return _storage_bytes(m._handle.flat_param._local_shard for m in wrapped.modules()
                           if isinstance(m, FSDP) and m._handle is not None)
 
+# %% ../nbs/11a_fits_trace.ipynb #b1c2d3e4
+def tie_keeping_init(device:str="cpu")->Callable[[nn.Module], None]:
+    "FSDP1's `param_init_fn` for a meta model: each module's own tensors made empty on `device`, ties kept."
+    # `Module.to_empty(recurse=False)` makes a new Parameter in each module, so a weight two modules share (tied
+    # embeddings) became two, flattened twice: 1/world of it more on every rank than a job whose model was built in
+    # memory. Here the second module gets the first one's tensor, and FSDP1 sees one shared parameter, as in that job
+    memo: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}   # id(meta tensor) -> (it, kept alive; its copy)
+    def init(module:nn.Module):
+        for store in (module._parameters, module._buffers):
+            for k, t in store.items():
+                if t is None or not t.is_meta: continue
+                if id(t) not in memo:
+                    new = torch.empty_like(t, device=device)
+                    memo[id(t)] = (t, nn.Parameter(new, t.requires_grad) if isinstance(t, nn.Parameter) else new)
+                store[k] = memo[id(t)][1]
+    return init
+
+
 # %% ../nbs/11a_fits_trace.ipynb #bbce2873
 def trace_rank(model:nn.Module,      # a peft model on the meta device (copied, never changed)
                cfg:WrapConfig,       # how it is sharded
@@ -312,7 +331,7 @@ def trace_rank(model:nn.Module,      # a peft model on the meta device (copied, 
         else:
             with fake:   # FSDP1 materialises the meta model itself, unit by unit, as fake tensors
                 wrapped = cfg.wrap(m, mesh=mesh if cfg.hybrid else None, device_id=torch.device("cpu"),
-                                   param_init_fn=lambda mod: mod.to_empty(device="cpu", recurse=False))
+                                   param_init_fn=tie_keeping_init())
         sig = _signatures(wrapped, cfg, world)
         with fake:
             opt = torch.optim.AdamW([p for p in wrapped.parameters() if p.requires_grad], lr=1e-4)
