@@ -14,6 +14,7 @@ from torch import nn
 from .fits_trace import CATEGORIES, STAGING_BACKENDS, RankTrace, _chunk, attention_kernel, trace_rank
 from .models import fmt_bytes
 from .plan import clean_name, dtype_itemsize
+from .shards import flat_spans, fsdp1_align, fsdp1_flat_numels
 from .wrap import WrapConfig
 
 # %% auto #0
@@ -97,11 +98,10 @@ def closed_form(model:nn.Module,   # the peft model before wrapping (meta is fin
                 if p.requires_grad: opt += 2 * _chunk(rows, k, r) * rest * isz + 4   # exp_avg, exp_avg_sq, step
             continue
         isz = dtype_itemsize(params[0].dtype)   # FSDP1: one flat parameter per unit, padded to the group
-        align = 16 // isz if cfg.use_orig_params else 1   # use_orig_params aligns each start to 16 bytes
-        spans, total = [], 0
-        for p in params:
-            total += (-total) % align
-            spans.append((total, total + p.numel, p.requires_grad)); total += p.numel
+        numels, pad = fsdp1_flat_numels([p.numel for p in params],
+                                        fsdp1_align(cdt.itemsize if cdt else isz, cfg.use_orig_params))
+        spans = [(s, e, p.requires_grad) for (s, e), p in zip(flat_spans(numels, pad), params)]
+        total = sum(numels)
         c = math.ceil(total / k)
         sharded += c * isz
         unsharded[u.name] = c * k * (cdt.itemsize if cdt else isz)

@@ -17,7 +17,8 @@ from .packing import evenly
 from .memory import AllGatherCounter, MemoryMeter
 from .models import fmt_bytes
 from .plan import dtype_itemsize
-from .shards import fsdp1_layouts, fsdp1_padded_numel, fsdp2_layout, fsdp2_padded_numel
+from .shards import (fsdp1_align, fsdp1_flat_numels, fsdp1_layouts, fsdp1_padded_numel, fsdp2_layout,
+                                  fsdp2_padded_numel)
 
 # %% auto #0
 __all__ = ['GATHER_STRATEGIES', 'UnitGather', 'GatherProfile', 'gather_whole', 'gather_per_unit', 'gather_lora_only',
@@ -146,22 +147,20 @@ def _in_adapter(p, adapter_name:str|None=None)->bool:
     if adapter_name is None: return p.is_lora or ".modules_to_save." in p.name
     return (p.is_lora and f".{adapter_name}." in p.name) or f".modules_to_save.{adapter_name}." in p.name
 
-def _fsdp1_flat(u, use_orig_params:bool, pos:dict|None)->tuple[list, list[int], list[bool]]:
+def _fsdp1_flat(u, use_orig_params:bool, pos:dict|None,
+                mixed_precision:str|None=None)->tuple[list, list[int], list[bool]]:   # the plan's compute dtype
     "Unit `u`'s FSDP1 flat parameter: its parameters in order, each entry's numel and which entries are padding."
     # FSDP1 flattens in `module.parameters()` order: `pos` gives each name's place in the model
     params = sorted(u.params, key=lambda p: pos.get(p.name, len(pos))) if pos else list(u.params)
-    align = 16 // dtype_itemsize(params[0].dtype) if use_orig_params and params else 0   # use_orig_params aligns
-    numels, pad, total = [], [], 0
-    for p in params:
-        if align and total % align: numels.append(align - total % align); pad.append(True); total += numels[-1]
-        numels.append(p.numel); pad.append(False); total += p.numel
-    return params, numels, pad
+    if not params: return params, [], []
+    align = fsdp1_align(dtype_itemsize(mixed_precision or params[0].dtype), use_orig_params)
+    return (params, *fsdp1_flat_numels([p.numel for p in params], align))
 
 def _fsdp1_rank_lora_bytes(u, world:int, use_orig_params:bool, adapter_name:str|None=None,
-                           pos:dict|None=None)->list[int]:
+                           pos:dict|None=None, mixed_precision:str|None=None)->list[int]:
     "Per rank, the bytes of LoRA pieces it holds of unit `u`'s flat parameter (FSDP1's layout, from the plan)."
     if world <= 1 or not u.params: return [0] * max(world, 1)
-    params, numels, pad = _fsdp1_flat(u, use_orig_params, pos)
+    params, numels, pad = _fsdp1_flat(u, use_orig_params, pos, mixed_precision)
     layouts = fsdp1_layouts([(p.numel,) for p in params], numels, pad, world)
     return [sum(l.piece_numel(r) * dtype_itemsize(p.dtype) for l, p in zip(layouts, params)
                 if _in_adapter(p, adapter_name)) for r in range(world)]
@@ -176,12 +175,13 @@ def _padded(p, world:int, shapes:dict|None)->int:
     s = (shapes or {}).get(p.name)
     return fsdp2_padded_numel(s, world) * dtype_itemsize(p.dtype) if s else p.nbytes
 
-def _unit_gather_bytes(u, flavour:str, world:int, use_orig_params:bool, shapes:dict|None, pos:dict|None)->int:
+def _unit_gather_bytes(u, flavour:str, world:int, use_orig_params:bool, shapes:dict|None, pos:dict|None,
+                       mixed_precision:str|None=None)->int:
     "Bytes one all-gather of unit `u` moves: FSDP1 its flat parameter in `world` equal chunks, FSDP2 padded dims 0."
     if not u.params: return u.nbytes
     if world <= 1: return 0   # one rank holds every unit whole: FSDP gathers nothing
     if flavour == "fsdp1":
-        params, numels, _ = _fsdp1_flat(u, use_orig_params, pos)
+        params, numels, _ = _fsdp1_flat(u, use_orig_params, pos, mixed_precision)
         return fsdp1_padded_numel(sum(numels), world) * dtype_itemsize(params[0].dtype)
     return sum(_padded(p, world, shapes) for p in u.params)
 
@@ -202,7 +202,8 @@ def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the 
     lora = [p for u in plan.units for p in u.params if _in_adapter(p, adapter_name)]
     lora_units = [u for u in plan.units if any(_in_adapter(p, adapter_name) for p in u.params)]
     pos = {n: i for i, n in enumerate(param_order or [])}
-    gathered = {u.name: _unit_gather_bytes(u, plan.flavour, world, plan.use_orig_params, shapes, pos)
+    gathered = {u.name: _unit_gather_bytes(u, plan.flavour, world, plan.use_orig_params, shapes, pos,
+                                           plan.mixed_precision)
                 for u in plan.units}
     padded = lambda p: _padded(p, world, shapes)
     if strategy == "whole":
@@ -251,7 +252,8 @@ def _predict_packed(plan, lora:list, lora_units:list, world:int, shapes:dict|Non
     lora_bytes = sum(p.nbytes for p in lora)
     if world <= 1: return 0, lora_bytes
     if plan.flavour == "fsdp1":
-        per_rank = [sum(b) for b in zip(*(_fsdp1_rank_lora_bytes(u, world, plan.use_orig_params, adapter_name, pos)
+        per_rank = [sum(b) for b in zip(*(_fsdp1_rank_lora_bytes(u, world, plan.use_orig_params, adapter_name, pos,
+                                                                 plan.mixed_precision)
                                           for u in lora_units))] or [0]
     else:
         piece = lambda p: _fsdp2_pieces((shapes or {}).get(p.name, (p.numel,)), world)
@@ -280,13 +282,14 @@ def predict_unit(plan,                # a `Plan` of the unwrapped model (or None
     if plan is None: return None
     if name == "<whole model>":
         pos = {n: i for i, n in enumerate(param_order or [])}
-        return sum(_unit_gather_bytes(u, plan.flavour, world, plan.use_orig_params, shapes, pos) for u in plan.units)
+        return sum(_unit_gather_bytes(u, plan.flavour, world, plan.use_orig_params, shapes, pos, plan.mixed_precision)
+                   for u in plan.units)
     try: u = plan[name]
     except (KeyError, IndexError, ValueError): return None
     if strategy == "packed": return None   # one collective for all units: see `predict`
     if strategy == "lora_only": return sum(_padded(p, world, shapes) for p in u.params if p.is_lora)
     pos = {n: i for i, n in enumerate(param_order or [])}
-    return _unit_gather_bytes(u, plan.flavour, world, plan.use_orig_params, shapes, pos)
+    return _unit_gather_bytes(u, plan.flavour, world, plan.use_orig_params, shapes, pos, plan.mixed_precision)
 
 # %% ../nbs/06a_measure.ipynb #310724e3
 def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft model

@@ -13,7 +13,8 @@ import torch.nn as nn
 from torch.distributed.fsdp import wrap as fsdp_wrap
 
 from .doctor import require
-from .shards import WRAPPER_SEGMENTS, clean_name, join_name
+from .shards import (WRAPPER_SEGMENTS, clean_name, flat_spans, fsdp1_align, fsdp1_flat_numels,
+                                  join_name)
 
 # %% auto #0
 __all__ = ['LORA_PREFIX', 'is_lora_name', 'is_trainable_leaf', 'WrapPolicy', 'module_classes_in', 'resolve_layer_classes',
@@ -190,11 +191,11 @@ def _to_fsdp1_shards(module:nn.Module, ignored:set, shrunk:dict, world:int, rank
     # embeddings, 2 ranks). Flat layout: each start aligned to 16 bytes, then `world` equal chunks.
     params = [p for p in dict.fromkeys(module.parameters()) if p not in ignored and p not in shrunk]
     if not params: return
-    align, spans, total = max(16 // params[0].element_size(), 1), [], 0
-    for p in params:
-        total += -total % align
-        spans.append((total, total + p.numel())); total += p.numel()
-    c = -(-total // world)
+    # (the parameters' own dtype: a plan's dry run knows no mixed precision, where an alignment of 8 bf16 elements
+    # moves a piece by at most a few elements)
+    numels, pad = fsdp1_flat_numels([p.numel() for p in params], fsdp1_align(params[0].element_size(), True))
+    spans = flat_spans(numels, pad)
+    c = -(-sum(numels) // world)
     for p, (s, e) in zip(params, spans):
         k = max(0, min(e, (rank + 1) * c) - max(s, rank * c))
         shrunk[p] = p.data

@@ -14,7 +14,7 @@ import torch
 
 # %% auto #0
 __all__ = ['WRAPPER_SEGMENTS', 'clean_name', 'join_name', 'chunk_spans', 'ShardLayout', 'fsdp2_layout', 'fsdp2_padded_numel',
-           'flat_spans', 'fsdp1_layouts', 'fsdp1_padded_numel', 'shard_group']
+           'flat_spans', 'fsdp1_layouts', 'fsdp1_padded_numel', 'fsdp1_align', 'fsdp1_flat_numels', 'shard_group']
 
 # %% ../nbs/02a_shards.ipynb #46a0f7e6
 # torch's FSDP_WRAPPED_MODULE and _CHECKPOINT_WRAPPED_MODULE, and torch.compile's prefix, spelled out so that importing
@@ -117,6 +117,26 @@ def fsdp1_layouts(shapes:list[tuple[int, ...]],  # each original parameter's sha
 def fsdp1_padded_numel(total:int, world:int)->int:
     "Elements one all-gather of an FSDP1 flat parameter of `total` elements moves (padded to `world` equal chunks)."
     return math.ceil(total / world) * world if total else 0
+
+# %% ../nbs/02a_shards.ipynb #f6a7b8c9
+def fsdp1_align(itemsize:int,          # bytes per element of the dtype FSDP1 unshards to (MixedPrecision's param_dtype)
+                use_orig_params:bool,  # FSDP1 aligns only with use_orig_params=True
+               )->int:                 # elements every original parameter's start is aligned to (1: none)
+    "FSDP1's alignment in a flat parameter: each parameter starts on 16 bytes of the dtype it unshards to."
+    # torch's `_get_aligned_numel(unsharded_dtype=_fwd_bwd_param_dtype)`: under MixedPrecision(param_dtype=bf16) a
+    # float32 flat parameter aligns every start to 8 elements, not 4
+    return max(16 // itemsize, 1) if use_orig_params else 1
+
+def fsdp1_flat_numels(numels:list[int],  # each original parameter's numel, in the flat parameter's order
+                      align:int,         # `fsdp1_align`
+                     )->tuple[list[int], list[bool]]:   # (numels_with_padding, is_padding), as FSDP1 has them
+    "The entries of an FSDP1 flat parameter, its alignment padding included, laid out as FSDP1 lays them."
+    out, pad, total = [], [], 0
+    for n in numels:
+        if total % align: out.append(align - total % align); pad.append(True); total += out[-1]
+        out.append(n); pad.append(False); total += n
+    return out, pad
+
 
 # %% ../nbs/02a_shards.ipynb #d48df756
 def shard_group(rank:int,                   # global rank
