@@ -144,9 +144,19 @@ def _explain(e:Exception, model:nn.Module)->str|None:
         return (f"the experts implementation {impl or 'grouped_mm'!r} has no float32 meta kernel in torch "
                 f"{torch.__version__.split('+')[0]} (it demands bf16): predict with mixed_precision='bf16' if the job "
                 "runs so, or with the implementation the job uses ('batched_mm' needs about 7x the memory)")
+    if "does not support uneven sharding" in msg:   # FSDP2 on a dim other than 0 that the shard group does not divide
+        return f"FSDP2 refuses this sharding (it would on the devices too): {msg.splitlines()[0][:160]}"
     if isinstance(e, RuntimeError) and ("size of tensor" in msg or "broadcast" in msg):   # a shape error in the model
         return f"the step itself fails (it would on the devices too): {name}: {msg.splitlines()[0][:200]}"
     return None
+
+def _known_failure(model:nn.Module, cfg:WrapConfig)->str|None:
+    "One line for a wrapping the plan already knows FSDP refuses or fails on at its first step, else None."
+    from lora_fsdp_kit.checks import CHECKS   # a check with `predicts` names FSDP's error (tests/test_plan_fidelity.py)
+    f = next((f for f in cfg.plan(model).check() if f.severity == "error" and CHECKS[f.check].predicts), None)
+    if f is None: return None
+    return (f"FSDP fails on this wrapping before a step completes ({f.check} at {f.unit or '<root>'!r}): "
+            f"{f.message.splitlines()[0]}; fix: {f.fix}")
 
 def _trace(model, cfg, world, rank, batch, seq, backend, attention)->RankTrace:
     try: return trace_rank(model, cfg, world, rank, batch, seq, backend, attention)
@@ -180,6 +190,7 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
     cfg = _config(flavour, wrap, mixed_precision, activation_checkpointing)
     if attention not in ("auto", "fused", "math"):
         raise FitsError(f"attention must be 'auto', 'fused' or 'math', got {attention!r}")
+    if why := _known_failure(model, cfg): raise FitsError(why)
     att = attention_kernel(model, cfg, backend) if attention == "auto" else attention
     ranks = list(range(world)) if rank is None else [rank]
     first = _trace(model, cfg, world, ranks[0], batch, seq, backend, att)
