@@ -83,8 +83,11 @@ def _looks_routed(parent:nn.Module, box_name:str, box:nn.Module)->bool:
     "Structure alone (for what no probe could run): 'expert' in a name, or a sibling weight with one row per child."
     n = len(_same_type_kids(box))
     if "expert" in (box_name + type(box).__name__).lower(): return True
-    return any(p.dim() == 2 and n in p.shape
-               for sn, p in parent.named_parameters() if not sn.startswith(box_name + "."))
+    # a router's weight lies beside the experts: on their parent or on a sibling module, not deeper (a Mixtral
+    # layer's q/k/v/o are 4 children, as many as the rows of its MoE block's router one level further down)
+    near = [*parent.parameters(recurse=False), *(p for sn, s in parent.named_children() if sn != box_name
+                                                 for p in s.parameters(recurse=False))]
+    return any(p.dim() == 2 and n in p.shape for p in near)
 
 def _fused(names:dict[nn.Module, str])->list[tuple[str, str]]:
     "(name, why) of modules that hold every expert in one 3-D weight."
