@@ -222,8 +222,9 @@ def add_lora(model:nn.Module,                       # a transformers model (real
     wrapped = sorted({n.rsplit(".", 1)[0] for n in tparams})
     if not hits and not (wrapped and not target_modules):
         pool = _match_names(model, [""], scopes) if scopes else [n for n, _ in model.named_modules() if n]
-        leaves = sorted({n.rsplit(".", 1)[-1] for n in pool
-                         if isinstance(model.get_submodule(n), (nn.Linear, nn.Embedding, nn.Conv1d, nn.Conv2d))})
+        from transformers.pytorch_utils import Conv1D   # GPT-2's projections: peft adapts them as it does Linear
+        kinds = (nn.Linear, nn.Embedding, nn.Conv1d, nn.Conv2d, Conv1D)
+        leaves = sorted({n.rsplit(".", 1)[-1] for n in pool if isinstance(model.get_submodule(n), kinds)})
         where = f" inside {', '.join(scopes)}" if scopes else ""
         raise ValueError(f"target_modules={target_modules!r} match no module{where} of {type(model).__name__}; "
                          f"linear/embedding/conv leaf names there: {', '.join(leaves) or '(none)'}")
