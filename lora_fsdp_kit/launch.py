@@ -5,8 +5,8 @@
 # %% ../nbs/01_launch.ipynb #d7e5ba19
 from __future__ import annotations
 
-import ast, collections, ctypes, datetime, gc, importlib, io, multiprocessing as mp, os, shutil, signal, socket
-import subprocess, sys, tempfile, threading, time, traceback, warnings
+import ast, collections, ctypes, datetime, gc, importlib, io, multiprocessing as mp, os, pickle, shutil, signal
+import socket, subprocess, sys, tempfile, threading, time, traceback, warnings
 from multiprocessing.connection import wait as _mp_wait
 from pathlib import Path
 from typing import Any, Callable
@@ -154,10 +154,15 @@ def _rank_main(rank:int, world:int, port:int, backend:str|None, pg_timeout:float
     name = f"{fn_ref[0]}.{fn_ref[1]}"
     def send(msg):
         sys.stdout.flush(); sys.stderr.flush()
-        try: conn.send(msg)
+        # Plain pickle, which copies a tensor's bytes, not the pipe's own pickler: torch has that one pass a CPU
+        # tensor's storage as a file descriptor that this rank must stay alive to hand over, and the rank leaves
+        # right after. A dict of 100-300 tensors (a gathered adapter) came back as ConnectionResetError,
+        # FileNotFoundError or "closed its pipe without a result"; one tensor often made it.
+        try: data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # the result could not be pickled: say so instead of dying silently
-            conn.send(("error", f"rank {rank}: the return value could not be sent back:\n{traceback.format_exc()}",
-                       time.monotonic()))
+            data = pickle.dumps(("error", f"rank {rank}: the return value could not be sent back:\n"
+                                          f"{traceback.format_exc()}", time.monotonic()))
+        conn.send_bytes(data)
     # the process group's own timeout is longer than the launcher's, so a hang is reported by `launch`
     store = None
     try:
@@ -310,8 +315,11 @@ def _wait_for_ranks(store, procs:list, conns:dict, tails:list, results:dict, err
         for t in tails: t.pump()
         for r in sorted(pending):
             if conns[r] in ready or conns[r].poll():
-                try: kind, val, t = conns[r].recv()
+                try: kind, val, t = pickle.loads(conns[r].recv_bytes())   # see `_rank_main`'s `send`
                 except EOFError: kind, val, t = "error", None, time.monotonic()
+                except Exception:   # it pickled in the rank but does not unpickle here (a class only the rank has)
+                    kind, val, t = "error", (f"rank {r}: its return value could not be read back:\n"
+                                             f"{traceback.format_exc()}"), time.monotonic()
                 if kind == "ok": results[r] = val
                 else: errors[r] = (t, val or f"rank {r} closed its pipe without a result; its last output:\n"
                                              f"{tails[r].tail_text()}")

@@ -1,6 +1,7 @@
 """The launcher with real processes: whatever stops the process that called `launch` (SIGTERM, SIGINT, SIGHUP, SIGKILL),
 no rank, janitor or resource tracker survives it and its `lfk_launch_*` folder is gone; a script that calls `launch()`
-outside `if __name__ == "__main__":` is refused with the fix in the message."""
+outside `if __name__ == "__main__":` is refused with the fix in the message; what a rank returns (hundreds of tensors
+included) comes back equal, bit for bit, to what the rank built."""
 import os, signal, subprocess, sys, textwrap, time
 from pathlib import Path
 
@@ -103,3 +104,36 @@ def test_unguarded_script_is_refused(tmp_path):
     r = subprocess.run([sys.executable, str(script)], env=_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("before") == 3        # the parent and each rank (spawn imports the script in each rank)
+
+# What a gathered adapter is: hundreds of CPU tensors of several dtypes, some views into one storage, each rank's own.
+# Before the launcher sent results as a plain pickle, such a dict failed in torch's file-descriptor sharing
+# (ConnectionResetError, FileNotFoundError) or as "rank 0 closed its pipe without a result".
+MANY = '''
+import torch, torch.distributed as dist
+def adapter(n, numel):
+    g = torch.Generator().manual_seed(dist.get_rank())
+    out = {}
+    for i in range(n):
+        dt = (torch.float32, torch.bfloat16, torch.float16)[i % 3]
+        out[f"model.layers.{i}.self_attn.q_proj.lora_A.weight"] = torch.randn(8, numel, generator=g).to(dt)
+    base = torch.arange(4 * numel, dtype=torch.float32)
+    out["views"] = [base[:numel], base[numel:].view(3, numel)]
+    return out
+'''
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_many_tensors_come_back(tmp_path, monkeypatch, method):
+    (tmp_path/"lfk_many_cases.py").write_text(MANY)
+    monkeypatch.syspath_prepend(str(tmp_path)); monkeypatch.setenv("LFK_START_METHOD", method)
+    import torch, lfk_many_cases
+    from lora_fsdp_kit.launch import launch
+    res = launch(lfk_many_cases.adapter, 400, 64, nprocs=2, quiet=True)
+    for rank, got in enumerate(res):
+        g = torch.Generator().manual_seed(rank)
+        assert len(got) == 401
+        for i in range(400):
+            t = got[f"model.layers.{i}.self_attn.q_proj.lora_A.weight"]
+            dt = (torch.float32, torch.bfloat16, torch.float16)[i % 3]
+            assert t.dtype == dt and torch.equal(t, torch.randn(8, 64, generator=g).to(dt)), i
+        a, b = got["views"]
+        assert torch.equal(torch.cat([a, b.flatten()]), torch.arange(4 * 64, dtype=torch.float32))
