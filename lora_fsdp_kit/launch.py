@@ -374,6 +374,13 @@ PRELOAD = (("torch", "torch.distributed"), ("torch.distributed.fsdp",),   # tier
            ("transformers", "peft", *(f"transformers.models.{m}.modeling_{m}"  # the shipped models' code
                                       for m in ("llama", "qwen2", "qwen3_moe", "qwen3_omni_moe", "qwen2_5_omni"))))
 
+def _started_as_rank()->bool:
+    "Whether this process is a rank that torchrun (or `launch`) started: its process group is the one RANK names."
+    # Not any process group in this process: an in-process vLLM engine sets up a one-rank group of its own, and
+    # "training on 2 ranks" then ran in place, on 1, with no word
+    return (dist.is_available() and dist.is_initialized() and os.environ.get("RANK") == str(dist.get_rank())
+            and os.environ.get("WORLD_SIZE") == str(dist.get_world_size()))
+
 def _top_tier(names)->int:
     "The highest tier of `PRELOAD` that holds one of `names` (-1: none)."
     return max((i for i, tier in enumerate(PRELOAD) if any(m in names for m in tier)), default=-1)
@@ -420,7 +427,7 @@ def launch(fn:Callable,             # an importable function (defined in a modul
           )->list:                  # each rank's return value, in rank order (under torchrun: this rank's only)
     "Run `fn(*args, **kwargs)` on `nprocs` ranks of a fresh process group; return every rank's result."
     _check_args(2 if nprocs is None else nprocs, timeout=timeout, start_timeout=start_timeout)
-    if dist.is_available() and dist.is_initialized():   # already a rank (torchrun): run in place
+    if _started_as_rank():   # already a rank (torchrun): run in place
         if nprocs is not None and nprocs != dist.get_world_size():
             warnings.warn(f"launch(nprocs={nprocs}) inside a process group of {dist.get_world_size()} ranks: runs "
                           f"in place on the existing group; each rank gets only its own result", stacklevel=2)

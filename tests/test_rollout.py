@@ -182,6 +182,7 @@ def test_every_version_is_served_as_trained(engine, flavour):
     "Issue 32's loop: 5 versions trained on 2 ranks, each pushed and served; merged weights at version 2."
     llm, ref, _ = engine
     records = launch(R.train_versions, flavour, versions=5, quiet=True)[0]
+    assert [r["world"] for r in records] == [2] * 5      # real ranks, though this process holds vLLM's own group
     assert len(records) == 5 and all(not torch.equal(a["lora"][k], b["lora"][k]) for a, b in zip(records, records[1:])
                                      for k in a["lora"] if "lora_B" in k)   # each version trained further
     rows = R.serve_versions(llm, records, ref, PROMPTS, name=f"policy-{flavour}")
