@@ -172,7 +172,8 @@ def test_a_child_process_engine(engine, monkeypatch):
         sd = adapter(ref, 8)
         req = R.push_lora(llm, sd, ref.peft_config["default"], name="g")
         assert served_ok(llm, req, ref) and R.certify(llm, req, sd, ref, probe=PROMPTS[0])
-        R.push_merged(llm, R._base_weights(ref))                              # bytes across; adapter pushed again
+        base = R._base_weights(ref)
+        assert R.push_merged(llm, base) == len(base)                          # as bytes; the adapter pushed again
         assert served_ok(llm, req, ref)
     finally:
         llm.llm_engine.engine_core.shutdown(); del llm; gc.collect()
