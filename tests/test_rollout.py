@@ -191,3 +191,21 @@ def test_every_version_is_served_as_trained(engine, flavour):
                                                    (3, "lora"), (4, "lora")]
     assert all(r.same_tokens for r in rows), rows
     assert max(r.max_logprob_diff for r in rows) < 1e-3, [r.max_logprob_diff for r in rows]
+
+def test_a_moe_model_is_refused_in_one_line(engine, monkeypatch):
+    "vLLM's CPU build runs a MoE model's experts through Triton kernels once LoRA is on: the kit refuses, naming them."
+    # a second engine in this process would share vLLM's process-wide parallel state with the first: a child process
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    import vllm.envs
+    vllm.envs.disable_envs_cache()
+    from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+    from peft import get_peft_model_state_dict
+    cfg = {**shipped_config("qwen3_moe"), **R.CHAPTER_CONFIG, "vocab_size": 512}
+    folder = tempfile.mkdtemp(); model_from_config(cfg, device="cpu", seed=0).save_pretrained(folder)
+    ref = add_lora(model_from_config(cfg, device="cpu", seed=0), r=8, alpha=16)   # attention only
+    llm = LLM(**R.engine_args(folder, max_model_len=128, block_size=32))
+    try:
+        with pytest.raises(NotImplementedError, match=r"vLLM's CPU build serves no LoRA on a MoE model: .* 2 expert "
+                                                      r"layers \(model\.layers\.0\.mlp\.experts, "):
+            R.push_lora(llm, get_peft_model_state_dict(ref), ref.peft_config["default"], name="moe")
+    finally: llm.llm_engine.engine_core.shutdown(); del llm; gc.collect()
