@@ -5,7 +5,7 @@
 # %% ../nbs/09_export.ipynb #ef665317
 from __future__ import annotations
 
-import json, os, shutil, tempfile, uuid
+import json, os, shutil, socket, tempfile, time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -24,7 +24,8 @@ from .shards import clean_name
 from .gather import (MissingLoraError, check_collected, fsdp_flavour, gather_engine,
                                   gather_lora, iter_merged_weights)
 from .doctor import require
-from .votes import RankFailure, RankVote, bounded_wait
+from .votes import (CallMismatch, RankFailure, RankVote, bounded_wait, mismatches,
+                                  sigint_held)
 
 # %% auto #0
 __all__ = ['ADAPTER_CONFIG', 'ADAPTER_WEIGHTS', 'CONFIG_FIELDS', 'is_sharded', 'peft_model_of', 'adapter_config', 'lora_keys',
@@ -84,6 +85,7 @@ def _unsharded_class(cls:type)->type:
 def _fsync_tree(folder:Path):
     "Flush every file of `folder`, and the folder itself, to disk: a rename must not publish unwritten data."
     for f in folder.iterdir():
+        if not f.is_file(): continue   # a sub-folder (the publish's `.old` links): its files are already on disk
         with open(f, "rb") as fh: os.fsync(fh.fileno())
     fd = os.open(folder, os.O_RDONLY)
     try: os.fsync(fd)
@@ -129,26 +131,83 @@ def _lora_state_dict(model:nn.Module, adapter_name:str)->dict[str, torch.Tensor]
     # the unwrapped model's own tensors: nothing is copied
     return get_peft_model_state_dict(peft_model_of(model), adapter_name=adapter_name)
 
-def _check_target(path:Path):
-    "Refuse to replace something that is not an adapter directory (rank 0, before anything is gathered)."
-    if path.is_file() or path.is_symlink():
+def _target(path:Path)->Path:
+    "The folder a save writes: `path`, or the folder a symlink there points to (`save_pretrained` follows it too)."
+    if path.is_symlink():
+        if not path.resolve().exists():
+            raise FileNotFoundError(f"{path} is a symlink to {os.readlink(path)}, which does not exist: point it at "
+                                    f"a folder, or remove it")
+        path = path.resolve()
+    if path.exists() and not path.is_dir():
         raise FileExistsError(f"{path} is a file; save_lora writes a directory: give a folder path")
-    if path.is_dir() and any(path.iterdir()) and not (path/ADAPTER_CONFIG).is_file():
-        raise FileExistsError(f"{path} is a non-empty folder without {ADAPTER_CONFIG}; save_lora only replaces an "
-                              f"adapter directory: give a new path or an adapter's")
+    where = next(p for p in (path, *path.parents) if p.exists())   # the folder that must take the new files
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise PermissionError(f"{where} is not writable by this process (read-only file system or permissions): "
+                              f"nothing was gathered; give a writable path")
+    return path
+
+_HOST = socket.gethostname().replace("-", "_")
+
+def _new_tmp(path:Path)->Path:
+    "A fresh temporary folder beside `path` (same file system: its files move by rename), named by host and process."
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.saving-{_HOST}-{os.getpid()}-", dir=path.parent))
+    _umask_mode(tmp)   # mkdtemp makes 0700; peft's save_pretrained (os.makedirs) gives 0777 & ~umask
+    return tmp
+
+def _umask_mode(folder:Path):
+    "Give `folder` the mode `os.makedirs` gives under this process's umask (so other users can read the adapter)."
+    mask = os.umask(0); os.umask(mask)
+    folder.chmod(0o777 & ~mask)
+
+# %% ../nbs/09_export.ipynb #pb000002
+_JOURNAL, _OLD = ".publishing", ".old"   # in the temporary folder, while its files move into the adapter folder
 
 def _publish(tmp:Path, path:Path):
-    "Put the finished folder `tmp` at `path`: the old adapter is renamed aside, and deleted only once `tmp` is there."
-    if not path.exists(): os.rename(tmp, path); return
-    old = path.with_name(f".{path.name}.replaced-{uuid.uuid4().hex[:8]}")
-    os.rename(path, old)
-    try: os.rename(tmp, path)
+    "Move the files of `tmp` into `path`, replacing those of the same names and nothing else; all or none."
+    if not path.exists(): os.rename(tmp, path); return        # a new folder: one rename
+    names = sorted(f.name for f in tmp.iterdir())
+    (tmp/_OLD).mkdir()
+    for n in names:                                            # the files replaced, kept until the move is over
+        if os.path.lexists(path/n):
+            try: os.link(path/n, tmp/_OLD/n, follow_symlinks=False)
+            except OSError: shutil.copy2(path/n, tmp/_OLD/n, follow_symlinks=False)   # no hard links here
+    (tmp/_JOURNAL).write_text("\n".join(names)); _fsync_tree(tmp)
+    try:
+        for n in names: os.replace(tmp/n, path/n)
     except BaseException:
-        os.rename(old, path); raise
-    shutil.rmtree(old, ignore_errors=True)
+        _roll_back(tmp, path); raise
+    os.unlink(tmp/_JOURNAL)                                    # published: from here on the new files stay
+    shutil.rmtree(tmp, ignore_errors=True)
+
+def _roll_back(tmp:Path, path:Path):
+    "Undo a publish that did not finish (this process's, or a killed one's): the old files back, new names removed."
+    for n in (tmp/_JOURNAL).read_text().split("\n"):
+        if os.path.lexists(tmp/_OLD/n): os.replace(tmp/_OLD/n, path/n)
+        elif not os.path.lexists(tmp/n) and os.path.lexists(path/n): os.unlink(path/n)   # moved in, had no old one
+    os.unlink(tmp/_JOURNAL)
+
+def _owner_alive(tmp:Path)->bool:
+    "Is the process that made this temporary folder (its name says host and pid) still running?"
+    host, _, rest = tmp.name.split(".saving-", 1)[1].partition("-")
+    pid = rest.split("-")[0]
+    if host != _HOST: return time.time() - tmp.stat().st_mtime < 3600   # another machine's: its process can't be asked
+    if not pid.isdigit() or int(pid) == os.getpid(): return False        # this process is not saving it now
+    try: os.kill(int(pid), 0); return True
+    except ProcessLookupError: return False
+    except PermissionError: return True                                  # another user's live process
+
+def _clean_leftovers(path:Path)->list[str]:
+    "Roll back and remove what saves into `path` killed half way left beside it; the names of what was removed."
+    gone = []
+    for tmp in sorted(path.parent.glob(f".{path.name}.saving-*")):
+        if _owner_alive(tmp): continue
+        if (tmp/_JOURNAL).exists() and path.is_dir(): _roll_back(tmp, path)
+        shutil.rmtree(tmp, ignore_errors=True); gone.append(tmp.name)
+    return gone
 
 # %% ../nbs/09_export.ipynb #rv000006
-_STAGES = {"ready": "checking the target", "written": "gathering and writing", "published": "publishing"}
+_STAGES = {"start": "starting", "ready": "checking the target", "written": "gathering and writing",
+           "published": "publishing"}
 
 def _agree(vote:RankVote, stage:str, err:BaseException|None, tmp:Path|None, path:Path):
     "Post this rank's outcome of `stage`; if any rank failed, rank 0 removes `tmp` and then every rank raises."
@@ -157,15 +216,13 @@ def _agree(vote:RankVote, stage:str, err:BaseException|None, tmp:Path|None, path
             if tmp is not None: shutil.rmtree(tmp, ignore_errors=True)
             vote.signal("clean")
         ok = vote.wait_for("clean")    # no rank raises before rank 0 has cleaned up: the directory is final then
+        # rank 0 had published before a peer failed (was interrupted, or died) at the last vote: that stands
+        if stage == "published" and (tmp is None if vote.rank == 0 else vote.wait_for("published", 0.0)):
+            return f"the new adapter is at {path} (rank 0 published it before the failure)"
         return f"{path} was left as it was" if ok else f"rank 0 did not confirm that {path} was left as it was"
     vote.agree(stage, err, error=SaveError, what="save_lora", doing=_STAGES, on_fail=clean)
 
 # %% ../nbs/09_export.ipynb #aa8c70e0
-def _umask_mode(folder:Path):
-    "Give `folder` the mode `os.makedirs` gives under this process's umask (so other users can read the adapter)."
-    mask = os.umask(0); os.umask(mask)
-    folder.chmod(0o777 & ~mask)
-
 def save_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapped, or not wrapped
               path:str|Path,               # the adapter directory to write (the same path on every rank)
               *,
@@ -173,19 +230,23 @@ def save_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
               timeout:float|None=8.0,      # seconds a rank waits in the gather for a peer that failed (None: torch's)
              )->Path:                      # `path`, once every rank knows the adapter is there
     "Collective: write a standard peft adapter directory at `path` from rank 0, atomically; every rank calls it."
-    path = Path(path).absolute()
+    path = dest = Path(path).absolute()
     adapter_config(model, adapter_name)      # a wrong name fails on every rank alike, before any collective
-    vote, tmp, stage, err = RankVote("save_lora"), None, "ready", None
+    vote, tmp, stage, err = RankVote("save_lora"), None, "start", None
     try:
+        vote.check(stage)   # every rank is at this call (its tag): a rank at another call raises here, and so do all
+        stage = "ready"
         try:   # everything that can fail before the first collective, on every rank, then one vote
             if vote.rank == 0:
-                _check_target(path)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.saving-", dir=path.parent))
-                _umask_mode(tmp)   # mkdtemp makes 0700; peft's save_pretrained (os.makedirs) gives 0777 & ~umask
+                dest = _target(path)
+                _clean_leftovers(dest)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                tmp = _new_tmp(dest)
+                # peft updates a model card that is there (`create_or_update_model_card`): start from it
+                if (dest/"README.md").is_file(): shutil.copy2(dest/"README.md", tmp/"README.md")
             groups = sharded_view(model).groups if is_sharded(model) else []
         except Exception as e: err = e
-        _agree(vote, stage, err, tmp, path)
+        _agree(vote, stage, err, tmp, dest)
         stage = "written"
         try:
             with bounded_wait(groups, timeout):
@@ -196,14 +257,15 @@ def save_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
                 _fsync_tree(tmp)
             del tensors
         except Exception as e: err = e
-        _agree(vote, stage, err, tmp, path)
+        _agree(vote, stage, err, tmp, dest)
         stage = "published"
         if vote.rank == 0:
-            try: _publish(tmp, path); tmp = None
+            try: _publish(tmp, dest); tmp = None; vote.signal("published")
             except Exception as e: err = e
-        _agree(vote, stage, err, tmp, path)
+        _agree(vote, stage, err, tmp, dest)
         return path
     except BaseException as e:     # Ctrl-C, or SaveError after the vote: the others hear of it, nothing is left behind
+        if isinstance(e, CallMismatch): raise
         vote.post(stage, e)
         if vote.rank == 0:
             if tmp is not None: shutil.rmtree(tmp, ignore_errors=True)
@@ -211,7 +273,6 @@ def save_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
         elif not isinstance(e, SaveError): vote.wait_for("clean", 10)   # Ctrl-C: leave once rank 0 has cleaned up
         raise
     finally: vote.close()
-
 
 # %% ../nbs/09_export.ipynb #3b5bd896
 CONFIG_FIELDS = ("peft_type", "r", "lora_alpha", "target_modules", "exclude_modules", "rank_pattern", "alpha_pattern",
@@ -262,6 +323,11 @@ class ShardWriter:
     "Where a full tensor's part for this rank goes in its (sharded) parameter: cut out without any collective."
     def __init__(self, model:nn.Module):
         self.engine = gather_engine(model) if is_sharded(model) else None
+        if self.engine is not None and self.engine.flavour == "fsdp2":
+            # an eval forward under `reshard_after_forward=False` (or the root as the only unit) leaves units
+            # unsharded: their parameters are then plain tensors, not the DTensor shards to write into
+            for m in model.modules():
+                if isinstance(m, FSDPModule): m.reshard()
         self.params = None if self.engine else dict(peft_model_of(model).named_parameters())
 
     def shape(self, name:str)->tuple[int, ...]:
@@ -338,13 +404,14 @@ def _read_pieces(model:nn.Module, path:Path, adapter_name:str)->tuple[list[tuple
     return [p for p in pieces if p is not None], len(keys)
 
 # %% ../nbs/09_export.ipynb #ld000011
-_LOAD_STAGES = {"read": "reading the adapter", "written": "writing the shards"}
+_LOAD_STAGES = {"start": "starting", "ready": "cleaning up after a killed save", "read": "reading the adapter",
+                "written": "writing the shards"}
 
 def _write_pieces(pieces:list, done:list):
-    "Copy each piece into place, keeping in `done` the values each copy overwrote (so it can be undone)."
-    with torch.no_grad():
+    "Copy each piece into place, keeping in `done` the values each copy overwrites (so it can be undone)."
+    with torch.no_grad(), sigint_held():   # Ctrl-C waits for the copies (a few MiB): `done` always says what changed
         for dst, src in pieces:
-            old = dst.clone(); dst.copy_(src); done.append((dst, old))
+            done.append((dst, dst.clone())); dst.copy_(src)
 
 def load_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapped, or not wrapped
               path:str|Path,               # a peft adapter directory (save_lora's or save_pretrained's)
@@ -354,16 +421,26 @@ def load_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
     "Load a saved adapter into a (sharded) model on every rank, all or nothing: each rank writes only its own shard."
     path, done = Path(path), []
     def undo(bad=None)->str:
-        with torch.no_grad():
+        with torch.no_grad(), sigint_held():
             while done: dst, old = done.pop(); dst.copy_(old)
         return "the model was left as it was on every rank"
     agree = dict(error=LoadError, what="load_lora", doing=_LOAD_STAGES, on_fail=undo)
     with RankVote("load_lora") as vote:
-        with vote.step("read", **agree): pieces, n = _read_pieces(model, path, adapter_name)
-        try: _write_pieces(pieces, done); err = None
-        except Exception as e: err = e
-        except BaseException as e: undo(); vote.post("written", e); raise   # Ctrl-C: the others undo and raise too
-        vote.agree("written", err, **agree)
+        try:
+            vote.check("start", **agree)          # every rank is at this call (its tag)
+            with vote.step("ready", **agree):     # a save killed while publishing here: rolled back before any read
+                if vote.rank == 0: _clean_leftovers(path.resolve())
+            with vote.step("read", **agree): pieces, n = _read_pieces(model, path, adapter_name)
+            try: _write_pieces(pieces, done); err = None
+            except Exception as e: err = e
+            vote.decide("written", err, **agree)  # one word for all: kept everywhere, or undone everywhere
+        except BaseException as e:
+            if vote.decision == "commit": raise   # every rank holds the new adapter; an interrupt's note says so
+            undo()                                # Ctrl-C, or the store lost: the word is "abort" (or none)
+            if not isinstance(e, RankFailure):
+                e.add_note("load_lora did not complete: the model holds its previous adapter on every rank (this "
+                           "rank's shards are as they were; every other rank puts back its own)")
+            raise
     return n
 
 # %% ../nbs/09_export.ipynb #2f46e676
@@ -386,27 +463,29 @@ def buckets(stream:Iterable[tuple[str, torch.Tensor]],  # (name, tensor) pairs, 
     if cur: yield cur
 
 # %% ../nbs/09_export.ipynb #e19d53f8
-def _packed_batches(engine, wanted:dict, batches:list[list[str]], rank0_only:bool
+def _packed_batches(engine, wanted:dict, batches:list[list[str]], rank0_only:bool, vote:RankVote
                    )->Iterator[list[tuple[str, torch.Tensor]]]:
     "Each batch of names in one packed gather, LoRA bytes only (as `gather_lora`): lists of (peft key, tensor)."
     keep, seen = not rank0_only or _rank() == 0, {}
     for i, names in enumerate(batches):
-        got = engine.collect(names, rank0_only=rank0_only)
+        got = engine.collect(names, rank0_only=rank0_only, vote=vote)
         seen.update(dict.fromkeys(got))
+        parted = mismatches()
         try:
             if keep: yield [(wanted[n], got[n]) for n in names if n in got]
-        except GeneratorExit:   # the caller raised or stopped reading: its peers wait at the next bucket's check
-            if i + 1 < len(batches): _stop_peers(engine, batches[i + 1], rank0_only)
+        except GeneratorExit:   # the caller raised or stopped reading: its peers wait at the next bucket's check,
+            # unless this process has since met them at another call (`CallMismatch`), where they raised already
+            if i + 1 < len(batches) and mismatches() == parted: _stop_peers(engine, batches[i + 1], rank0_only, vote)
             raise
         del got
     if keep: check_collected(wanted, seen, engine)   # an engine that skipped a tensor is an error, not a short stream
 
 # %% ../nbs/09_export.ipynb #75fccb5b
-def _stop_peers(engine, names:list[str], rank0_only:bool):
+def _stop_peers(engine, names:list[str], rank0_only:bool, vote:RankVote):
     "Check in at the next bucket as failed, so that every peer raises `RankFailure` there instead of waiting."
     stop = StreamClosed("the caller stopped reading the buckets of iter_lora_buckets (it raised, or left the loop) "
                         "while its peers went on: every rank must read the whole stream")
-    try: engine.collect(names, rank0_only=rank0_only, error=stop)
+    try: engine.collect(names, rank0_only=rank0_only, vote=vote, error=stop)
     except StreamClosed: pass   # this rank's own reason; the caller's exception (or exit) goes on up
 
 class StreamClosed(RuntimeError):
@@ -450,6 +529,7 @@ def iter_lora_buckets(model:nn.Module,            # a peft model: FSDP1- or FSDP
     # cut by full size as `buckets` does, on meta stand-ins: nothing is allocated to decide
     metas = ((n, torch.empty(engine.owner(n).shape, dtype=engine.owner(n).dtype, device="meta")) for n in order)
     cuts = [[n for n, _ in b] for b in buckets(metas, bucket_bytes)]
-    for b in _packed_batches(engine, wanted, cuts, rank0_only):
-        if b: yield b
-
+    # one vote (one call, in the tags) for the whole stream: a rank that left it and called again is told apart
+    with engine.vote("iter_lora_buckets") as vote:
+        for b in _packed_batches(engine, wanted, cuts, rank0_only, vote):
+            if b: yield b

@@ -209,14 +209,13 @@ def _read(self:check_collective_order, i:int, peers:list[int])->dict[int, str]:
     "The peers' entries for collective #i; a peer not there within the timeout gets the slow marker in its slot."
     keys = [self._slot(i, q) for q in peers]
     if not keys: return {}
-    end = time.monotonic() + self.wait_s
-    try:
-        while True:   # in slices: a Ctrl-C is felt within half a second, not after the whole wait
-            try: self.store.wait(keys, datetime.timedelta(seconds=max(0.01, min(0.5, end - time.monotonic())))); break
-            except dist.DistStoreError:
-                if time.monotonic() >= end:   # atomic: a late peer finds the marker when it writes, and stops too
-                    mark = f"{_SLOW} {self.rank} {self.wait_s:g}"
-                    return {q: self.store.compare_set(k, "", mark).decode() for q, k in zip(peers, keys)}
+    end, nap = time.monotonic() + self.wait_s, 1e-4
+    try:   # polled with short naps, not a blocking `Store.wait`: each wait that times out makes c10d print warnings
+        while not self.store.check(keys):
+            if time.monotonic() >= end:   # atomic: a late peer finds the marker when it writes, and stops too
+                mark = f"{_SLOW} {self.rank} {self.wait_s:g}"
+                return {q: self.store.compare_set(k, "", mark).decode() for q, k in zip(peers, keys)}
+            time.sleep(nap); nap = min(2 * nap, 0.02)
     except BaseException as e:
         if isinstance(e, Exception): raise
         self._interrupted(i, keys, e); raise
@@ -270,7 +269,7 @@ def __enter__(self:check_collective_order):
     self.rank, self.world = dist.get_rank(), dist.get_world_size()
     self._names()
     # a side channel beside the collectives, one per FSDP group: a rank can compare before it commits to an
-    # all-gather that would hang; slots are numbered on across steps, so each rank keeps at most two in the store
+    # all-gather that would hang; slots are numbered on across steps, and none outlives the step
     self.store = dist.distributed_c10d._get_default_store()
     self.prefix = f"lfk_order/{len(self.members)}/{zlib.crc32(repr(self.members).encode()):08x}"
     self.base, self._last, self._published, self._deferred = _NEXT.get(self.prefix, 0), -1, -1, None
@@ -293,10 +292,10 @@ def __exit__(self:check_collective_order, exc_type, exc, tb):
         return False
     finally:
         _NEXT[self.prefix] = self.base + self._last + 1   # after a failure too: every member stopped at #last
-        if exc_type is not None or self.failed: self._leave()
+        self._leave()
 
 def _leave(self:check_collective_order):
-    "After a failed step: the last member to leave deletes the step's last two rounds of slots (nothing is left)."
+    "After any step: the last member to leave deletes the step's last two rounds of slots (nothing is left)."
     last, members = self.base + self._last, self.members or tuple(range(self.world))
     try:
         if self.store.add(f"{self.prefix}/left/{last}", 1) < len(members): return

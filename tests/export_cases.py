@@ -1,7 +1,7 @@
 """Rank-side cases for tests/test_export.py: train under FSDP, save, compare with peft and torch, load, stream."""
 from __future__ import annotations
 
-import contextlib, errno, json, shutil, time, traceback
+import contextlib, errno, json, os, shutil, time, traceback
 from pathlib import Path
 from unittest import mock
 
@@ -137,7 +137,7 @@ def one(folder:str, setting:str)->dict:
     with AllGatherCounter() as c:
         res["loaded"] = E.load_lora(fresh, d/"adapter")
         if two: E.load_lora(fresh, d/SECOND, adapter_name=SECOND)
-    res["load_collectives"] = c.calls
+    res["load_collectives"], res["load_collective_bytes"] = c.calls, c.bytes
     res["load_equal"] = _equal(gather_lora(fresh, progress=False), trained)
     if two: res["second_load_equal"] = _equal(gather_lora(fresh, progress=False, adapter_name=SECOND),
                                               gather_lora(fm, progress=False, adapter_name=SECOND))
@@ -204,7 +204,7 @@ GATHER_FAULT = "in the gather, before its collective"
 def _fault_cases(world:int)->list[tuple[str, int]]:
     "(fault, rank) pairs that leave the process group usable, each rank in turn where any rank can fail."
     every = lambda f: [(f, r) for r in range(world)]
-    return ([("target is a file", 0), ("target is a non-adapter folder", 0)] + every("before the first collective")
+    return ([("target is a file", 0), ("target is a dangling symlink", 0)] + every("before the first collective")
             + every("after the gather") + [("during the write", 0), ("Ctrl-C during the write", 0),
                                            ("while publishing", 0)] + every("Ctrl-C after the gather")[1:])
 
@@ -221,29 +221,38 @@ def _inject(fault:str, rank:int, d:Path):
         Path(filename).write_bytes(b"\0" * 64); raise OSError(errno.ENOSPC, "No space left on device")
     def interrupted(model, tensors, folder, *a, **k):
         (Path(folder)/"partial").write_bytes(b"\0" * 64); raise KeyboardInterrupt()
+    def half_published():   # the second of the three files fails to move in: the first must be put back
+        real, moved = os.replace, []
+        def replace(src, dst):
+            moved.append(dst)
+            if len(moved) == 2: raise OSError(errno.EIO, f"injected on rank {rank}: {fault}")
+            return real(src, dst)
+        return mock.patch.object(E.os, "replace", replace)
     return {"before the first collective": lambda: mock.patch.object(E, "sharded_view", boom),
             GATHER_FAULT: lambda: mock.patch.object(G, "_buffers", boom),
             "after the gather": lambda: mock.patch.object(E, "_lora_state_dict", after),
             "Ctrl-C after the gather": lambda: mock.patch.object(E, "_lora_state_dict", after),
             "during the write": lambda: mock.patch.object(E, "save_file", disk_full),
             "Ctrl-C during the write": lambda: mock.patch.object(E, "write_adapter", interrupted),
-            "while publishing": lambda: mock.patch.object(E, "_publish", boom)}[fault]()
+            "while publishing": half_published}[fault]()
 
 def _fault(fm, d:Path, fault:str, who:int)->dict:
     "One injected fault: what this rank raised, how fast, and what the folder holds afterwards."
     target = d/"adapter"
     if fault == "target is a file": target = d/"afile"; target.write_text("x") if dist.get_rank() == 0 else None
-    if fault == "target is a non-adapter folder":
-        target = d/"notes"
-        if dist.get_rank() == 0: target.mkdir(exist_ok=True); (target/"notes.txt").write_text("mine")
+    if fault == "target is a dangling symlink":
+        target = d/"latest"
+        if dist.get_rank() == 0 and not target.is_symlink(): target.symlink_to(d/"nowhere")
     dist.barrier()
-    before = _files(target) if target.is_dir() else target.read_bytes()
+    state = lambda: (_files(target) if target.is_dir() else os.readlink(target) if target.is_symlink()
+                     else target.read_bytes())
+    before = state()
     t0, kind, msg = time.perf_counter(), None, None
     with _inject(fault, who, d):   # a fault inside the gather waits out `timeout`: 2 s is plenty between 2-3 ranks
         try: E.save_lora(fm, target, timeout=2.0 if fault == GATHER_FAULT else 8.0)
         except BaseException as e: kind, msg = type(e).__name__, str(e)
     seconds = time.perf_counter() - t0
-    after = _files(target) if target.is_dir() else target.read_bytes()
+    after = state()
     return dict(fault=fault, who=who, rank=dist.get_rank(), kind=kind, message=msg, seconds=seconds,
                 intact=after == before, leftovers=sorted(p.name for p in d.iterdir() if p.name.startswith(".")))
 

@@ -30,14 +30,15 @@ class FailingStore:
 
 
 class InterruptingStore:
-    """The default store, except that the guard's first wait raises KeyboardInterrupt (a Ctrl-C while it waits):
-    at once (`after=False`: a peer is still missing), or once every peer has written (`after=True`)."""
+    """The default store, except that the guard's first poll for its peers raises KeyboardInterrupt (a Ctrl-C while
+    it waits): at once (`after=False`: a peer is still missing), or once every peer has written (`after=True`)."""
     def __init__(self, store, after:bool): self.store, self.after, self.armed = store, after, True
     def __getattr__(self, name): return getattr(self.store, name)
-    def wait(self, keys, timeout):
-        if not self.armed: return self.store.wait(keys, timeout)
+    def check(self, keys):
+        if not self.armed: return self.store.check(keys)
         self.armed = False
-        if self.after: self.store.wait(keys, datetime.timedelta(seconds=30))
+        end = time.monotonic() + 30
+        while self.after and not self.store.check(keys) and time.monotonic() < end: time.sleep(0.01)
         raise KeyboardInterrupt
 
 
@@ -113,18 +114,30 @@ def guard_store_keys(steps:int=20,          # guarded steps after the first
                      spec:dict=LAYER,       # its wrapping
                      rounds:int=200,        # store rounds timed for the per-collective cost
                     )->dict:
-    "Inside a rank: the store's key count after the first guarded step and after `steps` more; one round's cost."
+    """Inside a rank: the store's key count before the first guarded step and after each step; the steps cycle
+    through train, eval (no grad), gradient accumulation (two backwards) and a step that raises on every rank."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = P.wrap_from_spec(T.HAZARD_MODELS[name](), spec)
     ids = T.hazard_batch("branch" if name.startswith("branch") else name, 0, True)
     store = dist.distributed_c10d._get_default_store()
-    keys, n, t0 = [], 0, time.perf_counter()
+    dist.barrier()
+    keys, kinds, n, t0 = [store.num_keys()], [], 0, time.perf_counter()
     for i in range(steps + 1):
-        with H.check_collective_order(model, step=i) as g: T.hazard_loss(model, name, ids).backward()
+        kind = ("train", "eval", "accumulate", "fail")[i % 4]
+        try:
+            with H.check_collective_order(model, step=i) as g:
+                if kind == "eval":
+                    with torch.no_grad(): T.hazard_loss(model, name, ids)
+                for _ in range({"train": 1, "accumulate": 2, "fail": 1}.get(kind, 0)):
+                    T.hazard_loss(model, name, ids).backward()
+                if kind == "fail": raise RuntimeError("injected: the step fails on every rank")
+        except RuntimeError as e:
+            if "injected" not in str(e): raise
         n += len(g.events) + 1
+        kinds.append(kind)
         dist.barrier()   # every rank is past its step (gloo's barrier uses no store keys)
-        if i in (0, steps): keys.append(store.num_keys())
+        keys.append(store.num_keys())
         dist.barrier()
     run_s = time.perf_counter() - t0
     # the guard's own cost per collective: one round of agreeing (write, wait, read, delete) with nothing else
@@ -133,7 +146,7 @@ def guard_store_keys(steps:int=20,          # guarded steps after the first
     dist.barrier(); t0 = time.perf_counter()
     for i in range(rounds): g._agree(i, "x")
     round_ms = (time.perf_counter() - t0) / rounds * 1e3
-    return dict(keys=keys, steps=steps, collectives_per_step=len(g.events) or n // (steps + 1), run_s=run_s,
+    return dict(keys=keys, kinds=kinds, steps=steps, collectives_per_step=len(g.events) or n // (steps + 1), run_s=run_s,
                 round_ms=round_ms)
 
 
