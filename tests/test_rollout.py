@@ -11,7 +11,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")    # the engine cor
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 try: import vllm  # noqa: F401
 except ImportError:
-    if os.environ.get("LFK_REQUIRE_VLLM") == "1": raise       # `make test-vllm` sets it: there a skip would hide a failure
+    if os.environ.get("LFK_REQUIRE_VLLM") == "1": raise       # `make test-vllm` sets it: a skip would hide a failure
     pytest.skip("vllm is not installed here; `make test-vllm` runs these tests in its own environment",
                 allow_module_level=True)
 
@@ -35,7 +35,7 @@ def engine():
     del llm; gc.collect()
 
 def adapter(ref, seed:int)->dict:
-    "A version of the reference's adapter: its tensors with lora_B drawn anew from `seed` (and the reference set to it)."
+    "A version of the reference's adapter: lora_B drawn anew from `seed`; the reference is set to it."
     from peft import get_peft_model_state_dict
     g = torch.Generator().manual_seed(seed)
     sd = {k: (torch.randn(v.shape, generator=g) * 0.05 if "lora_B" in k else v.clone())
