@@ -231,3 +231,47 @@ def save_targets(rank:int, world:int, out:str, flavour:str, targets:list[str])->
         try: E.save_lora(model, t); res[t] = None
         except BaseException as e: res[t] = _error(e)
     return res
+
+# --- whatever state a forward left the units in ---------------------------------------------------------------------
+
+def _wrap_state(pm:nn.Module, state:str)->nn.Module:
+    "FSDP2 with reshard_after_forward True/False, FSDP2 on the root alone, FSDP1 FULL_SHARD or SHARD_GRAD_OP."
+    layers = pm.base_model.model.model.layers
+    if state.startswith("fsdp2"):
+        from torch.distributed.fsdp import fully_shard
+        reshard = state != "fsdp2-keep"
+        if state != "fsdp2-root":
+            for layer in layers: fully_shard(layer, reshard_after_forward=reshard)
+        return fully_shard(pm, reshard_after_forward=reshard)
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    return FSDP(pm, auto_wrap_policy=ModuleWrapPolicy({type(layers[0])}), device_id=torch.device("cpu"),
+                use_orig_params=True, sharding_strategy=ShardingStrategy.SHARD_GRAD_OP if state == "fsdp1-grad-op"
+                else ShardingStrategy.FULL_SHARD)
+
+def forward_states(rank:int, world:int, out:str, states:list[str])->dict:
+    "After an eval forward, and after a train forward and backward: gather, save and load, each against peft."
+    from safetensors.torch import load_file
+    ref, new = get_peft_model_state_dict(lora_model(0)), get_peft_model_state_dict(lora_model(1))
+    src = Path(out)/"b"
+    if rank == 0: lora_model(1).save_pretrained(src)
+    dist.barrier()
+    rows, ids = [], torch.arange(12).reshape(2, 6)
+    for state in states:
+        for mode in ("eval", "train"):
+            row = dict(state=state, mode=mode)
+            try:
+                model = _wrap_state(lora_model(0), state)
+                if mode == "eval":
+                    model.eval()
+                    with torch.no_grad(): model(input_ids=ids)
+                else: model(input_ids=ids).logits.sum().backward()
+                got = gather_lora(model, progress=False)
+                row["gather"] = list(got) == list(ref) and _equal(got, ref) == len(ref)
+                E.save_lora(model, Path(out)/f"{state}-{mode}")
+                if rank == 0: row["save"] = _equal(load_file(Path(out)/f"{state}-{mode}"/E.ADAPTER_WEIGHTS), ref) == len(ref)
+                E.load_lora(model, src)
+                row["load"] = _equal(gather_lora(model, progress=False), new) == len(new)
+            except BaseException as e: row["error"] = _error(e)[:600]
+            rows.append(row)
+    return dict(rows=rows)

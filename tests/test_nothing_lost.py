@@ -151,3 +151,15 @@ def test_ranks_at_different_calls_raise_with_no_data():
     assert max(r0["seconds"], r1["seconds"]) < 10
     assert r0["skip"].startswith("CallMismatch") and r1["skip"].startswith("CallMismatch"), (r0["skip"], r1["skip"])
     assert "save_lora (call" in r0["skip"] and "load_lora (call" in r0["skip"]
+
+
+STATES = ["fsdp2", "fsdp2-keep", "fsdp2-root", "fsdp1", "fsdp1-grad-op"]
+
+def test_any_state_a_forward_leaves():
+    "Train or eval, resharded after forward or not, FSDP1 and FSDP2: gather, save and load stay bitwise peft's."
+    res = C.start(C.forward_states, 2, STATES)
+    assert all(r is not None and "crash" not in r for r in res), res
+    rows = [row for r in res for row in r["rows"]]
+    bad = [row for row in rows if "error" in row or not (row["gather"] and row["load"] and row.get("save", True))]
+    assert not bad, bad
+    assert len(rows) == 2 * 2 * len(STATES)
