@@ -32,9 +32,12 @@ import torch
 
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.measure import GATHER_STRATEGIES, measure_gather
-from lora_fsdp_kit.models import add_lora, fmt_bytes, model_from_config, shipped_config
+from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+from lora_fsdp_kit.figures import fmt_bytes
 from lora_fsdp_kit.platform import detect_platform, get_platform
-from lora_fsdp_kit import plan as P
+from lora_fsdp_kit.plan import plan_fsdp1, plan_fsdp2
+from lora_fsdp_kit.policies import lora_wrap_policy, resolve_layer_classes
+from lora_fsdp_kit.wrap import wrap_fsdp1, wrap_fsdp2
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out", "device_check")
 TOLERANCE = 0.05   # measured bytes may differ from the plan's prediction by this fraction
@@ -81,10 +84,10 @@ def run_rank(layers:int, hidden:int)->dict:
         try:
             pm = build_model(layers, hidden, dev)
             if flavour == "fsdp1":
-                pol = P.lora_wrap_policy(pm); plan = P.plan_fsdp1(pm, pol); fm = P.wrap_fsdp1(pm, pol)
+                pol = lora_wrap_policy(pm); plan = plan_fsdp1(pm, pol); fm = wrap_fsdp1(pm, pol)
             else:
-                cls = list(P.resolve_layer_classes(pm, "auto"))
-                plan = P.plan_fsdp2(pm, cls); fm = P.wrap_fsdp2(pm, cls)
+                cls = list(resolve_layer_classes(pm, "auto"))
+                plan = plan_fsdp2(pm, cls); fm = wrap_fsdp2(pm, cls)
             for s in STRATEGIES[setting]:
                 if s not in GATHER_STRATEGIES: raise KeyError(f"strategy {s!r} is not in GATHER_STRATEGIES")
                 if plat.device_name != "cpu": plat.synchronize(); plat.reset_peak_memory_stats()

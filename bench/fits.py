@@ -32,7 +32,8 @@ def thinker_config()->dict:
 
 def speed(name:str, cfg:dict, world:int, profile:bool)->dict:
     from lora_fsdp_kit.fits import predict_step_memory
-    from lora_fsdp_kit.models import add_lora, fmt_bytes, model_from_config
+    from lora_fsdp_kit.models import add_lora, model_from_config
+    from lora_fsdp_kit.figures import fmt_bytes
     t0 = time.perf_counter()
     pm = add_lora(model_from_config(cfg, device="meta"), r=8)
     t_build = time.perf_counter() - t0

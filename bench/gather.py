@@ -8,7 +8,8 @@ sharding (FSDP1 with LoRA leaves as units, FSDP1 with decoder layers as units, F
   plus the copies around it (packing this rank's bytes into the send buffer, copying the received bytes out);
 - `save_lora(model, dir)`, against the limit plus rank 0 writing the same tensors with safetensors.
 It prints each time as a ratio to its limit (goal: <= 3x), a raw `all_to_all_single` of the exact sizes (what the kit
-uses when pieces are uneven), the failure check of one gather alone (one 4-byte all-reduce; included in the gather's
+uses when pieces are uneven), the failure check of one gather alone (one 72-byte all-reduce of the failure flag and
+the ranks' call tags; included in the gather's
 time), the collectives and bytes of one gather, and the peak extra memory of one gather (torch's MemTracker) against
 the bound: send buffer + receive buffer + the full LoRA tensors (all made before the collective).
 `--profile` prints cProfile's top functions of one (second) gather on rank 0. `--strategies` runs the older
@@ -23,7 +24,8 @@ import torch
 import torch.distributed as dist
 
 from lora_fsdp_kit.launch import launch
-from lora_fsdp_kit.models import add_lora, fmt_bytes, model_from_config, shipped_config
+from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+from lora_fsdp_kit.figures import fmt_bytes
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 SETTINGS = {  # name: (testing.case_wrap policy, setting, sharding, ranks it runs at)
@@ -120,7 +122,7 @@ def run_setting(model:str, setting:str, runs:int, profile:bool)->dict:
     with AllGatherCounter() as c: got = gather_lora(fm, progress=False)
     res.update(collectives=c.calls, bytes=c.bytes)
     eng = gather_engine(fm)
-    def vote_rounds():   # the failure check of one gather_lora alone: one 4-byte all-reduce before its collective
+    def vote_rounds():   # the failure check of one gather_lora alone: one 72-byte all-reduce before its collective
         with eng.vote("bench") as v: v.check("collective 0")
     res.update(timed(dict(gather=lambda: gather_lora(fm, progress=False), raw=collective, raw_copies=with_copies,
                           a2a=a2a, vote=vote_rounds), runs))

@@ -19,8 +19,11 @@ import torch.distributed as dist
 from lora_fsdp_kit.gather import gather_engine
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.measure import GATHER_STRATEGIES, measure_gather, plot_gather
-from lora_fsdp_kit.models import add_lora, fmt_bytes, model_from_config, shipped_config
-from lora_fsdp_kit import plan as P
+from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+from lora_fsdp_kit.figures import fmt_bytes
+from lora_fsdp_kit.plan import plan_fsdp1, plan_fsdp2
+from lora_fsdp_kit.policies import layer_wrap_policy, peft_wrap_policy, resolve_layer_classes
+from lora_fsdp_kit.wrap import wrap_fsdp1, wrap_fsdp2
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 MODELS = {  # name: (layers, hidden, intermediate)
@@ -44,13 +47,13 @@ def bench_model(name:str):
 
 def wrap(setting:str, pm):
     if setting == "fsdp1_layer":
-        pol = P.layer_wrap_policy(pm)
-        return P.plan_fsdp1(pm, pol, use_orig_params=True), P.wrap_fsdp1(pm, pol, use_orig_params=True)
+        pol = layer_wrap_policy(pm)
+        return plan_fsdp1(pm, pol, use_orig_params=True), wrap_fsdp1(pm, pol, use_orig_params=True)
     if setting == "fsdp1_peft":
-        pol = P.peft_wrap_policy(pm)
-        return P.plan_fsdp1(pm, pol), P.wrap_fsdp1(pm, pol)
-    cls = list(P.resolve_layer_classes(pm, "auto"))
-    return P.plan_fsdp2(pm, cls), P.wrap_fsdp2(pm, cls)
+        pol = peft_wrap_policy(pm)
+        return plan_fsdp1(pm, pol), wrap_fsdp1(pm, pol)
+    cls = list(resolve_layer_classes(pm, "auto"))
+    return plan_fsdp2(pm, cls), wrap_fsdp2(pm, cls)
 
 def timed(fm, strategy:str, runs:int)->list[float]:
     "Seconds per gather with `strategy`, each the slowest rank's, after one warm-up run (no meters attached)."

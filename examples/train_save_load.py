@@ -21,15 +21,17 @@ def train(out:Path, steps:int, fsdp:str):
     from peft import LoraConfig, get_peft_model
     from lora_fsdp_kit.export import save_lora
     from lora_fsdp_kit.models import tiny_model
-    from lora_fsdp_kit.plan import peft_wrap_policy, wrap_fsdp1, wrap_fsdp2_like
+    from lora_fsdp_kit.wrap import WrapConfig
 
     dist.init_process_group("gloo")          # torchrun set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
     rank = dist.get_rank()
     base = tiny_model("llama")               # the same weights on every rank (seeded)
     if rank == 0: base.save_pretrained(out/"base")
     model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]))
-    policy = peft_wrap_policy(model)         # peft's own FSDP policy: LoRA leaves and decoder layers are units
-    model = wrap_fsdp1(model, policy, use_orig_params=True) if fsdp == "fsdp1" else wrap_fsdp2_like(model, policy)
+    # peft's own FSDP policy: LoRA leaves and decoder layers are units (FSDP1: frozen and trainable tensors in one
+    # unit need use_orig_params)
+    config = WrapConfig(flavour=fsdp, policy="peft", use_orig_params=fsdp == "fsdp1")
+    model = config.wrap(model)
 
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     vocab = base.config.vocab_size

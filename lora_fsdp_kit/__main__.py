@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse, json, os, sys, time
 from pathlib import Path
+from typing import Any
 
 # %% auto #0
-__all__ = ['PLAN_TARGETS', 'FLAG_WORDS', 'render_readme', 'flag_language', 'wrap_config_of', 'parser', 'main']
+__all__ = ['FLAG_WORDS', 'render_readme', 'flag_language', 'wrap_fields', 'add_wrap_flags', 'wrap_configs_of', 'wrap_config_of',
+           'parser', 'main']
 
 # %% ../nbs/90_cli.ipynb #5c72cea4
 def _readme_block(text:str, lang:str="")->str: return f"```{lang}\n{text.rstrip()}\n```"
@@ -74,8 +76,7 @@ def _cmd_readme(a)->int:
     return 0
 
 # %% ../nbs/90_cli.ipynb #91d29d86
-PLAN_TARGETS = "q_proj,k_proj,v_proj,o_proj"   # plan's default LoRA targets: the demo's and fits' (every attention
-                                              # projection, the usual LoRA recipe), so the three commands agree
+from .families import PLAN_TARGETS   # one default for plan, fits and the demo (no torch: --help stays instant)
 
 # the checks write their fixes in the library's terms; the CLI user typed flags (order: longest spelling first)
 FLAG_WORDS = (("lora_wrap_policy(min_num_params>0) / lora_leaves=False", "--min-num-params N (> 0) / --no-lora-leaves"),
@@ -93,21 +94,13 @@ def flag_language(text:str)->str:
         for py, flag in FLAG_WORDS: parts[i] = parts[i].replace(py, flag)
     return '"'.join(parts)
 
-def wrap_config_of(a:argparse.Namespace)->"WrapConfig":
-    "The `WrapConfig` the `plan` flags spell (FSDP1-only flags are left out of an FSDP2 one)."
-    from lora_fsdp_kit.wrap import WrapConfig
-    common = dict(policy=a.policy, mixed_precision=a.mixed_precision, align_lora_dtype=a.align_lora_dtype)
-    if a.fsdp == 2: return WrapConfig(flavour="fsdp2", **common)
-    return WrapConfig(flavour="fsdp1", min_num_params=a.min_num_params, lora_leaves=not a.no_lora_leaves,
-                      use_orig_params=a.use_orig_params, **common)
-
 def _cmd_plan(a)->int:
     from lora_fsdp_kit.demo import check_output_path
     if a.model is None and a.config is None: raise ValueError("plan: give --model NAME or --config path/to/config.json")
     for flag, path in (("--png", a.png), ("--json", a.json)):
         if path is not None: check_output_path(path, what=flag)   # before any work, not a traceback at the end
     from lora_fsdp_kit.viz import plan_command
-    report = plan_command(model=a.model, config=a.config, lora_r=a.lora_r, targets=a.targets, png=a.png,
+    report = plan_command(model=a.model, config=a.config, lora_r=a.lora_r, targets=a.lora_targets, png=a.png,
                           json_path=a.json, wrap=wrap_config_of(a), speak=flag_language)
     print(report)
     return report.exit_code   # 1 when the plan has a ✖ error finding: a CI job can gate on it
@@ -122,6 +115,67 @@ def _cmd_demo(a)->int:
     from lora_fsdp_kit.demo import run_demo
     run_demo(out=a.out, model=a.model, config=a.config, nprocs=a.nprocs, started=_process_start())
     return 0
+
+# %% ../nbs/90_cli.ipynb #727f22f8
+def wrap_fields()->list[tuple[str, Any, str, str]]:
+    "(name, default, type, docstring) of each `WrapConfig` field, read from `wrap`'s source (no torch import)."
+    import ast, importlib.util
+    tree = ast.parse(Path(importlib.util.find_spec("lora_fsdp_kit.wrap").origin).read_text())
+    body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WrapConfig").body
+    out = []
+    for n, nxt in zip(body, body[1:] + [None]):
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name):
+            doc = nxt.value.value if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) else ""
+            out.append((n.target.id, ast.literal_eval(n.value), ast.unparse(n.annotation), " ".join(doc.split())))
+    return out
+
+def _text(v)->str: return "none" if v is None else ("on" if v else "off") if isinstance(v, bool) else str(v)
+
+def add_wrap_flags(p:argparse.ArgumentParser,  # a command's parser
+                   sweep:bool=False,           # a value may be a comma list (every combination is a WrapConfig)
+                   defaults:dict|None=None,    # the command's own defaults, by field name (text when sweeping)
+                  )->None:
+    "One flag per `WrapConfig` field, named after it and helped by its docstring."
+    g = p.add_argument_group("wrapping: WrapConfig's fields" + (" (a comma list sweeps)" if sweep else ""))
+    for name, default, typ, doc in wrap_fields():
+        d, flag = (defaults or {}).get(name, default), "--" + name.replace("_", "-")
+        if typ == "bool" and not sweep:
+            g.add_argument(f"--no-{flag[2:]}" if d else flag, dest=name, action="store_false" if d else "store_true",
+                           default=d, help=f"turn off (on by default): {doc}" if d else doc)
+        else: g.add_argument(flag, dest=name, default=_text(d), metavar="VALUE", help=f"{doc} (default: {_text(d)})")
+
+# %% ../nbs/90_cli.ipynb #1ea83ea2
+def _value(text:str, name:str, typ:str):
+    "One flag value as the field's type: on/off for a flag, a whole number, `none`, or the text itself."
+    t = text.strip()
+    if t.lower() == "none" and "None" in typ: return None
+    if typ == "bool":
+        if t.lower() in ("on", "true", "yes", "1"): return True
+        if t.lower() in ("off", "false", "no", "0"): return False
+        raise ValueError(f"--{name.replace('_', '-')} takes on or off, got {t!r}")
+    if typ.startswith("int"):
+        try: return int(t)
+        except ValueError: raise ValueError(f"--{name.replace('_', '-')} takes a whole number, got {t!r}") from None
+    return t
+
+def wrap_configs_of(a:argparse.Namespace,  # parsed flags of a command with `add_wrap_flags`
+                    sweep:bool=False,      # comma lists sweep: one WrapConfig per combination
+                   )->list:                # [WrapConfig, ...] (one when not sweeping)
+    "The `WrapConfig`s the wrap flags spell (a comma list in a field of names, `layer_cls`, `targets`, is one value)."
+    import itertools
+    from lora_fsdp_kit.wrap import WrapConfig
+    axes = []
+    for name, _, typ, _ in wrap_fields():
+        v = getattr(a, name)
+        if not isinstance(v, str): axes.append([v])
+        elif "tuple" in typ: axes.append([tuple(x.strip() for x in v.split(",")) if "," in v else _value(v, name, typ)])
+        else: axes.append(list(dict.fromkeys(_value(x, name, typ) for x in (v.split(",") if sweep else [v]))))
+    names = [f[0] for f in wrap_fields()]
+    return [WrapConfig(**dict(zip(names, combo))) for combo in itertools.product(*axes)]
+
+def wrap_config_of(a:argparse.Namespace)->"WrapConfig":
+    "The one `WrapConfig` a command's wrap flags spell."
+    return wrap_configs_of(a)[0]
 
 # %% ../nbs/90_cli.ipynb #89121b82
 def _shipped_names()->str:
@@ -141,24 +195,42 @@ def _plan_parser(sub):
                    "(the *_default ones are full size, built on the meta device)")
     g.add_argument("--config", default=None, help="a transformers config.json (built on meta, no weights)")
     pl.add_argument("--lora-r", type=int, default=8, help="LoRA rank (default 8; alpha is twice the rank)")
-    pl.add_argument("--targets", default=PLAN_TARGETS, help=f"comma-separated LoRA target modules (default "
+    pl.add_argument("--lora-targets", default=PLAN_TARGETS, help=f"comma-separated LoRA target modules (default "
                     f"{PLAN_TARGETS}, as demo and fits)")
-    pl.add_argument("--fsdp", type=int, choices=(1, 2), default=1, help="FSDP1 (FullyShardedDataParallel, default) "
-                    "or FSDP2 (fully_shard)")
-    pl.add_argument("--policy", default=None, choices=("lora", "peft", "layer", "size", "leaves+size", "root"),
-                    help="which modules become units (default: lora for FSDP1, decoder layers for FSDP2)")
-    pl.add_argument("--min-num-params", type=int, default=0, metavar="N", help="FSDP1: also make every module of "
-                    "at least N parameters a unit (the size part; N > 0 drops the LoRA-leaf units; default 0: off)")
-    pl.add_argument("--mixed-precision", default=None, choices=("bf16", "fp16"), help="compute dtype")
-    pl.add_argument("--use-orig-params", action="store_true", help="FSDP1's use_orig_params=True")
-    pl.add_argument("--no-lora-leaves", action="store_true",
-                    help="FSDP1: no LoRA-leaf units (LoRA stays inside its layer's unit); with --use-orig-params "
-                         "this is the fix the lora-name-hidden and nested-lambda-units warnings suggest")
-    pl.add_argument("--align-lora-dtype", action="store_true", help="cast the LoRA adapters to their base "
-                    "weights' dtype (peft keeps them fp32 on a bf16 model: one unit of two dtypes, which FSDP refuses)")
+    add_wrap_flags(pl, defaults=dict(flavour="fsdp1"))   # plan's default: FSDP1 (the policies' reference)
     pl.add_argument("--png", default=None, help="write the plan chart here")
     pl.add_argument("--json", default=None, help="write the plan as JSON here")
     pl.set_defaults(fn=_cmd_plan)
+
+def _fits_parser(sub):
+    "The `fits` sub-command's flags: the model and the job, and the wrap flags, each a comma list to sweep."
+    f = sub.add_parser("fits", help="which LoRA training settings fit in a device's memory (e.g. fits --config "
+                       "config.json --world 8 --device-memory 80GiB)", description="Trace one training step per "
+                       "setting on one CPU, and say which settings fit on the device.")
+    f.add_argument("--config", required=True, help="a model's config.json (or its folder), or a shipped config name")
+    f.add_argument("--world", required=True, type=int, help="ranks (devices) of the job")
+    f.add_argument("--device-memory", required=True, help="memory of one device, e.g. 80GiB")
+    f.add_argument("--batch", default="1", help="sequences per rank, comma-separated (default 1)")
+    f.add_argument("--seq", default="512", help="tokens per sequence, comma-separated (default 512)")
+    f.add_argument("--lora-r", type=int, default=8, help="LoRA rank (default 8)")
+    f.add_argument("--lora-targets", default=PLAN_TARGETS, help=f"comma-separated LoRA target modules (default "
+                   f"{PLAN_TARGETS})")   # --targets is WrapConfig's: the modules FSDP2 shards
+    f.add_argument("--backend", default="nccl", help="nccl/hccl (device buffers only) or gloo (a CPU job)")
+    f.add_argument("--attention", default="auto", choices=("auto", "fused", "math"),
+                   help="attention kernel: auto (CUDA runs fp32 with grouped-query heads unfused), fused or math")
+    f.add_argument("--png", action="store_true", help="save the charts as PNGs in --out")
+    f.add_argument("--out", default=".", help="folder for the PNGs (default: here)")
+    add_wrap_flags(f, sweep=True, defaults=dict(flavour="fsdp2,fsdp1", activation_checkpointing="off,on",
+                                                mixed_precision="bf16"))
+    f.set_defaults(fn=_cmd_fits)
+
+def _cmd_fits(a)->int:
+    try: wraps = wrap_configs_of(a, sweep=True)
+    except ValueError as e:
+        print(f"fits: error: {str(e).splitlines()[0]}", file=sys.stderr); return 2
+    from lora_fsdp_kit.fits import fits_report
+    return fits_report(a.config, a.world, a.device_memory, wraps, batch=a.batch, seq=a.seq, lora_r=a.lora_r,
+                       targets=a.lora_targets, backend=a.backend, attention=a.attention, png=a.png, out=a.out)
 
 # %% ../nbs/90_cli.ipynb #442db780
 def parser()->argparse.ArgumentParser:
@@ -177,8 +249,7 @@ def parser()->argparse.ArgumentParser:
     s.add_argument("-v", "--verbose", action="store_true", help="show the ranks' own output")
     s.set_defaults(fn=_cmd_smoke)
     _plan_parser(sub)
-    sub.add_parser("fits", add_help=False, help="which LoRA training settings fit in a device's memory "
-                   "(e.g. fits --config config.json --world 8 --device-memory 80GiB; fits --help for its flags)")
+    _fits_parser(sub)
     de = sub.add_parser("demo", help="the end-to-end tour: strip, LoRA, plan, FSDP1/FSDP2 gathers, plots, report")
     de.add_argument("--out", default="demo_out", help="folder for the figures and the report (the previous demo's "
                     "files in it are replaced at the end; other files stay)")
@@ -198,9 +269,6 @@ def parser()->argparse.ArgumentParser:
 def main(argv:list[str]|None=None)->int:
     "Entry point of `python -m lora_fsdp_kit` and the `lfk` script; bad input is one line on stderr and exit code 2."
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["fits"]:            # fits parses its own flags (and prints its own help)
-        from lora_fsdp_kit.fits import fits_main
-        return fits_main(argv[1:])
     a = parser().parse_args(argv)
     from lora_fsdp_kit.platform import PlatformError, load_plugins
     from lora_fsdp_kit.launch import LaunchError

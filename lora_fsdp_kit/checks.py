@@ -8,13 +8,28 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .plan import Finding, Plan, Unit, is_lora_name
+from .policies import is_lora_name   # a plan is read, never imported: `plan` imports this module
 
 # %% auto #0
-__all__ = ['SEVERITIES', 'CHECKS', 'Check', 'plan_check', 'check_plan', 'nested_lambda_units', 'lora_name_hidden', 'lora_in_root',
-           'mixed_requires_grad', 'mixed_dtype', 'tied_param_split', 'tied_param_copied', 'rank_divergent_unit',
-           'rank_divergent_grads', 'fused_experts_info', 'fused_lora_split', 'fused_lora_fsdp1',
+__all__ = ['SEVERITIES', 'CHECKS', 'Finding', 'Check', 'plan_check', 'check_plan', 'nested_lambda_units', 'lora_name_hidden',
+           'lora_in_root', 'mixed_requires_grad', 'mixed_dtype', 'tied_param_split', 'tied_param_copied',
+           'rank_divergent_unit', 'rank_divergent_grads', 'fused_experts_info', 'fused_lora_split', 'fused_lora_fsdp1',
            'mixed_precision_lora_leaf', 'dora_lora_leaf', 'checks_table', 'predicted_errors', 'predicted_by']
+
+# %% ../nbs/03b_checks.ipynb #a27e6888
+@dataclass(frozen=True)
+class Finding:
+    "A problem a plan predicts: how bad, where, what will happen and how to fix it."
+    severity: str        # "error" (FSDP refuses or hangs), "warning" (silently wrong results), "info"
+    check: str           # the id of the check that found it (`lora_fsdp_kit.checks.CHECKS`)
+    unit: str            # the unit's clean name ("" is the root)
+    message: str         # what will happen
+    fix: str = ""        # how to fix it
+    def __str__(self):
+        return f"{self.severity.upper()} [{self.check}] {self.unit or '<root>'}: {self.message}" + (
+            f"; fix: {self.fix}" if self.fix else "")
+    def to_dict(self)->dict:
+        return dict(severity=self.severity, check=self.check, unit=self.unit, message=self.message, fix=self.fix)
 
 # %% ../nbs/03b_checks.ipynb #987e546c
 SEVERITIES = ("error", "warning", "info")

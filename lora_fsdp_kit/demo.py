@@ -14,7 +14,9 @@ from torch import nn
 
 from .platform import detect_platform, get_platform
 from .launch import launch, _SignalsToExit
-from .models import tiny_model, model_from_config, add_lora, model_names, summarize_model, fmt_bytes, fmt_count
+from .models import tiny_model, model_from_config, add_lora, model_names, summarize_model
+from .families import text_model_of
+from .figures import fmt_bytes, fmt_count
 from .strip import strip_submodules, strip_names_for, StripReport
 from . import plan as P
 from .wrap import WrapConfig
@@ -40,7 +42,7 @@ def build_demo_model(name:str|None=DEMO_MODEL,  # a tiny model of the kit (`mode
     "The demo's model: built (seeded), stripped when it is multi-stage, with LoRA (on the thinker if it has one)."
     base = model_from_config(config, device="meta") if config is not None else tiny_model(name or DEMO_MODEL)
     report = strip_submodules(base) if strip and _strippable(base) else None
-    scope = "thinker" if hasattr(base, "thinker") else None
+    scope = text_model_of(base)
     return add_lora(base, r=r, alpha=2 * r, target_modules=DEMO_TARGETS, modules=scope), report
 
 # %% ../nbs/08_tour.ipynb #16cc7d3d

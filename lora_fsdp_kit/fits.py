@@ -5,21 +5,24 @@
 # %% ../nbs/11_fits.ipynb #2898ea87
 from __future__ import annotations
 
-import dataclasses, math, time
+import dataclasses, math, time, types
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from .fits_trace import CATEGORIES, STAGING_BACKENDS, RankTrace, _chunk, attention_kernel, trace_rank
-from .models import fmt_bytes
-from .plan import clean_name, dtype_itemsize
-from .shards import flat_spans, fsdp1_align, fsdp1_flat_numels
+from .fits_trace import CATEGORIES, STAGING_BACKENDS, RankTrace, attention_kernel, trace_rank
+from .families import PLAN_TARGETS, experts_implementation, text_model_of
+from .figures import fmt_bytes
+from .plan import dtype_itemsize
+from .shards import (chunk_spans, clean_name, flat_spans, fsdp1_align, fsdp1_flat_numels, fsdp2_padded_numel,
+                                  piece_length, shard_group_size)
 from .wrap import WrapConfig
 
 # %% auto #0
 __all__ = ['StepMemory', 'closed_form', 'FitsError', 'predict_step_memory', 'parse_bytes', 'Setting', 'settings_table',
-           'plot_settings', 'fits_main']
+           'plot_settings', 'fits_report']
 
 # %% ../nbs/11_fits.ipynb #41259d69
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ def closed_form(model:nn.Module,   # the peft model before wrapping (meta is fin
     plan = cfg.plan(model)
     order = {clean_name(n): i for i, (n, _) in enumerate(model.named_parameters())}
     shapes = {clean_name(n): tuple(p.shape) for n, p in model.named_parameters()}
-    k = (cfg.shard_size or 2) if cfg.hybrid else world
+    k = shard_group_size(world, cfg.hybrid, cfg.shard_size)
     r, cdt = rank % k, cfg.compute_dtype
     sharded = opt = 0
     unsharded = {}
@@ -89,13 +92,13 @@ def closed_form(model:nn.Module,   # the peft model before wrapping (meta is fin
         if cfg.flavour == "fsdp2":   # each parameter padded on its shard dim to a multiple of the shard group
             for p in params:
                 shp, isz = shapes[p.name], dtype_itemsize(p.dtype)
-                d = cfg.shard_dim if len(shp) > cfg.shard_dim else 0
+                d = p.shard_dim   # the plan's placement (tensors with fewer dims on dim 0)
                 rows = shp[d] if shp else 1
                 rest = p.numel // rows if rows else 0
-                sharded += math.ceil(rows / k) * rest * isz
-                unsharded[u.name] = (unsharded.get(u.name, 0)
-                                     + math.ceil(rows / k) * k * rest * (cdt.itemsize if cdt else isz))
-                if p.requires_grad: opt += 2 * _chunk(rows, k, r) * rest * isz + 4   # exp_avg, exp_avg_sq, step
+                padded = fsdp2_padded_numel(shp or (1,), k, d)   # every rank's shard is padded to the longest
+                sharded += padded // k * isz
+                unsharded[u.name] = unsharded.get(u.name, 0) + padded * (cdt.itemsize if cdt else isz)
+                if p.requires_grad: opt += 2 * chunk_spans(rows, k)[r][1] * rest * isz + 4   # exp_avg, exp_avg_sq, step
             continue
         isz = dtype_itemsize(params[0].dtype)   # FSDP1: one flat parameter per unit, padded to the group
         numels, pad = fsdp1_flat_numels([p.numel for p in params],
@@ -109,7 +112,7 @@ def closed_form(model:nn.Module,   # the peft model before wrapping (meta is fin
             if params[0].requires_grad: opt += 2 * c * isz + 4
         else:   # AdamW over the views: each trainable parameter's piece on this rank
             for s, e, g in spans:
-                n = max(0, min(e, (r + 1) * c) - max(s, r * c))
+                n = piece_length(s, e, c, r)
                 if g and n: opt += 2 * n * isz + 4
     return dict(sharded=sharded, optimizer=opt, unsharded=unsharded)
 
@@ -134,7 +137,7 @@ def _config(flavour, wrap, mixed_precision, activation_checkpointing)->WrapConfi
 def _explain(e:Exception, model:nn.Module)->str|None:
     "One line for the failures a trace on fake tensors cannot get past; None for anything else."
     name, msg = type(e).__name__, str(e)
-    impl = getattr(getattr(model, "config", None), "_experts_implementation", None)
+    impl = experts_implementation(model)
     if name in ("DynamicOutputShapeException", "DataDependentOutputException"):
         op = msg.split("\n")[0][:60]
         return (f"the step has data-dependent shapes ({op}): a trace on fake tensors cannot predict it"
@@ -328,14 +331,6 @@ def plot_settings(settings:list[Setting], device:int):
     return fig
 
 # %% ../nbs/11_fits.ipynb #a412a1aa
-def _choices(text:str, allowed:dict, what:str)->list:
-    out = []
-    for v in str(text).split(","):
-        v = v.strip().lower()
-        if v not in allowed: raise FitsError(f"--{what} takes {', '.join(allowed)} (comma-separated), got {v!r}")
-        out.append(allowed[v])
-    return list(dict.fromkeys(out))
-
 def _ints(text:str, what:str)->list[int]:
     try: out = [int(v) for v in str(text).split(",")]
     except ValueError: raise FitsError(f"--{what} takes whole numbers (comma-separated), got {text!r}") from None
@@ -343,46 +338,39 @@ def _ints(text:str, what:str)->list[int]:
     return out
 
 # %% ../nbs/11_fits.ipynb #2cb9d17f
-def fits_main(argv:list[str]|None=None)->int:
-    "`fits --config config.json --world 8 --device-memory 80GiB`: which training settings fit on the device."
-    import argparse, os, sys
-    ap = argparse.ArgumentParser(prog="fits", description=fits_main.__doc__)
-    ap.add_argument("--config", required=True, help="a model's config.json (or its folder), or a shipped config name")
-    ap.add_argument("--world", required=True, type=int, help="ranks (devices) of the job")
-    ap.add_argument("--device-memory", required=True, help="memory of one device, e.g. 80GiB")
-    ap.add_argument("--batch", default="1", help="sequences per rank, comma-separated (default 1)")
-    ap.add_argument("--seq", default="512", help="tokens per sequence, comma-separated (default 512)")
-    ap.add_argument("--flavour", default="fsdp2,fsdp1", help="fsdp2 and/or fsdp1")
-    ap.add_argument("--ac", default="off,on", help="activation checkpointing: off and/or on")
-    ap.add_argument("--mp", default="bf16", help="mixed precision: fp32, bf16 and/or fp16")
-    ap.add_argument("--lm-head", default="root", help="lm_head in the root unit ('root') and/or apart ('apart')")
-    ap.add_argument("--lora-r", type=int, default=8)
-    ap.add_argument("--targets", default="q_proj,k_proj,v_proj,o_proj")
-    ap.add_argument("--backend", default="nccl", help="nccl/hccl (device buffers only) or gloo (a CPU job)")
-    ap.add_argument("--attention", default="auto", choices=("auto", "fused", "math"),
-                    help="attention kernel: auto (CUDA runs fp32 with grouped-query heads unfused), fused or math")
-    ap.add_argument("--png", action="store_true", help="save the charts as PNGs in --out")
-    ap.add_argument("--out", default=".", help="folder for the PNGs (default: here)")
-    a = ap.parse_args(argv)
+def fits_report(config:str,                 # a model's config.json (or its folder), or a shipped config name
+                world:int,                  # ranks (devices) of the job
+                device_memory:str|int,      # memory of one device, e.g. "80GiB"
+                wraps:Sequence[WrapConfig], # the wrappings to trace (the command line sweeps them)
+                batch:str="1",              # sequences per rank, comma-separated
+                seq:str="512",              # tokens per sequence, comma-separated
+                lora_r:int=8,               # LoRA rank
+                targets:str=PLAN_TARGETS,   # comma-separated LoRA target modules
+                backend:str="nccl",         # nccl/hccl (device buffers only) or gloo (a CPU job)
+                attention:str="auto",       # attention kernel: auto, fused or math
+                png:bool=False,             # save the charts as PNGs in `out`
+                out:str=".",                # folder for the PNGs
+               )->int:                      # 0: a setting was predicted; 1: none; 2: bad input (one line on stderr)
+    "The `fits` command: trace every wrapping x batch x sequence, print which fit on the device (and chart them)."
+    import os, sys
+    a = types.SimpleNamespace(config=config, world=world, device_memory=device_memory, batch=batch, seq=seq,
+                              lora_r=lora_r, targets=targets, backend=backend, attention=attention, png=png, out=out)
     try:
         device = parse_bytes(a.device_memory)
         if not 1 <= a.world <= 1024: raise FitsError(f"--world must be 1-1024, got {a.world}")
-        rows = [(f, ac, mp, b, s, h) for f in _choices(a.flavour, {"fsdp2": "fsdp2", "fsdp1": "fsdp1"}, "flavour")
-                for ac in _choices(a.ac, {"off": False, "on": True}, "ac")
-                for mp in _choices(a.mp, {"fp32": None, "bf16": "bf16", "fp16": "fp16"}, "mp")
-                for b in _ints(a.batch, "batch") for s in _ints(a.seq, "seq")
-                for h in _choices(a.lm_head, {"root": False, "apart": True}, "lm-head")]
+        rows = [(cfg, b, s) for cfg in wraps for b in _ints(a.batch, "batch") for s in _ints(a.seq, "seq")]
+        if not rows: raise FitsError("no wrapping to trace")
         from lora_fsdp_kit.models import add_lora, model_from_config
         base = model_from_config(a.config, device="meta")
-        if getattr(base, "thinker", None) is not None:   # a multi-stage Omni model: LoRA trains the thinker alone
-            print(f"fits: {type(base).__name__} has no text step of its own: tracing its thinker", file=sys.stderr)
-            base = base.thinker
+        sub = text_model_of(base)   # a multi-stage Omni model: LoRA trains the thinker alone
+        if sub:
+            print(f"fits: {type(base).__name__} has no text step of its own: tracing its {sub}", file=sys.stderr)
+            base = getattr(base, sub)
         model = add_lora(base, r=a.lora_r, target_modules=tuple(t for t in a.targets.split(",") if t))
     except (FitsError, ValueError, FileNotFoundError, TypeError) as e:
         print(f"fits: error: {str(e).splitlines()[0]}", file=sys.stderr); return 2
     done, failed = [], []
-    for f, ac, mp, b, s, h in rows:
-        cfg = WrapConfig(flavour=f, activation_checkpointing=ac, mixed_precision=mp, wrap_lm_head=h)
+    for cfg, b, s in rows:
         t0 = time.perf_counter()
         try: done.append(Setting(cfg, b, s, predict_step_memory(model, world=a.world, wrap=cfg, batch=b, seq=s,
                                                                 backend=a.backend, attention=a.attention)))

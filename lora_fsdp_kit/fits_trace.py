@@ -13,7 +13,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .plan import clean_name
+from .families import attention_heads
+from .shards import chunk_spans, clean_name, piece_length, shard_group_size
 from .wrap import WrapConfig
 
 # %% auto #0
@@ -215,24 +216,19 @@ def _mesh(cfg:WrapConfig, world:int):
     "The DeviceMesh the wrap shards over, built outside fake mode (`DeviceMesh` reads its ranks with `.tolist()`)."
     from torch.distributed.device_mesh import init_device_mesh
     if not cfg.hybrid: return init_device_mesh("cpu", (world,))
-    k = cfg.shard_size or 2
+    k = shard_group_size(world, True, cfg.shard_size)
     if world % k: raise ValueError(f"world size {world} does not split into shard groups of {k} (shard_size)")
     return init_device_mesh("cpu", (world // k, k), mesh_dim_names=("replicate", "shard"))
-
-def _chunk(n:int, k:int, i:int)->int:
-    "Length of the i-th of `torch.chunk(range(n), k)` (FSDP2's rows of a shard; 0 past the end)."
-    c = math.ceil(n / k) if n else 0
-    return max(0, min(c, n - i * c))
 
 # %% ../nbs/11a_fits_trace.ipynb #a0b47f18
 def _signatures(wrapped:nn.Module, cfg:WrapConfig, world:int)->tuple:
     "Per rank: the shapes of what it holds locally (FSDP2: rows of each shard; FSDP1: its pieces of each parameter)."
-    k = (cfg.shard_size or 2) if cfg.hybrid else world
+    k = shard_group_size(world, cfg.hybrid, cfg.shard_size)
     if cfg.flavour == "fsdp2":
         from torch.distributed.tensor import DTensor, Shard
         dims = [(p.shape[pl.dim], ) for p in wrapped.parameters() if isinstance(p, DTensor)
                 for pl in p.placements[-1:] if isinstance(pl, Shard)]
-        return tuple(tuple(_chunk(n, k, r % k) for (n,) in dims) for r in range(world))
+        return tuple(tuple(chunk_spans(n, k)[r % k][1] for (n,) in dims) for r in range(world))
     if not cfg.use_orig_params: return tuple(() for _ in range(world))   # equal padded shards of flat parameters
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     spans = []
@@ -245,8 +241,7 @@ def _signatures(wrapped:nn.Module, cfg:WrapConfig, world:int)->tuple:
         for n, is_pad in zip(numels, pad):
             if not is_pad: spans.append((o, o + n, c))
             o += n
-    return tuple(tuple(max(0, min(e, (r % k + 1) * c) - max(s, (r % k) * c)) for s, e, c in spans)
-                 for r in range(world))
+    return tuple(tuple(piece_length(s, e, c, r % k) for s, e, c in spans) for r in range(world))
 
 # %% ../nbs/11a_fits_trace.ipynb #380c114b
 def _step(model:nn.Module, opt, batch:int, seq:int, vocab:int):

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from .gather import GatherEngine, GatherUnit, _own_cpu_copy, check_collected, gather_engine
 from .packing import evenly
 from .memory import AllGatherCounter, MemoryMeter
-from .models import fmt_bytes
+from .figures import fmt_bytes
 from .plan import dtype_itemsize
 from .shards import (fsdp1_align, fsdp1_flat_numels, fsdp1_layouts, fsdp1_padded_numel, fsdp2_layout,
                                   fsdp2_padded_numel)
@@ -165,15 +165,15 @@ def _fsdp1_rank_lora_bytes(u, world:int, use_orig_params:bool, adapter_name:str|
     return [sum(l.piece_numel(r) * dtype_itemsize(p.dtype) for l, p in zip(layouts, params)
                 if _in_adapter(p, adapter_name)) for r in range(world)]
 
-def _fsdp2_pieces(shape:tuple[int, ...], world:int)->list[int]:
-    "Elements of each rank's piece of an FSDP2 (dim-0 sharded) tensor."
-    layout = fsdp2_layout(shape or (1,), world)
+def _fsdp2_pieces(shape:tuple[int, ...], world:int, dim:int=0)->list[int]:
+    "Elements of each rank's piece of an FSDP2 tensor sharded on `dim`."
+    layout = fsdp2_layout(shape or (1,), world, dim)
     return [layout.piece_numel(r) for r in range(world)]
 
 def _padded(p, world:int, shapes:dict|None)->int:
-    "FSDP2's all-gather output of one parameter: dim 0 padded to a multiple of `world` (unpadded if no shape)."
+    "FSDP2's all-gather output of one parameter: its shard dim padded to a multiple of `world` (unpadded if no shape)."
     s = (shapes or {}).get(p.name)
-    return fsdp2_padded_numel(s, world) * dtype_itemsize(p.dtype) if s else p.nbytes
+    return fsdp2_padded_numel(s, world, p.shard_dim) * p.itemsize if s else p.nbytes
 
 def _unit_gather_bytes(u, flavour:str, world:int, use_orig_params:bool, shapes:dict|None, pos:dict|None,
                        mixed_precision:str|None=None)->int:
@@ -191,7 +191,7 @@ def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the 
             strategy:str,                  # a key of GATHER_STRATEGIES
             order:list[str]|None=None,     # unit names in the order the gather unshards them (default: the plan's)
             world:int|None=None,           # ranks in a shard group (default: the world size)
-            shapes:dict|None=None,         # {parameter name: full shape}: FSDP2 pads dim 0 to `world`
+            shapes:dict|None=None,         # {parameter name: full shape}: FSDP2 pads the shard dim to `world`
             rank:int|None=None,            # this rank in its shard group (default: world rank mod `world`)
             adapter_name:str|None=None,    # count only this adapter's tensors (None: every adapter)
             param_order:list[str]|None=None, # parameter names in the model's `named_parameters()` order
@@ -256,7 +256,7 @@ def _predict_packed(plan, lora:list, lora_units:list, world:int, shapes:dict|Non
                                                                  plan.mixed_precision)
                                           for u in lora_units))] or [0]
     else:
-        piece = lambda p: _fsdp2_pieces((shapes or {}).get(p.name, (p.numel,)), world)
+        piece = lambda p: _fsdp2_pieces((shapes or {}).get(p.name, (p.numel,)), world, p.shard_dim)
         chunks = [[c * dtype_itemsize(p.dtype) for c in piece(p)] for p in lora]
         per_rank = [sum(c) for c in zip(*chunks)] or [0]
     width, total = max(per_rank), sum(per_rank)

@@ -13,25 +13,20 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
+from .doctor import model_check
+from .families import FAMILIES
+from .figures import fmt_bytes, fmt_count
+
 # %% auto #0
 __all__ = ['CONFIG_DIR', 'TINY_MODELS', 'FULL_SIZE_CONFIGS', 'model_names', 'shipped_config', 'tiny_model', 'model_from_config',
-           'submodule', 'add_lora', 'build_for_plan', 'fmt_count', 'fmt_bytes', 'ChildSummary', 'ModelSummary',
-           'summarize_model']
+           'submodule', 'add_lora', 'build_for_plan', 'ChildSummary', 'ModelSummary', 'summarize_model',
+           'shipped_model_problems']
 
 # %% ../nbs/02_models.ipynb #f68690be
 # works installed, editable, and in the notebook
 CONFIG_DIR = Path(str(importlib.resources.files("lora_fsdp_kit")/"configs"))
 
-TINY_MODELS: dict[str, str] = {   # name -> what it is
-    "llama": "LlamaForCausalLM: dense decoder",
-    "qwen2": "Qwen2ForCausalLM: dense decoder, q/k/v biases",
-    "qwen3_moe": "Qwen3MoeForCausalLM: mixture-of-experts decoder (4 experts, 2 per token)",
-    "qwen2_moe": "Qwen2MoeForCausalLM: MoE decoder with a shared expert every token runs (4 experts, 2 per token)",
-    "mixtral": "MixtralForCausalLM: Mixtral-style MoE decoder (4 experts, 2 per token)",
-    "qwen3_omni": "Qwen3OmniMoeForConditionalGeneration: thinker (audio+vision towers, MoE text) + talker + code2wav",
-    "qwen3_omni_thinker": "Qwen3OmniMoeThinkerForConditionalGeneration: the Qwen3-Omni thinker alone",
-    "qwen2_5_omni": "Qwen2_5OmniForConditionalGeneration: thinker + talker + token2wav",
-}
+TINY_MODELS: dict[str, str] = {f.name: f.about for f in FAMILIES}   # name -> what it is: the family table's zoo
 
 FULL_SIZE_CONFIGS: dict[str, str] = {   # name -> what it is (build these on meta only)
     "qwen3_omni_default": "Qwen3-Omni (30B-A3B shape): thinker 18.6 B, talker 3.3 B, code2wav 0.2 B params, bf16",
@@ -259,9 +254,7 @@ def add_lora(model:nn.Module,                       # a transformers model (real
     return peft_model
 
 # %% ../nbs/02_models.ipynb #dbc9a700
-# the default LoRA targets, every attention projection (the CLI's, the demo's and fits'); the CLI's module imports
-# nothing heavy, so `lfk --help` stays instant
-from .__main__ import PLAN_TARGETS
+from .families import PLAN_TARGETS, text_model_of
 
 def build_for_plan(model:str|None=None,        # a zoo name or a shipped full-size config name
                    config:str|None=None,       # or a config.json (or its folder)
@@ -276,7 +269,7 @@ def build_for_plan(model:str|None=None,        # a zoo name or a shipped full-si
         else: raise ValueError(f"unknown model {model!r}; available: {', '.join(model_names())}, "
                                f"{', '.join(FULL_SIZE_CONFIGS)} (or pass --config path/to/config.json)")
     else: m = model_from_config(config)
-    scope = "thinker" if hasattr(m, "thinker") else None
+    scope = text_model_of(m)   # LoRA on the thinker of an Omni model
     return add_lora(m, r=lora_r, alpha=2 * lora_r, target_modules=[t for t in targets.split(",") if t],
                            modules=scope)
 
@@ -285,21 +278,6 @@ def build_for_plan(model:str|None=None,        # a zoo name or a shipped full-si
 def _unwrap(model:nn.Module)->nn.Module:
     "The transformers model inside a peft wrapper (or the model itself)."
     return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-def fmt_count(n:int)->str:
-    "Human-readable parameter count (`1.23 M`); the kit's one formatter for counts."
-    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(n) >= div: return f"{n/div:.2f} {unit}"
-    return str(n)
-
-def fmt_bytes(n:int|float|None,   # bytes (None: unknown)
-              compact:bool=False,  # no trailing zeros (`1 KiB`, `1.5 GiB`): the tick labels of `figures.byte_axis`
-             )->str:
-    "Human-readable bytes in binary units (`1.50 MiB`, `–` for unknown); the kit's one formatter for sizes."
-    if n is None: return "–"
-    for div, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if abs(n) >= div: return f"{n/div:{'g' if compact else '.2f'}} {unit}"
-    return f"{n:{'g' if compact else '.0f'}} B"
 
 # %% ../nbs/02_models.ipynb #3e8d639f
 @dataclass(frozen=True)
@@ -374,3 +352,18 @@ def summarize_model(model:nn.Module)->ModelSummary:
         rows.append(ChildSummary(name, type(c).__name__, n, by, lora, train))
     dev = {p.device.type for p in inner.parameters()}
     return ModelSummary(type(inner).__name__, tuple(rows), ",".join(sorted(dev)) or "-")
+
+# %% ../nbs/02_models.ipynb #91460c4b
+@model_check
+def shipped_model_problems()->list[tuple[str, str|None]]:
+    "(shipped tiny model, None if it builds on the meta device here, else the one-line reason)."
+    out = []
+    for name in model_names():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore"); model_from_config(shipped_config(name), device="meta")
+            out.append((name, None))
+        except Exception as e:
+            msg = str(e).splitlines()[0][:160] if str(e) else ""
+            out.append((name, f"{type(e).__name__}: {msg}"))
+    return out

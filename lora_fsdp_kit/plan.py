@@ -12,19 +12,15 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from .models import fmt_bytes, fmt_count
-# names and policies, re-exported: callers import them from `plan`, where they lived first
-from .shards import WRAPPER_SEGMENTS, clean_name, join_name   # the kit's one name function
-from .policies import (LORA_PREFIX, is_lora_name, is_trainable_leaf, WrapPolicy, module_classes_in,
-    resolve_layer_classes, lora_wrap_policy, peft_wrap_policy, layer_wrap_policy, size_wrap_policy, policy_parts,
-    fsdp1_unit_modules, resolve_targets, _name_pattern, _targets_repr, _post_order, _ignored_sets, _lambda_part,
-    _layer_part, _size_part)
-# experts are read from the forward (routing probes) in `moe`, which imports only `shards`: no cycle
-from .moe import expert_modules, fused_experts, param_wrappers
-
+from .figures import fmt_bytes, fmt_count
+from .shards import clean_name, join_name   # the kit's one name function
+from .policies import (WrapPolicy, is_lora_name, fsdp1_unit_modules, resolve_targets, _name_pattern,
+    _targets_repr, _ignored_sets)
+from .checks import Finding, check_plan   # the checks read a plan, and import nothing of this module
+from .routing import expert_modules, fused_experts, param_wrappers   # experts: what the forward routes
 
 # %% auto #0
-__all__ = ['tiny_lora_model', 'dtype_itemsize', 'ParamInfo', 'param_info', 'Unit', 'Finding', 'Plan', 'conditional_modules',
+__all__ = ['tiny_lora_model', 'dtype_itemsize', 'ParamInfo', 'param_info', 'Unit', 'Plan', 'conditional_modules',
            'mixed_precision_dtype', 'idle_modules', 'plan_fsdp1', 'plan_fsdp2', 'plan_summary', 'plan_text',
            'plan_html']
 
@@ -73,15 +69,21 @@ class ParamInfo:
     requires_grad: bool
     is_lora: bool                # a peft LoRA tensor (its name has a `lora_` segment)
     shape: tuple[int, ...] = ()  # the full (unsharded) shape
+    shard_dim: int = 0           # the dim FSDP2 cuts it on (`Shard(dim)`); FSDP1 cuts the flat parameter, dim 0
     @property
-    def nbytes(self)->int: return self.numel * dtype_itemsize(self.dtype)
+    def itemsize(self)->int: return dtype_itemsize(self.dtype)
+    @property
+    def nbytes(self)->int: return self.numel * self.itemsize
     def to_dict(self)->dict:
         return dict(name=self.name, numel=self.numel, dtype=self.dtype, requires_grad=self.requires_grad,
-                    is_lora=self.is_lora, shape=list(self.shape))
+                    is_lora=self.is_lora, shape=list(self.shape), shard_dim=self.shard_dim)
 
-def param_info(name:str, p:torch.Tensor)->ParamInfo:
+def param_info(name:str, p:torch.Tensor,
+               shard_dim:int=0,   # FSDP2's placement dim; a tensor with fewer dims is cut on dim 0, as FSDP2 does
+              )->ParamInfo:
     "The `ParamInfo` of parameter `p` under its clean `name`."
-    return ParamInfo(name, p.numel(), _dtype_name(p.dtype), bool(p.requires_grad), is_lora_name(name), tuple(p.shape))
+    return ParamInfo(name, p.numel(), _dtype_name(p.dtype), bool(p.requires_grad), is_lora_name(name), tuple(p.shape),
+                     shard_dim if p.dim() > shard_dim else 0)
 
 # %% ../nbs/03_plan.ipynb #4556366a
 @dataclass(frozen=True)
@@ -127,22 +129,8 @@ class Unit:
                     n_trainable=self.n_trainable, lora_numel=self.lora_numel,
                     params=[p.to_dict() for p in self.params])
 
-@dataclass(frozen=True)
-class Finding:
-    "A problem a plan predicts: how bad, where, what will happen and how to fix it."
-    severity: str        # "error" (FSDP refuses or hangs), "warning" (silently wrong results), "info"
-    check: str           # the id of the check that found it (`lora_fsdp_kit.checks.CHECKS`)
-    unit: str            # the unit's clean name ("" is the root)
-    message: str         # what will happen
-    fix: str = ""        # how to fix it
-    def __str__(self):
-        return f"{self.severity.upper()} [{self.check}] {self.unit or '<root>'}: {self.message}" + (
-            f"; fix: {self.fix}" if self.fix else "")
-    def to_dict(self)->dict:
-        return dict(severity=self.severity, check=self.check, unit=self.unit, message=self.message, fix=self.fix)
-
 # %% ../nbs/03_plan.ipynb #41e70d63
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)   # 13 fields: built by name, never by position
 class Plan:
     "The FSDP units a model will get under a policy (FSDP1) or a list of targets (FSDP2)."
     flavour: str                     # "fsdp1" or "fsdp2"
@@ -183,7 +171,6 @@ class Plan:
     def children_of(self, u:Unit)->list[Unit]: return [self[c] for c in u.children]
     def check(self)->list[Finding]:
         "Findings: the known failures this configuration will hit (every check of `checks.CHECKS`)."
-        from lora_fsdp_kit.checks import check_plan   # checks import this module
         return check_plan(self)
     def __repr__(self)->str: return plan_text(self, max_units=60 if len(self.units) > 80 else None)
     def _repr_html_(self)->str: return plan_html(self)
@@ -264,7 +251,8 @@ def idle_modules(model:nn.Module)->tuple[tuple[str, str], ...]:
     return tuple(out)
 
 # %% ../nbs/03_plan.ipynb #efc7f466
-def _owned_params(unit_mods:list[nn.Module], names:dict, flavour:str, use_orig_params:bool, ignored:set):
+def _owned_params(unit_mods:list[nn.Module], names:dict, flavour:str, use_orig_params:bool, ignored:set,
+                  shard_dim:int=0):
     "Per unit its own `ParamInfo`s in FSDP's order; the names each shared parameter has; FSDP1's copies."
     is_unit, claimed = set(unit_mods), set()
     owned, holders, owner, copies = {}, {}, {}, {}   # unit -> infos; id -> names; id -> unit; (id, unit) -> name
@@ -281,13 +269,13 @@ def _owned_params(unit_mods:list[nn.Module], names:dict, flavour:str, use_orig_p
                     if flavour == "fsdp1" and not use_orig_params:
                         # the first unit replaced the parameter only in its own modules: this unit still holds the
                         # original nn.Parameter and flattens it again, as a copy (measured: the head gets its own)
-                        if (id(p), um) not in copies: copies[(id(p), um)] = full; ps.append(param_info(full, p))
+                        if (id(p), um) not in copies: copies[(id(p), um)] = full; ps.append(param_info(full, p, shard_dim))
                     elif full not in holders[id(p)]:
                         holders[id(p)].append(full)   # FSDP1: used here, but it lives in another unit's flat param
                     continue
                 claimed.add(p); owner[id(p)] = um
                 holders.setdefault(id(p), []).append(full)
-                ps.append(param_info(full, p))
+                ps.append(param_info(full, p, shard_dim))
             for cn, c in m.named_children():
                 if c not in is_unit: visit(c, join_name(prefix, cn))
         visit(um, names[um])
@@ -313,12 +301,12 @@ def _nesting(model:nn.Module, unit_mods:list[nn.Module])->tuple[dict, dict]:
 
 # %% ../nbs/03_plan.ipynb #bf08962d
 def _build_plan(model:nn.Module, unit_claims:dict[nn.Module, str], flavour:str, policy:str, use_orig_params:bool,
-                ignored_params:set, mixed_precision:str|None=None, conditional:tuple=())->Plan:
+                ignored_params:set, mixed_precision:str|None=None, conditional:tuple=(), shard_dim:int=0)->Plan:
     "The `Plan` of `unit_claims` (module -> claiming part, in creation order, the root last)."
     names = {}
     for n, m in model.named_modules(remove_duplicate=True): names.setdefault(m, clean_name(n))
     unit_mods = list(unit_claims)
-    owned, tied, copied = _owned_params(unit_mods, names, flavour, use_orig_params, ignored_params)
+    owned, tied, copied = _owned_params(unit_mods, names, flavour, use_orig_params, ignored_params, shard_dim)
     parent, depth = _nesting(model, unit_mods)
     children = {m: [] for m in unit_mods}
     for m in unit_mods:
@@ -331,8 +319,10 @@ def _build_plan(model:nn.Module, unit_claims:dict[nn.Module, str], flavour:str, 
     base = model.get_base_model() if hasattr(model, "get_base_model") else None   # a peft model: name what it wraps
     model_class = (f"{type(base).__name__} (peft)" if isinstance(base, nn.Module) and base is not model
                    else type(model).__name__)
-    return Plan(flavour, model_class, policy, use_orig_params, units, ign, tied, mixed_precision, tuple(conditional),
-                copied, idle_modules(model), tuple(fused_experts(model)), tuple(param_wrappers(model)))
+    return Plan(flavour=flavour, model_class=model_class, policy=policy, use_orig_params=use_orig_params, units=units,
+                ignored=ign, tied=tied, mixed_precision=mixed_precision, conditional=tuple(conditional), copied=copied,
+                idle=idle_modules(model), fused=tuple(fused_experts(model)),
+                param_wrappers=tuple(param_wrappers(model)))
 
 def _refuse_wrapped(model:nn.Module, fn:str):
     "A plan is of the model *before* FSDP: planning an already wrapped one would describe wrappers, not units."
@@ -374,13 +364,14 @@ def plan_fsdp2(model:nn.Module,                        # the model as it will be
                mp_policy=None,                         # FSDP2's MixedPrecisionPolicy (or its param dtype)
                conditional:str|Sequence|None=None,     # modules (name globs) that may not run on every rank each step
                detect_experts:bool=True,               # also treat detected MoE experts as conditional
+               shard_dim:int=0,                        # the dim each parameter is cut on (`shard_placement_fn`)
               )->Plan:
     "The units `fully_shard` creates when applied to `targets` child-first, then to the root."
     _refuse_wrapped(model, "plan_fsdp2")
     claims = {m: "target" for _, m in resolve_targets(model, targets)}
     claims[model] = "root"
     return _build_plan(model, claims, "fsdp2", _targets_repr(targets), True, set(), mixed_precision_dtype(mp_policy),
-                       conditional_modules(model, conditional, detect_experts))
+                       conditional_modules(model, conditional, detect_experts), shard_dim)
 
 # %% ../nbs/03_plan.ipynb #c11ac0b1
 _MARK = {"error": "✖", "warning": "▲", "info": "·"}
@@ -459,12 +450,14 @@ def plan_html(plan:Plan, findings:list[Finding]|None=None)->str:
             f"<details open><summary>{len(findings)} findings</summary><ul>{flist}{more}</ul></details></div>")
 
 # %% ../nbs/03_plan.ipynb #b9f27f10
-_MOVED = dict(check_plan="checks", wrap_fsdp1="wrap", wrap_fsdp2="wrap", wrap_fsdp2_like="wrap", units_of="wrap",
-              planned_units="wrap", policy_from_spec="wrap", plan_from_spec="wrap", wrap_from_spec="wrap",
-              fidelity_check="wrap", WrapConfig="wrap")
+_PENDING = dict(lora_wrap_policy="policies", layer_wrap_policy="policies", peft_wrap_policy="policies",
+                wrap_fsdp2_like="wrap")   # issue 30: the last callers are 09_export, 10_hazards, hazard_guard_cases
 
 def __getattr__(name:str):
-    "`plan.check_plan`, `plan.wrap_fsdp1`, ...: names that now live in `checks` and `wrap`."
-    if name not in _MOVED: raise AttributeError(f"module 'lora_fsdp_kit.plan' has no attribute {name!r}")
+    "The names `_PENDING` lists, looked up where they live (no import at load time: `wrap` imports this module)."
     import importlib
-    return getattr(importlib.import_module(f"lora_fsdp_kit.{_MOVED[name]}"), name)
+    if name == "wrap_from_spec":   # a spec dict without 'flavour' meant FSDP1 (tests/hazard_guard_cases.py)
+        cfg = importlib.import_module("lora_fsdp_kit.wrap").WrapConfig
+        return lambda model, spec, **kw: cfg(**{"flavour": "fsdp1", **spec}).wrap(model, **kw)
+    if name not in _PENDING: raise AttributeError(f"module 'lora_fsdp_kit.plan' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"lora_fsdp_kit.{_PENDING[name]}"), name)

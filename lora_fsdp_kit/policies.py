@@ -13,8 +13,9 @@ import torch.nn as nn
 from torch.distributed.fsdp import wrap as fsdp_wrap
 
 from .doctor import require
+from .families import layer_class_names
 from .shards import (WRAPPER_SEGMENTS, clean_name, flat_spans, fsdp1_align, fsdp1_flat_numels,
-                                  join_name)
+                                  join_name, piece_length)
 
 # %% auto #0
 __all__ = ['LORA_PREFIX', 'is_lora_name', 'is_trainable_leaf', 'WrapPolicy', 'module_classes_in', 'resolve_layer_classes',
@@ -66,7 +67,7 @@ def resolve_layer_classes(model:nn.Module, layer_cls:str|Iterable[type|str]|None
     if layer_cls is None: return ()
     present = module_classes_in(model)
     if isinstance(layer_cls, str) and layer_cls == "auto":
-        names = list(getattr(model, "_no_split_modules", None) or [])
+        names = layer_class_names(model)   # the one rule, with the other family facts
         found = tuple(present[n] for n in names if n in present)
         if not found:
             raise ValueError(f"layer_cls='auto': {type(model).__name__} declares no layer classes present in it "
@@ -197,7 +198,7 @@ def _to_fsdp1_shards(module:nn.Module, ignored:set, shrunk:dict, world:int, rank
     spans = flat_spans(numels, pad)
     c = -(-sum(numels) // world)
     for p, (s, e) in zip(params, spans):
-        k = max(0, min(e, (rank + 1) * c) - max(s, rank * c))
+        k = piece_length(s, e, c, rank)
         shrunk[p] = p.data
         p.data = p.data.new_empty(1).expand(k) if k else p.data.new_empty(0)   # numel k, no memory
 

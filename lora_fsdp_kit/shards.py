@@ -14,7 +14,8 @@ import torch
 
 # %% auto #0
 __all__ = ['WRAPPER_SEGMENTS', 'clean_name', 'join_name', 'chunk_spans', 'ShardLayout', 'fsdp2_layout', 'fsdp2_padded_numel',
-           'flat_spans', 'fsdp1_layouts', 'fsdp1_padded_numel', 'fsdp1_align', 'fsdp1_flat_numels', 'shard_group']
+           'flat_spans', 'fsdp1_layouts', 'fsdp1_padded_numel', 'fsdp1_align', 'fsdp1_flat_numels', 'shard_group',
+           'shard_group_size', 'piece_length']
 
 # %% ../nbs/02a_shards.ipynb #46a0f7e6
 # torch's FSDP_WRAPPED_MODULE and _CHECKPOINT_WRAPPED_MODULE, and torch.compile's prefix, spelled out so that importing
@@ -147,3 +148,19 @@ def shard_group(rank:int,                   # global rank
     if rank >= math.prod(mesh_shape): raise ValueError(f"rank {rank} is outside the mesh {tuple(mesh_shape)}")
     first = rank - rank % shard
     return tuple(range(first, first + shard)), rank % shard
+
+# %% ../nbs/02a_shards.ipynb #80fe3a3b
+def shard_group_size(world:int,                # ranks in the job
+                     hybrid:bool=False,        # hybrid sharding: shard within groups, replicate across them
+                     shard_size:int|None=None, # ranks per shard group (None: 2)
+                    )->int:
+    "Ranks a parameter is sharded across: the world, or its hybrid shard group (at most the world)."
+    return min(shard_size or 2, world) if hybrid else world
+
+# %% ../nbs/02a_shards.ipynb #4fe90851
+def piece_length(start:int, end:int,  # a tensor's span in a flat parameter
+                 chunk:int,           # elements in each rank's chunk of the flat parameter
+                 rank:int,            # rank in the shard group
+                )->int:
+    "Elements of `[start, end)` inside rank `rank`'s chunk `[rank*chunk, (rank+1)*chunk)`: its piece of that tensor."
+    return max(0, min(end, (rank + 1) * chunk) - max(start, rank * chunk))

@@ -16,7 +16,6 @@ from torch.distributed.device_mesh import DeviceMesh
 from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from safetensors.torch import save_file
 
-from . import plan as P
 from .export import load_lora, peft_model_of, save_lora
 from .gather import gather_engine, gather_lora, iter_merged_weights
 from .hazards import check_collective_order
@@ -26,11 +25,14 @@ from .memory import AllGatherCounter
 from .models import add_lora, model_from_config, shipped_config, tiny_model
 from .platform import get_platform
 from .shards import fsdp2_padded_numel
-from .strip import _layer_classes, align_lora_dtype, route_forward, strip_submodules
-from .wrap import WrapConfig
-# the toy models moved to `toys` (95a); importable from here as before, for the rank functions below and their callers
-from .toys import (BranchExpert, BranchBlock, BranchLM, branch_lora_model, SWITCH_CONFIG, switch_lora_model,
-                                BareRoutedBlock, BareRoutedLM, hazard_batch, HAZARD_MODELS, _build, _data_kind, hazard_loss)
+from .lora_dtype import align_lora_dtype
+from .plan import plan_fsdp1, plan_fsdp2, tiny_lora_model
+from .policies import layer_wrap_policy, lora_wrap_policy, resolve_layer_classes
+from .strip import _layer_classes, route_forward, strip_submodules
+from .wrap import WrapConfig, wrap_fsdp1, wrap_fsdp2
+from .toys import hazard_batch, _build, _data_kind, hazard_loss
+# pending (issue 30): 10_hazards and tests/hazard_guard_cases.py still reach these toys through `testing`
+from .toys import HAZARD_MODELS, branch_lora_model, switch_lora_model
 
 # %% auto #0
 __all__ = ['QKVO', 'case_model', 'case_config', 'case_policy', 'case_wrap', 'training_batch', 'train_steps', 'peft_reference',
@@ -183,7 +185,7 @@ def gather_case(model:str="llama",          # a tiny model of `lora_fsdp_kit.mod
         order = [n for n, _ in pm.named_parameters()]
         # the plan of the unwrapped model, made before wrapping; FSDP2 shards the modules FSDP1 would make units of
         cfg = case_config(policy, setting, sharding)
-        plan = P.plan_fsdp1(pm, cfg.auto_wrap_policy(pm), use_orig_params=cfg.use_orig_params, allow_root_only=True)
+        plan = plan_fsdp1(pm, cfg.auto_wrap_policy(pm), use_orig_params=cfg.use_orig_params, allow_root_only=True)
         if setting == "fsdp2": plan = dataclasses.replace(plan, flavour="fsdp2")
         try: fm = cfg.wrap(pm)
         except Exception as e: return dict(res, refused=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
@@ -238,12 +240,12 @@ def export_demo(folder:str,                      # a folder every rank can reach
                )->dict:
     "Rank function: train a tiny LoRA model under FSDP, save it, load it into a fresh wrap, measure streams."
     cfg = WrapConfig(flavour=flavour, policy="peft")   # peft's own units (FSDP2: the same modules)
-    fm = cfg.wrap(P.tiny_lora_model("llama"))
+    fm = cfg.wrap(tiny_lora_model("llama"))
     losses = train_steps(fm, 3)
     save_lora(fm, Path(folder)/"first")   # a model's first save builds its pack plan: measure one like every later save
     save = measure_save(fm, Path(folder)/"adapter")
     trained = gather_lora(fm, progress=False)
-    fresh = cfg.wrap(P.tiny_lora_model("llama"))    # the same start as `fm` before training
+    fresh = cfg.wrap(tiny_lora_model("llama"))    # the same start as `fm` before training
     before = gather_lora(fresh, progress=False)
     n = load_lora(fresh, Path(folder)/"adapter")
     after = gather_lora(fresh, progress=False)
@@ -266,10 +268,10 @@ def profile_strategies(model_name:str="llama",    # a tiny model of `lora_fsdp_k
         if layers: cfg = dict(cfg, num_hidden_layers=layers)
         return add_lora(model_from_config(cfg, device="cpu"))
     out = {}
-    pm = build(); pol = P.lora_wrap_policy(pm); plan = P.plan_fsdp1(pm, pol); fm = P.wrap_fsdp1(pm, pol)
+    pm = build(); pol = lora_wrap_policy(pm); plan = plan_fsdp1(pm, pol); fm = wrap_fsdp1(pm, pol)
     for s in ("whole", "per_unit", "packed"): out[("fsdp1", s)] = measure_gather(fm, s, plan=plan)
-    pm = build(); cls = list(P.resolve_layer_classes(pm, "auto"))
-    plan = P.plan_fsdp2(pm, cls); fm = P.wrap_fsdp2(pm, cls)
+    pm = build(); cls = list(resolve_layer_classes(pm, "auto"))
+    plan = plan_fsdp2(pm, cls); fm = wrap_fsdp2(pm, cls)
     for s in ("whole", "per_unit", "lora_only", "packed"): out[("fsdp2", s)] = measure_gather(fm, s, plan=plan)
     return out
 
@@ -334,7 +336,7 @@ def fsdp1_dtype_rank()->dict:
     for case, (pol, uop) in cases.items():
         for when in ("before", "after"):
             model = add_lora(tiny_model("llama", dtype=torch.bfloat16))
-            policy = P.layer_wrap_policy(model) if pol == "layer" else P.lora_wrap_policy(model)
+            policy = layer_wrap_policy(model) if pol == "layer" else lora_wrap_policy(model)
             if when == "after": align_lora_dtype(model, policy=policy)
             try:
                 wrapped = FSDP(model, auto_wrap_policy=policy, device_id=torch.device("cpu"), use_orig_params=uop)
@@ -351,8 +353,14 @@ def _lora_after(model:nn.Module)->dict[str, torch.Tensor]:
     # numpy, not tensors: torch sends tensors between processes through shared memory the exiting rank takes along
     return {k: v.float().numpy() for k, v in gather_lora(model, progress=False).items()}
 
-def hazard_case(name:str,            # "branch", "branch_drop", "switch" or "llama"
-                spec:dict,           # a plan fidelity configuration (flavour, policy, targets, ...)
+def _hazard_config(spec:WrapConfig|dict)->tuple[WrapConfig, str|None]:
+    "The wrapping and its `conditional` globs; a dict (pending: 10_hazards' and the guard tests' cases) means FSDP1."
+    if isinstance(spec, WrapConfig): return spec, None
+    d = dict(spec); cond = d.pop("conditional", None)
+    return WrapConfig(**{"flavour": "fsdp1", **d}), cond
+
+def hazard_case(name:str,                 # "branch", "branch_drop", "switch" or "llama"
+                spec:WrapConfig|dict,     # the wrapping
                 same:bool=False,     # every rank gets rank 0's batch
                 guard:bool=False,    # compare ranks with `check_collective_order` (the sequence is recorded anyway)
                 lr:float=0.5,        # SGD learning rate (large, so a wrong gradient shows after one step)
@@ -364,16 +372,17 @@ def hazard_case(name:str,            # "branch", "branch_drop", "switch" or "lla
     # barrier on the default group waits for a rank still failing out of the previous case
     dist.barrier()
     pg = dist.new_group(timeout=datetime.timedelta(seconds=wait))
+    cfg, cond = _hazard_config(spec)
     res = dict(name=name, spec=spec, same=same, guard=guard, loss=None, lora=None, events=[], error=None,
-               findings=sorted({f.check for f in P.plan_from_spec(_build(name), spec).check()
+               findings=sorted({f.check for f in cfg.plan(_build(name), conditional=cond).check()
                                 if f.severity == "error"}),
                seconds=None, guard_seconds=0.0)
     model = _build(name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         kw = (dict(mesh=DeviceMesh.from_group(pg, get_platform().torch_device().type))
-              if spec.get("flavour") == "fsdp2" else dict(process_group=pg))
-        model = P.wrap_from_spec(model, spec, **kw)
+              if cfg.flavour == "fsdp2" else dict(process_group=pg))
+        model = cfg.wrap(model, **kw)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
     ids = hazard_batch(_data_kind(name), rank, same)
     g = check_collective_order(model, compare=guard is True, timeout=wait)
@@ -423,14 +432,14 @@ def hazard_outcome(ranks:list[dict],   # one case's result on every rank
 
 # %% ../nbs/95_testing.ipynb #hzovh001
 def guard_overhead(name:str="switch",   # a hazard model
-                   spec:dict|None=None, # its wrapping (default: LoRA leaves as FSDP1 units, the most collectives)
+                   spec:WrapConfig|dict|None=None, # its wrapping (default: LoRA leaves as FSDP1 units)
                    steps:int=5,         # timed steps each way (after one warm-up step)
                   )->dict:
     "Inside a rank: seconds per forward+backward with and without the guard on identical data (no divergence)."
-    spec = spec or dict(policy="lora", use_orig_params=True)
+    cfg = _hazard_config(spec)[0] if spec is not None else WrapConfig(flavour="fsdp1", policy="lora", use_orig_params=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = P.wrap_from_spec(_build(name), spec)
+        model = cfg.wrap(_build(name))
     ids = hazard_batch(_data_kind(name), 0, same=True)
     def step(guard):
         with (check_collective_order(model, step=i) if guard else contextlib.nullcontext()) as g:

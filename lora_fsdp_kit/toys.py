@@ -10,11 +10,12 @@ import functools
 import torch
 from torch import nn
 
-from .models import add_lora, model_from_config
+from .models import add_lora, model_from_config, tiny_model
 
 # %% auto #0
-__all__ = ['SWITCH_CONFIG', 'HAZARD_MODELS', 'BranchExpert', 'BranchBlock', 'BranchLM', 'branch_lora_model', 'switch_lora_model',
-           'BareRoutedBlock', 'BareRoutedLM', 'hazard_batch', 'hazard_loss']
+__all__ = ['SWITCH_CONFIG', 'HAZARD_MODELS', 'EXPERTS', 'MOE_LORA', 'BranchExpert', 'BranchBlock', 'BranchLM',
+           'branch_lora_model', 'switch_lora_model', 'BareRoutedBlock', 'BareRoutedLM', 'hazard_batch', 'hazard_loss',
+           'moe_lora_model', 'moe_batch', 'moe_loss']
 
 # %% ../nbs/95a_toys.ipynb #hzx00001
 class BranchExpert(nn.Module):
@@ -140,4 +141,44 @@ def _data_kind(name:str)->str: return "branch" if name.startswith("branch") else
 def hazard_loss(model:nn.Module, name:str, ids:torch.Tensor)->torch.Tensor:
     "The model's language-modelling loss on `ids` (the encoder-decoder MoE reads them on both sides)."
     if name == "switch": return model(input_ids=ids, decoder_input_ids=ids, labels=ids).loss
+    return model(input_ids=ids, labels=ids).loss
+
+# %% ../nbs/95a_toys.ipynb #c3510b71
+EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")   # transformers 5's fused expert weights
+
+MOE_LORA: dict[str, dict] = {   # name -> how the MoE case model is built: tiny model, LoRA targets, fused targets
+    "qwen3_moe": dict(model="qwen3_moe", targets=("q_proj", "v_proj")),   # layers: FSDP2's targets (default layers)
+    "qwen2_moe": dict(model="qwen2_moe", targets=("q_proj", "v_proj", "gate_proj", "up_proj", "down_proj")),
+    "mixtral": dict(model="mixtral", targets=("q_proj", "v_proj")),
+    "qwen3_omni_thinker": dict(model="qwen3_omni_thinker", targets=("q_proj", "v_proj")),
+    "switch": dict(model="switch", targets=("wi", "wo"), layers="**.block.*"),
+    "bare_routed": dict(model="bare_routed", targets=("up", "down"), layers="**.blocks.*"),
+    "qwen3_moe_fused": dict(model="qwen3_moe", targets=("q_proj", "v_proj"), params=EXPERTS),
+    "qwen3_omni_fused": dict(model="qwen3_omni_thinker", targets=("q_proj", "k_proj", "v_proj", "o_proj"),
+                             params=EXPERTS),
+}
+
+def moe_lora_model(name:str,   # a key of `MOE_LORA`
+                   r:int=2,    # LoRA rank
+                  )->nn.Module:
+    "A seeded tiny MoE model with LoRA as `MOE_LORA[name]` says (a picklable factory for rank functions)."
+    if name not in MOE_LORA: raise ValueError(f"unknown MoE case {name!r}; use one of {', '.join(MOE_LORA)}")
+    c = MOE_LORA[name]
+    torch.manual_seed(0)
+    if c["model"] == "bare_routed":
+        m = BareRoutedLM()
+    elif c["model"] == "switch":
+        m = model_from_config(dict(SWITCH_CONFIG), device="cpu", dtype=torch.float32)
+    else: m = tiny_model(c["model"])
+    return add_lora(m, r=r, alpha=2*r, target_modules=c["targets"], target_parameters=c.get("params"))
+
+def moe_batch(name:str, rank:int, vocab:int=64)->torch.Tensor:
+    "Rank 0: two random sequences; other ranks: one short sequence of one repeated token (it reaches few experts)."
+    g = torch.Generator().manual_seed(100 + rank)
+    if rank == 0: return torch.randint(2, vocab, (2, 8), generator=g)
+    return torch.randint(2, vocab, (1, 1), generator=g).repeat(1, 2 + rank)
+
+def moe_loss(model:nn.Module, name:str, ids:torch.Tensor)->torch.Tensor:
+    "The language-modelling loss of a MoE case model on `ids` (the encoder-decoder reads them on both sides)."
+    if MOE_LORA[name]["model"] == "switch": return model(input_ids=ids, decoder_input_ids=ids, labels=ids).loss
     return model(input_ids=ids, labels=ids).loss

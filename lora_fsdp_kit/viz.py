@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 
 import torch.nn as nn
 
-from .models import fmt_bytes
-from .plan import Finding, Plan, Unit, plan_summary, resolve_layer_classes
+from .figures import fmt_bytes
+from .plan import Plan, Unit, plan_summary
+from .checks import Finding
+from .policies import resolve_layer_classes
 from .wrap import WrapConfig
 from .figures import KitFigure, byte_axis, new_figure
 
@@ -221,7 +223,7 @@ def findings_html(findings:list[Finding],  # a plan's findings
 # %% ../nbs/04_viz.ipynb #8f18e3e2
 # the default LoRA targets, every attention projection (the CLI's, the demo's and fits'); the CLI's module imports
 # nothing heavy, so `lfk --help` stays instant
-from .__main__ import PLAN_TARGETS
+from .families import PLAN_TARGETS
 from .models import build_for_plan   # what the CLI, the explorer and plan_command plan
 
 @dataclass(frozen=True)

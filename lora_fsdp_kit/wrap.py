@@ -16,15 +16,14 @@ from torch.distributed.fsdp import wrap as fsdp_wrap
 from .platform import get_platform
 from .policies import (WrapPolicy, lora_wrap_policy, peft_wrap_policy, layer_wrap_policy,
                                     size_wrap_policy, resolve_layer_classes, resolve_targets, fsdp1_unit_modules,
-                                    module_classes_in,
-                                    clean_name, _lambda_part, _size_part, _post_order)
+                                    module_classes_in, _lambda_part, _size_part, _post_order)
+from .shards import clean_name, shard_group_size
+from .lora_dtype import _adapter_tensors, align_lora_dtype
 from .plan import (Plan, _build_plan, _refuse_wrapped, conditional_modules, mixed_precision_dtype,
                                 plan_fsdp1)
 
 # %% auto #0
-__all__ = ['POLICIES', 'FSDP1_SHARDING', 'SPEC_EXTRAS', 'WrapConfig', 'units_of', 'params_of', 'planned_params', 'planned_units',
-           'wrap_fsdp1', 'wrap_fsdp2', 'wrap_fsdp2_like', 'policy_from_spec', 'plan_from_spec', 'wrap_from_spec',
-           'fidelity_check']
+__all__ = ['POLICIES', 'FSDP1_SHARDING', 'WrapConfig', 'wrap_fsdp1', 'wrap_fsdp2', 'wrap_fsdp2_like']
 
 # %% ../nbs/03c_wrap.ipynb #655e953b
 POLICIES = ("lora", "peft", "layer", "size", "leaves+size", "root")
@@ -63,7 +62,7 @@ class WrapConfig:
     activation_checkpointing: bool = False
     "Wrap each decoder layer in torch's `checkpoint_wrapper` before sharding (units and clean names do not change)."
     align_lora_dtype: bool = False
-    "Cast every LoRA adapter to its base layer's dtype before wrapping (`strip.align_lora_dtype`)."
+    "Cast every LoRA adapter to its base layer's dtype before wrapping (`lora_dtype.align_lora_dtype`)."
     targets: str|tuple[str, ...]|None = None
     "FSDP2 only: class names or dotted-name globs to `fully_shard` instead of `policy` (e.g. '**.layers.*')."
 
@@ -172,7 +171,6 @@ WrapConfig.shard_modules = _shard_modules
 # %% ../nbs/03c_wrap.ipynb #4e847ffa
 def _adapter_dtypes(model:nn.Module)->dict[str, str]:
     "Clean adapter parameter name -> the dtype `align_lora_dtype` will give it (its base layer's)."
-    from lora_fsdp_kit.strip import _adapter_tensors
     return {n: str(bt).removeprefix("torch.") for n, _, bt in _adapter_tensors(model) if bt is not None}
 
 def _aligned(plan:Plan, dtypes:dict[str, str])->Plan:
@@ -186,7 +184,7 @@ def _shard_rank(cfg:WrapConfig, world_size:int|None, rank:int|None)->tuple[int, 
     if world_size is None: world_size = dist.get_world_size() if dist.is_initialized() else 1
     if rank is None: rank = dist.get_rank() if dist.is_initialized() else 0
     if cfg.sharding == "NO_SHARD": return 1, 0
-    if cfg.hybrid: k = min(cfg.shard_size or 2, world_size); return k, rank % k
+    if cfg.hybrid: k = shard_group_size(world_size, True, cfg.shard_size); return k, rank % k
     return world_size, rank
 
 def _plan(self:WrapConfig,
@@ -209,14 +207,12 @@ def _plan(self:WrapConfig,
         what = (", ".join(self.targets) if self.policy == "targets"
                 else f"the units of {self.auto_wrap_policy(model)!r}".replace("\n", "; "))
         plan = _build_plan(model, claims, "fsdp2", f"fully_shard on {what}, then the root", True, set(), mp,
-                           conditional_modules(model, conditional, detect_experts))
+                           conditional_modules(model, conditional, detect_experts), self.shard_dim)
     return _aligned(plan, _adapter_dtypes(model)) if self.align_lora_dtype else plan
 
 WrapConfig.plan = _plan
 
 # %% ../nbs/03c_wrap.ipynb #effa262f
-SPEC_EXTRAS = ("model", "forward", "conditional")   # keys of old spec dicts that describe the case, not the wrapping
-
 def _to_dict(self:WrapConfig)->dict:
     "Flavour, policy and the fields that differ from their defaults (JSON-safe)."
     d = dict(flavour=self.flavour, policy=self.policy)
@@ -226,13 +222,11 @@ def _to_dict(self:WrapConfig)->dict:
     return d
 
 def _from_dict(cls, d:dict)->WrapConfig:
-    "A config from `to_dict`'s output or an older spec dict (no 'flavour': FSDP1, as those defaulted)."
+    "A config from `to_dict`'s output (a missing field takes its default, as in `WrapConfig()`)."
     names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - names - set(SPEC_EXTRAS))
+    unknown = sorted(set(d) - names)
     if unknown: raise ValueError(f"unknown WrapConfig keys {unknown}; the fields are {sorted(names)}")
-    kw = {k: v for k, v in d.items() if k in names}
-    kw.setdefault("flavour", "fsdp1")
-    return cls(**kw)
+    return cls(**d)
 
 _SHORT = dict(use_orig_params="orig", lora_leaves="leaves", wrap_lm_head="head", activation_checkpointing="ac",
               align_lora_dtype="align", reshard_after_forward="reshard")
@@ -254,7 +248,6 @@ WrapConfig.to_dict, WrapConfig.from_dict, WrapConfig.label = _to_dict, classmeth
 def _prepare(self:WrapConfig, model:nn.Module)->nn.Module:
     "In place, what comes before sharding: cast the adapters (`align_lora_dtype`), checkpoint each decoder layer."
     if self.align_lora_dtype:
-        from lora_fsdp_kit.strip import align_lora_dtype
         align_lora_dtype(model, policy=None if self.policy == "targets" else self.auto_wrap_policy(model),
                          use_orig_params=self.use_orig_params or self.flavour == "fsdp2")
     if self.activation_checkpointing:
@@ -279,7 +272,7 @@ def _device_mesh(cfg:WrapConfig, mesh=None):
         return DeviceMesh.from_group(mesh, dev)
     world = dist.get_world_size()
     if not cfg.hybrid: return init_device_mesh(dev, (world,))
-    k = cfg.shard_size or 2
+    k = shard_group_size(world, True, cfg.shard_size)
     if world % k: raise ValueError(f"world size {world} does not split into shard groups of {k} (shard_size)")
     return init_device_mesh(dev, (world // k, k), mesh_dim_names=("replicate", "shard"))
 
@@ -330,30 +323,6 @@ def _wrap(self:WrapConfig,
 
 WrapConfig.wrap = _wrap
 
-# %% ../nbs/03c_wrap.ipynb #04fb62a7
-def units_of(wrapped:nn.Module)->list[tuple[str, list[str]]]:
-    "(clean unit name, sorted clean names of the parameters it owns) for each unit of a really wrapped model."
-    from lora_fsdp_kit.sharded import sharded_view
-    try: view = sharded_view(wrapped)
-    except TypeError: raise ValueError(f"{type(wrapped).__name__} has no FSDP units: it is not wrapped by FSDP1 or "
-                                       "FSDP2") from None
-    return sorted((u.name, sorted(u.param_names)) for u in view.units if u.module is not None)
-
-def params_of(wrapped:nn.Module)->dict[str, list[tuple[str, tuple[int, ...], str]]]:
-    "Unit name -> (clean name, full shape, dtype) of each parameter it owns, in FSDP's order."
-    from lora_fsdp_kit.sharded import sharded_view
-    dn = lambda dt: str(dt).removeprefix("torch.")
-    return {u.name: [(p.name, tuple(p.shape), dn(p.dtype)) for p in u.params]
-            for u in sharded_view(wrapped).units if u.module is not None}
-
-def planned_params(plan:Plan)->dict[str, list[tuple[str, tuple[int, ...], str]]]:
-    "The plan in `params_of` form: per unit its parameters' names, shapes and dtypes, in FSDP's order."
-    return {u.name: [(p.name, p.shape, p.dtype) for p in u.params] for u in plan.units}
-
-def planned_units(plan:Plan)->list[tuple[str, list[str]]]:
-    "The plan in `units_of` form (sorted by unit name), for comparison with a really wrapped model."
-    return sorted((u.name, sorted(u.param_names)) for u in plan.units)
-
 # %% ../nbs/03c_wrap.ipynb #043cd884
 def wrap_fsdp1(model:nn.Module,                 # the model to wrap (inside a process group)
                policy:Callable,                 # an FSDP1 auto_wrap_policy
@@ -394,69 +363,3 @@ def _fully_shard_all(model:nn.Module, modules:list[nn.Module], mesh=None, **kw)-
     for m in modules: fully_shard(m, mesh=mesh, **kw)
     fully_shard(model, mesh=mesh, **kw)
     return model
-
-# %% ../nbs/03c_wrap.ipynb #a3217d15
-def policy_from_spec(model:nn.Module, spec:dict)->Callable:
-    "The FSDP1 policy an older spec dict names (`WrapConfig.from_dict(spec).auto_wrap_policy(model)`)."
-    return WrapConfig.from_dict(spec).auto_wrap_policy(model)
-
-def plan_from_spec(model:nn.Module, spec:dict)->Plan:
-    "The plan an older spec dict describes (its `conditional` key included)."
-    return WrapConfig.from_dict(spec).plan(model, conditional=spec.get("conditional"))
-
-def wrap_from_spec(model:nn.Module, spec:dict, **kw)->nn.Module:
-    "Wrap `model` for real as an older spec dict says (`kw`: `mesh=`, or arguments to FSDP)."
-    return WrapConfig.from_dict(spec).wrap(model, **kw)
-
-# %% ../nbs/03c_wrap.ipynb #0a75722b
-def _wrapped_module_names(model:nn.Module)->set[str]:
-    "Clean names of the modules FSDP1 or FSDP2 has turned into units so far (also after a failed wrap)."
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, FSDPModule
-    return {clean_name(n) for n, m in model.named_modules() if isinstance(m, (FSDP, FSDPModule))}
-
-def _run_case(build:Callable, cfg:WrapConfig, opts:dict, r:dict):
-    "Plan, wrap, and maybe run forward and backward, filling `r`; FSDP's error is recorded, not raised."
-    try:
-        plan = cfg.plan(build(), conditional=opts.get("conditional"))
-        r["planned"], r["findings"] = planned_units(plan), [f.to_dict() for f in plan.check()]
-        r["planned_params"] = planned_params(plan)
-    except Exception as e:
-        r["error"] = f"plan: {type(e).__name__}: {e}"; return
-    model = build()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            wrapped = cfg.wrap(model)
-            r["wrapped"], r["wrapped_params"] = units_of(wrapped), params_of(wrapped)
-            if opts.get("forward"):   # a forward and a backward: some failures show only there
-                r["stage"] = "forward"
-                ids = torch.arange(1, 5, device=get_platform().torch_device())[None]
-                out = wrapped(input_ids=ids, labels=ids)
-                r["stage"] = "backward"
-                out.loss.backward()
-    except Exception as e:
-        r["error"] = f"{type(e).__name__}: {e}"
-        if r["stage"] == "wrap":
-            # FSDP creates units in the plan's order and replaces modules as it goes: the first planned unit not
-            # yet wrapped is where it stopped
-            done = _wrapped_module_names(model)
-            r["failed_at"] = next((u.name for u in plan.units if u.name not in done), None)
-
-def fidelity_check(cases:Sequence[tuple],   # (picklable model factory, WrapConfig or spec dict[, options dict])
-                   forward:bool=False,      # run a forward and a backward in every case (an option overrides it)
-                  )->list[dict]:
-    "Inside a rank: per case, the planned units, the really wrapped units or FSDP's error, its stage and unit."
-    res = []
-    for build, cfg, *rest in cases:
-        opts = {"forward": forward, **(rest[0] if rest else {})}
-        if isinstance(cfg, dict):   # an older spec dict: its case keys are options
-            opts.update({k: cfg[k] for k in SPEC_EXTRAS if k in cfg}); spec = cfg; cfg = WrapConfig.from_dict(cfg)
-        else: spec = {**cfg.to_dict(), **opts}
-        r = dict(config=cfg.to_dict(), label=cfg.label, case=opts, spec=spec, planned=None, wrapped=None,
-                 planned_params=None, wrapped_params=None, error=None, stage="wrap", failed_at=None, findings=[],
-                 seconds=0.0)
-        t0 = time.perf_counter()
-        _run_case(build, cfg, opts, r)
-        r["seconds"] = time.perf_counter() - t0
-        res.append(r)
-    return res

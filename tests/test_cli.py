@@ -64,11 +64,11 @@ def test_demo_sigterm_keeps_previous_results(tmp_path):
         p.wait()
 
 def test_fits_subcommand(capsys):
-    "`python -m lora_fsdp_kit fits` is `fits.fits_main` with its own flags (a real interpreter), and bad input exits 2."
+    "`lfk fits` takes the wrap flags `plan` takes and calls `fits.fits_report` (a real interpreter); bad input exits 2."
     r = subprocess.run([sys.executable, "-m", "lora_fsdp_kit", "fits", "--help"], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "--device-memory" in r.stdout and "--world" in r.stdout
+    assert "--device-memory" in r.stdout and "--world" in r.stdout and "--use-orig-params" in r.stdout
     from lora_fsdp_kit.__main__ import main
     assert main(["fits", "--config", "llama", "--world", "2", "--device-memory", "lots"]) == 2   # before any model
     assert "fits: error:" in capsys.readouterr().err

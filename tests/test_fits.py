@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from lora_fsdp_kit.fits import FitsError, closed_form, fits_main, predict_step_memory
+from lora_fsdp_kit.__main__ import main
+from lora_fsdp_kit.fits import FitsError, closed_form, predict_step_memory
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
 from lora_fsdp_kit.steppeak import measure_steps
@@ -160,7 +161,10 @@ def test_no_global_state_left():
 def test_cli_bad_input_is_one_line_exit_2():
     for argv, text in ((["--world", "8", "--device-memory", "80 Go"], "cannot read '80 Go'"),
                        (["--world", "0", "--device-memory", "80GiB"], "--world must be 1-1024"),
-                       (["--world", "8", "--device-memory", "80GiB", "--mp", "fp8"], "--mp takes")):
+                       (["--world", "8", "--device-memory", "80GiB", "--mixed-precision", "fp8"],
+                        "mixed_precision must be None, 'bf16' or 'fp16'"),
+                       (["--world", "8", "--device-memory", "80GiB", "--activation-checkpointing", "maybe"],
+                        "--activation-checkpointing takes on or off")):
         err = io.StringIO()
-        with contextlib.redirect_stderr(err): rc = fits_main(["--config", "llama", *argv])
+        with contextlib.redirect_stderr(err): rc = main(["fits", "--config", "llama", *argv])
         assert rc == 2 and text in err.getvalue() and err.getvalue().count("\n") == 1, err.getvalue()

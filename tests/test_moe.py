@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from lora_fsdp_kit import moe as M, moe_runs as R
+from lora_fsdp_kit import moe as M, moe_runs as R, toys
 from lora_fsdp_kit.launch import launch
 
 warnings.filterwarnings("ignore", message=".*deprecated.*")
@@ -56,7 +56,7 @@ _MODELS: dict = {}
 
 def _model(name:str):
     "One model per case name: its routing is probed once and cached on it."
-    if name not in _MODELS: _MODELS[name] = M.moe_lora_model(name)
+    if name not in _MODELS: _MODELS[name] = toys.moe_lora_model(name)
     return _MODELS[name]
 
 def _errors(name, config)->list[str]:
@@ -100,7 +100,7 @@ def _bitwise(a:dict, b:dict)->bool:
 
 def _peft_state():
     from peft import get_peft_model_state_dict
-    return {k: v.float().numpy() for k, v in get_peft_model_state_dict(M.moe_lora_model(FUSED)).items()}
+    return {k: v.float().numpy() for k, v in get_peft_model_state_dict(toys.moe_lora_model(FUSED)).items()}
 
 def _check_roundtrip(rs, path):
     sd = _peft_state()
@@ -126,7 +126,7 @@ def test_three_ranks(three):
 def test_merged_fused_experts_equal_peft_merge(two):
     "iter_merged_weights merges each fused expert weight (nested ParamWrappers) as peft's merge_and_unload does."
     cases, results = two
-    merged = {k: v.float().numpy() for k, v in M.moe_lora_model(FUSED).merge_and_unload().state_dict().items()
+    merged = {k: v.float().numpy() for k, v in toys.moe_lora_model(FUSED).merge_and_unload().state_dict().items()
               if v.dim() == 3}
     for c, rs in zip(cases, results):
         if c.get("roundtrip"): assert _bitwise(rs[0]["merged"], merged)
@@ -150,7 +150,7 @@ def test_memory_predict_covers_expert_lora():
     from lora_fsdp_kit.measure import predict
     from lora_fsdp_kit.shards import clean_name
     from peft import get_peft_model_state_dict
-    m = M.moe_lora_model(FUSED)
+    m = toys.moe_lora_model(FUSED)
     sd = get_peft_model_state_dict(m)
     plan = F2.plan(m)
     shapes = {clean_name(n): tuple(p.shape) for n, p in m.named_parameters() if "lora_" in n}
@@ -166,9 +166,9 @@ def test_bad_input_one_line(monkeypatch):
     fields = {k: v for k, v in peft.LoraConfig.__dataclass_fields__.items() if k != "target_parameters"}
     monkeypatch.setattr(peft.LoraConfig, "__dataclass_fields__", fields)
     with pytest.raises(ImportError, match="has no LoraConfig\\(target_parameters=...\\).*pip install -U peft"):
-        add_lora(tiny_model("qwen3_moe"), target_parameters=list(M.EXPERTS))
+        add_lora(tiny_model("qwen3_moe"), target_parameters=list(toys.EXPERTS))
     monkeypatch.undo()
-    m = M.moe_lora_model(FUSED)
+    m = toys.moe_lora_model(FUSED)
     for label in ("peft policy, FSDP2", "layers, FSDP1, use_orig_params"):
         with pytest.raises(ValueError, match="cannot wrap PeftModel as .*fused-lora") as e:
             M.wrap_moe(m, R.FUSED_SPECS[label])

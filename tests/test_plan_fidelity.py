@@ -3,10 +3,10 @@ import functools, time
 
 import pytest
 
-from lora_fsdp_kit import wrap as W
+from lora_fsdp_kit import fidelity as F
 from lora_fsdp_kit.checks import CHECKS, predicted_by, predicted_errors
 from lora_fsdp_kit.launch import launch
-from lora_fsdp_kit.moe import moe_lora_model
+from lora_fsdp_kit.toys import moe_lora_model
 from lora_fsdp_kit.plan import tiny_lora_model
 from lora_fsdp_kit.wrap import WrapConfig
 
@@ -117,9 +117,9 @@ def results():
     cases += [(bf16, c, dict(model="llama_bf16_aligned", forward=True)) for c in (
         fsdp1(policy="layer", use_orig_params=True, align_lora_dtype=True), fsdp2(align_lora_dtype=True))]
     t0 = time.perf_counter()
-    res = {2: launch(W.fidelity_check, cases, quiet=True, timeout=300)}
+    res = {2: launch(F.fidelity_check, cases, quiet=True, timeout=300)}
     t1 = time.perf_counter()
-    res[3] = launch(W.fidelity_check, _forward_cases(), nprocs=3, quiet=True, timeout=240)
+    res[3] = launch(F.fidelity_check, _forward_cases(), nprocs=3, quiet=True, timeout=240)
     print(f"{len(cases)} configurations on 2 ranks in {t1 - t0:.1f} s, {len(_forward_cases())} on 3 ranks in "
           f"{time.perf_counter() - t1:.1f} s")
     return res
