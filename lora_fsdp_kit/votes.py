@@ -343,10 +343,9 @@ def _vote_check(self:RankVote, stage:str,
     self.checks += 1
     if self.collective and self.world > 1:
         tag = [_code(self.name), self.call, self.checks, _code(stage)]
-        with sigint_held():   # a Ctrl-C here is felt after the collective: no peer is left inside it
-            # one all-reduce (MAX) of the flag, the tag and the tag negated: max == -max(-tag) iff every rank's is equal
-            v = torch.tensor([int(err is not None), *tag, *(-x for x in tag)], dtype=torch.int64, device=_device())
-            dist.all_reduce(v, op=dist.ReduceOp.MAX, group=self.group)
+        # one all-reduce (MAX) of the flag, the tag and the tag negated: max == -max(-tag) iff every rank's is equal
+        v = torch.tensor([int(err is not None), *tag, *(-x for x in tag)], dtype=torch.int64, device=_device())
+        dist.all_reduce(v, op=dist.ReduceOp.MAX, group=self.group)
         v = v.tolist()
         if any(v[1 + i] != -v[5 + i] for i in range(4)): self.mismatch(tag)   # every rank sees it, and raises
         if not v[0]: return
