@@ -20,7 +20,6 @@ from vllm import LLM, SamplingParams
 from vllm.lora.request import LoRARequest
 
 from lora_fsdp_kit import rollout as R
-from lora_fsdp_kit.launch import launch
 
 PROMPTS = [list(range(3, 73)) + [100 + i, 7 * i + 1] for i in range(2)]   # 70 shared tokens: two full KV blocks
 N = 6                                                                     # greedy tokens per prompt
@@ -180,13 +179,15 @@ def test_a_child_process_engine(engine, monkeypatch):
 
 @pytest.mark.parametrize("flavour", ["fsdp1", "fsdp2"])
 def test_every_version_is_served_as_trained(engine, flavour):
-    "Issue 32's loop: 5 versions trained on 2 ranks, each pushed and served; merged weights at version 2."
+    "Issue 32's loop: train on 2 ranks, push, generate, 5 times in turn; merged weights at version 2."
     llm, ref, _ = engine
-    records = launch(R.train_versions, flavour, versions=5, quiet=True)[0]
+    records = []
+    def trained():                                     # each version trained when serve_versions asks for it
+        for rec in R.versions_from_ranks(flavour, versions=5): records.append(rec); yield rec
+    rows = R.serve_versions(llm, trained(), ref, PROMPTS, name=f"policy-{flavour}")
     assert [r["world"] for r in records] == [2] * 5      # real ranks, though this process holds vLLM's own group
     assert len(records) == 5 and all(not torch.equal(a["lora"][k], b["lora"][k]) for a, b in zip(records, records[1:])
                                      for k in a["lora"] if "lora_B" in k)   # each version trained further
-    rows = R.serve_versions(llm, records, ref, PROMPTS, name=f"policy-{flavour}")
     assert [(r.version, r.kind) for r in rows] == [(0, "lora"), (1, "lora"), (2, "lora"), (2, "merged"),
                                                    (3, "lora"), (4, "lora")]
     assert all(r.same_tokens for r in rows), rows
