@@ -15,10 +15,10 @@ def floors()->dict[str, tuple[int, str]]:
         if m and re.match(r"\d+", nb.stem): out[m.group(1)] = (int(re.match(r"\d+", nb.stem).group()), nb.stem)
     return out
 
-def imports_of(module:str, known:set[str])->list[tuple[str, int]]:
+def imports_of(module:str, known:set[str], source:str|None=None)->list[tuple[str, int]]:
     "(kit module imported, line) for every import in `module`'s source, function-level ones included."
     out = []
-    for node in ast.walk(ast.parse((ROOT/KIT/f"{module}.py").read_text())):
+    for node in ast.walk(ast.parse(source if source is not None else (ROOT/KIT/f"{module}.py").read_text())):
         names = []
         if isinstance(node, ast.ImportFrom):
             mod = node.module or ""
@@ -75,6 +75,10 @@ def test_no_import_circle():
 def test_the_checker_sees_circles_and_function_level_imports():
     assert cycles({"a": [("b", 1)], "b": [("c", 2)], "c": [("a", 3)], "d": [("a", 4)]}) == [["a", "b", "c"]]
     assert cycles({"a": [("b", 1)], "b": []}) == []
-    assert ("checks", 1) in [(m, 1) for m, _ in imports_of("plan", {"checks"})] or True   # exercised below
-    src = ast.parse("def f():\n    from lora_fsdp_kit.models import x\n")
-    assert any(isinstance(n, ast.ImportFrom) for n in ast.walk(src))
+    src = ("from .shards import clean_name\nimport lora_fsdp_kit.wrap as W\n"
+           "def f():\n    from lora_fsdp_kit.models import x\n    from __main__ import PLAN_TARGETS\n")
+    got = imports_of("plan", {"shards", "wrap", "models", "__main__"}, src)
+    assert got == [("shards", 1), ("wrap", 2), ("models", 4), ("__main__", 5)], got   # function-level ones too
+    fl = floors()
+    assert upward({"models": [("__main__", 3)], "plan": [("shards", 1)]}) == [
+        f"models.py:3 ({fl['models'][1]}) imports __main__ ({fl['__main__'][1]})"]   # an upward import, named
