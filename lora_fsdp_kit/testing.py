@@ -361,6 +361,7 @@ def _hazard_config(spec:WrapConfig|dict)->tuple[WrapConfig, str|None]:
 
 def hazard_case(name:str,                 # "branch", "branch_drop", "switch" or "llama"
                 spec:WrapConfig|dict,     # the wrapping
+                conditional:str|None=None,# name globs of modules not every rank runs (a layer-drop), for the plan
                 same:bool=False,     # every rank gets rank 0's batch
                 guard:bool=False,    # compare ranks with `check_collective_order` (the sequence is recorded anyway)
                 lr:float=0.5,        # SGD learning rate (large, so a wrong gradient shows after one step)
@@ -373,6 +374,7 @@ def hazard_case(name:str,                 # "branch", "branch_drop", "switch" or
     dist.barrier()
     pg = dist.new_group(timeout=datetime.timedelta(seconds=wait))
     cfg, cond = _hazard_config(spec)
+    cond = conditional or cond
     res = dict(name=name, spec=spec, same=same, guard=guard, loss=None, lora=None, events=[], error=None,
                findings=sorted({f.check for f in cfg.plan(_build(name), conditional=cond).check()
                                 if f.severity == "error"}),
