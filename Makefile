@@ -111,7 +111,7 @@ bench: $(STAMP)
 VENV_OLDEST  ?= .venv-oldest
 PY_OLDEST    := $(VENV_OLDEST)/bin/python
 STAMP_OLDEST := $(VENV_OLDEST)/.lfk-installed
-OLDEST_NBS   := (03_plan|05_gather|06_memory|91_doctor)\.ipynb
+OLDEST_NBS   := (00c_doctor|03_plan|05_gather|06_memory)\.ipynb
 OLDEST_TESTS := tests/test_device_check.py
 
 # The package goes in first WITHOUT its dev extras, as a user installs it beside their own torch: every module must

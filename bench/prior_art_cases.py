@@ -20,6 +20,7 @@ from torch.distributed.fsdp.wrap import (_or_policy, lambda_auto_wrap_policy, si
                                          transformer_auto_wrap_policy)
 
 from lora_fsdp_kit import plan as P
+from lora_fsdp_kit.policies import layer_wrap_policy
 from lora_fsdp_kit.export import save_lora
 from lora_fsdp_kit.gather import gather_lora
 from lora_fsdp_kit.memory import AllGatherCounter
@@ -190,7 +191,7 @@ def layer_units(layers:int=BIG["layers"], hidden:int=BIG["hidden"])->dict:
     pm = case_model("llama", r=8, layers=layers, hidden=hidden)
     ref = _reference(pm)
     out = dict(wanted=len(ref), lora_bytes=_bytes(ref.values()), model_bytes=_bytes(pm.parameters()))
-    fm = _fsdp1(pm, P.layer_wrap_policy(pm), orig=True)
+    fm = _fsdp1(pm, layer_wrap_policy(pm), orig=True)
     out["kit"] = _kit_gather(fm, ref)
     res, nb, calls = counted(verl_collect_lora_params, fm)
     out["prior"] = _ref_row(res, ref, nb, calls)

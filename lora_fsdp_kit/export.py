@@ -14,12 +14,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
-from torch.distributed.tensor import DTensor, distribute_tensor
 from peft import PeftModel, get_peft_model_state_dict
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from .sharded import sharded_view
+from .sharded import reshard_units, sharded_view
 from .shards import clean_name
 from .gather import (MissingLoraError, check_collected, fsdp_flavour, gather_engine,
                                   gather_lora, iter_merged_weights)
@@ -322,54 +321,30 @@ def _module_names(model:nn.Module)->list[str]:
 class ShardWriter:
     "Where a full tensor's part for this rank goes in its (sharded) parameter: cut out without any collective."
     def __init__(self, model:nn.Module):
-        self.engine = gather_engine(model) if is_sharded(model) else None
-        if self.engine is not None and self.engine.flavour == "fsdp2":
-            # an eval forward under `reshard_after_forward=False` (or the root as the only unit) leaves units
-            # unsharded: their parameters are then plain tensors, not the DTensor shards to write into
-            for m in model.modules():
-                if isinstance(m, FSDPModule): m.reshard()
-        self.params = None if self.engine else dict(peft_model_of(model).named_parameters())
+        self.view = sharded_view(model) if is_sharded(model) else None
+        self.params = None if self.view else dict(peft_model_of(model).named_parameters())
+        # units a forward left unsharded go back to their shards: what is written there is what the next forward uses
+        if self.view is not None: reshard_units(self.view)
 
     def shape(self, name:str)->tuple[int, ...]:
         "Full shape of parameter `name` (unwrapped name)."
-        return self.engine.by_name[name].shape if self.engine else tuple(self.params[name].shape)
+        return self.view.param(name).shape if self.view else tuple(self.params[name].shape)
 
     def piece(self, name:str, full:torch.Tensor)->tuple[torch.Tensor, torch.Tensor]|None:
         "(this rank's part of parameter `name`, the values of `full` for it); None if none of it lives here."
         if tuple(full.shape) != self.shape(name):
             raise ValueError(f"{name}: the file holds shape {tuple(full.shape)}, the model {self.shape(name)}")
-        if self.engine is None: return self.params[name].data, full
-        op, unit = self.engine.by_name[name], self.engine.unit_of[name]
-        t = getattr(op.module, op.attr)
-        if unit.module is None: return t.data, full                   # not managed by FSDP: whole on every rank
-        if isinstance(t, DTensor):                                     # FSDP2: torch's own chunking, done locally
-            mine = distribute_tensor(full.to(t.dtype), t.device_mesh, t.placements, src_data_rank=None)
-            return t.to_local().data, mine.to_local()
-        return self._flat_piece(unit, op, full)                        # FSDP1
+        if self.view is None: return self.params[name].data, full
+        # the sharded view knows where this rank's piece lies (FSDP1's flat shard, FSDP2's DTensor shard, or the
+        # whole tensor where FSDP does not manage it): FSDP's own chunking, cut out locally
+        p = self.view.param(name)
+        dst = p.local()
+        return None if dst.numel() == 0 else (dst, p.piece_of(full.to(p.dtype)))
 
     @torch.no_grad()
     def write(self, name:str, full:torch.Tensor):
         "Copy this rank's part of `full` into parameter `name`."
         if (p := self.piece(name, full)) is not None: p[0].copy_(p[1])
-
-# %% ../nbs/09_export.ipynb #ld000010
-def _flat_piece(self:ShardWriter, unit, op, full:torch.Tensor)->tuple[torch.Tensor, torch.Tensor]|None:
-    "FSDP1: the elements of `full` in this rank's slice of the unit's flat parameter, and where they go."
-    # FSDP1's shard bookkeeping is private: `doctor` checks it, and a missing piece raises its message here
-    require("torch.distributed.fsdp._flat_param:_ShardParamInfo",
-            "torch.distributed.fsdp._flat_param:FlatParamHandle.is_sharded")
-    h = unit.module._handle
-    fp = h.flat_param
-    if h.uses_sharded_strategy and not h.is_sharded(fp):
-        raise RuntimeError(f"unit {unit.name!r} is unsharded right now (inside a forward or summon_full_params?); "
-                           f"call load_lora between training steps")
-    i = next(i for i, pi in enumerate(fp._param_infos) if pi.module is op.module and pi.param_name == op.attr)
-    info = fp._shard_param_infos[i]
-    if not info.in_shard: return None                                  # none of it lives on this rank
-    part = full.reshape(-1)[info.intra_param_start_idx:info.intra_param_end_idx + 1]
-    return fp.data[info.offset_in_shard:info.offset_in_shard + info.numel_in_shard], part
-
-ShardWriter._flat_piece = _flat_piece
 
 # %% ../nbs/09_export.ipynb #be081f0b
 class LoadError(RankFailure):

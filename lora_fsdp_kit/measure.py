@@ -15,6 +15,7 @@ import torch.distributed as dist
 from .gather import GatherEngine, GatherUnit, _own_cpu_copy, check_collected, gather_engine
 from .packing import evenly
 from .memory import AllGatherCounter, MemoryMeter
+from .votes import CHECK_BYTES
 from .figures import fmt_bytes
 from .plan import dtype_itemsize
 from .shards import (fsdp1_align, fsdp1_flat_numels, fsdp1_layouts, fsdp1_padded_numel, fsdp2_layout,
@@ -263,8 +264,9 @@ def _predict_packed(plan, lora:list, lora_units:list, world:int, shapes:dict|Non
     me = per_rank[(dist.get_rank() if rank is None and dist.is_initialized() else rank or 0) % world]
     # every buffer is made before the collective (`gather._buffers`, so that what can fail fails before it): the send
     # buffer, the receive buffer and the output buffer the tensors are views of (`packing.unpack`: one index_select),
-    # the LoRA bytes plus at most 16 B of alignment per dtype region
-    out = lora_bytes + 16 * len({p.dtype for p in lora})
+    # the LoRA bytes plus at most 16 B of alignment per dtype region; and beside them the vote's check of the ranks'
+    # call tags (`votes.CHECK_BYTES`), all-reduced once they are made
+    out = lora_bytes + 16 * len({p.dtype for p in lora}) + CHECK_BYTES
     if world * width <= 1.05 * total:   # the all-gather of equal padded buffers (`packing.evenly`)
         return world * width, width * (world + 1) + out
     # the all-to-all with exact split sizes: this rank's pieces, packed once per rank, beside the receive buffer

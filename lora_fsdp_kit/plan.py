@@ -448,16 +448,3 @@ def plan_html(plan:Plan, findings:list[Finding]|None=None)->str:
             "<table><tr><th>unit</th><th>class</th><th>claimed by</th><th>own bytes</th><th>dtypes</th>"
             f"<th>LoRA/tensors</th><th>findings</th></tr>{''.join(rows)}</table>"
             f"<details open><summary>{len(findings)} findings</summary><ul>{flist}{more}</ul></details></div>")
-
-# %% ../nbs/03_plan.ipynb #b9f27f10
-_PENDING = dict(lora_wrap_policy="policies", layer_wrap_policy="policies", peft_wrap_policy="policies",
-                wrap_fsdp2_like="wrap")   # issue 30: the last callers are 09_export, 10_hazards, hazard_guard_cases
-
-def __getattr__(name:str):
-    "The names `_PENDING` lists, looked up where they live (no import at load time: `wrap` imports this module)."
-    import importlib
-    if name == "wrap_from_spec":   # a spec dict without 'flavour' meant FSDP1 (tests/hazard_guard_cases.py)
-        cfg = importlib.import_module("lora_fsdp_kit.wrap").WrapConfig
-        return lambda model, spec, **kw: cfg(**{"flavour": "fsdp1", **spec}).wrap(model, **kw)
-    if name not in _PENDING: raise AttributeError(f"module 'lora_fsdp_kit.plan' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"lora_fsdp_kit.{_PENDING[name]}"), name)

@@ -26,7 +26,7 @@ _FlatParameter = internal("torch.distributed.fsdp._flat_param:FlatParameter")
 _lazy_init = internal("torch.distributed.fsdp._runtime_utils:_lazy_init")
 
 # %% auto #0
-__all__ = ['ShardedParam', 'ShardedUnit', 'ShardedView', 'sharded_view', 'view_rows']
+__all__ = ['ShardedParam', 'ShardedUnit', 'ShardedView', 'sharded_view', 'view_rows', 'reshard_units']
 
 # %% ../nbs/04a_sharded.ipynb #5371eb09
 @dataclass(frozen=True, eq=False)
@@ -204,7 +204,7 @@ def _build(model:nn.Module)->ShardedView:
     f2 = [(n, m) for n, m in named if isinstance(m, _FSDP2)]
     if not f1 and not f2:
         raise TypeError(f"{type(model).__name__} is not wrapped by FSDP1 (FullyShardedDataParallel) or FSDP2 "
-                        f"(fully_shard); wrap it first, e.g. with lora_fsdp_kit.plan.wrap_fsdp1/wrap_fsdp2")
+                        f"(fully_shard); wrap it first, e.g. with lora_fsdp_kit.wrap.WrapConfig(...).wrap(model)")
     units, aliases, by_key = [], {}, {}
     if f1:
         require("torch.distributed.fsdp._flat_param:FlatParamHandle",
@@ -251,3 +251,18 @@ def _view_html(self:ShardedView, limit:int=12)->str:
     more = f"<p>… {len(rows) - limit} more</p>" if len(rows) > limit else ""
     return f"<b>{e(repr(self))}</b><table><tr>{head}</tr>{body}</table>{more}"
 ShardedView._repr_html_ = _view_html
+
+# %% ../nbs/04a_sharded.ipynb #rs000002
+_reshard1 = internal("torch.distributed.fsdp._runtime_utils:_reshard",
+                     feature="load_lora into FSDP1 units a forward left unsharded (sharded.reshard_units)")
+
+def reshard_units(view:ShardedView)->int:
+    "Put every unit a forward left unsharded back to its shards (so writes to them reach the next forward); how many."
+    n = 0
+    for u in view.units:
+        if u.module is None: continue
+        if view.flavour == "fsdp2": u.module.reshard(); n += 1   # idempotent: a sharded unit stays as it is
+        # FSDP1 SHARD_GRAD_OP keeps the unsharded flat parameter allocated after a forward (for the backward), and the
+        # next forward reuses it without an all-gather: freeing it (torch's own `_reshard`) makes that forward gather
+        elif u.key is not None and u.key.uses_sharded_strategy: _reshard1(u.module, u.key, True); n += 1
+    return n

@@ -31,8 +31,6 @@ from .policies import layer_wrap_policy, lora_wrap_policy, resolve_layer_classes
 from .strip import _layer_classes, route_forward, strip_submodules
 from .wrap import WrapConfig, wrap_fsdp1, wrap_fsdp2
 from .toys import hazard_batch, _build, _data_kind, hazard_loss
-# pending (issue 30): 10_hazards and tests/hazard_guard_cases.py still reach these toys through `testing`
-from .toys import HAZARD_MODELS, branch_lora_model, switch_lora_model
 
 # %% auto #0
 __all__ = ['QKVO', 'case_model', 'case_config', 'case_policy', 'case_wrap', 'training_batch', 'train_steps', 'peft_reference',

@@ -10,10 +10,12 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import ShardingStrategy
 
-from lora_fsdp_kit import hazards as H, plan as P, testing as T
+from lora_fsdp_kit import hazards as H, testing as T
+from lora_fsdp_kit.toys import HAZARD_MODELS, hazard_batch, hazard_loss
+from lora_fsdp_kit.wrap import WrapConfig
 
-LAYER = dict(policy="layer", use_orig_params=True)       # decoder layers (blocks) as FSDP1 units: right, and guardable
-F2_LAYER = dict(flavour="fsdp2", targets="**.blocks.*")  # FSDP2 layer groups: divergent with different data
+LAYER = dict(flavour="fsdp1", policy="layer", use_orig_params=True)   # decoder layers (blocks) as FSDP1 units: right
+F2_LAYER = dict(flavour="fsdp2", targets="**.blocks.*")                # FSDP2 layer groups: divergent with other data
 
 
 class FailingStore:
@@ -44,17 +46,17 @@ class InterruptingStore:
 
 def _wrap(name:str, spec:dict, ranks:list[int], pg, hybrid:bool):
     "The hazard model `name` wrapped as `spec` on `ranks` (a 2-D mesh, replicas × 1, when `hybrid`)."
-    model = T.HAZARD_MODELS[name]()
+    model, cfg = HAZARD_MODELS[name](), WrapConfig(**{"flavour": "fsdp1", **spec})   # a spec without one: FSDP1
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if hybrid:   # every rank of the job builds the mesh (its groups are new groups of the whole job)
             mesh = DeviceMesh("cpu", torch.tensor(ranks).view(-1, 1), mesh_dim_names=("replicate", "shard"))
             if dist.get_rank() not in ranks: return None
-            if spec.get("flavour") == "fsdp2": return P.wrap_from_spec(model, spec, mesh=mesh)
-            return P.wrap_from_spec(model, spec, device_mesh=mesh, sharding_strategy=ShardingStrategy.HYBRID_SHARD)
+            if cfg.flavour == "fsdp2": return cfg.wrap(model, mesh=mesh)
+            return cfg.wrap(model, device_mesh=mesh, sharding_strategy=ShardingStrategy.HYBRID_SHARD)
         if dist.get_rank() not in ranks: return None
-        kw = dict(mesh=DeviceMesh.from_group(pg, "cpu")) if spec.get("flavour") == "fsdp2" else dict(process_group=pg)
-        return P.wrap_from_spec(model, spec, **kw)
+        kw = dict(mesh=DeviceMesh.from_group(pg, "cpu")) if cfg.flavour == "fsdp2" else dict(process_group=pg)
+        return cfg.wrap(model, **kw)
 
 
 def guard_case(name:str="branch",        # a hazard model of `testing` ("branch", "switch")
@@ -77,7 +79,7 @@ def guard_case(name:str="branch",        # a hazard model of `testing` ("branch"
     res = dict(rank=rank, member=rank in ranks, error=None, seconds=None, events=[], wait_s=None)
     model = _wrap(name, spec, ranks, pg, hybrid)
     if model is None: dist.barrier(); return res   # the members' barrier after their step
-    ids = T.hazard_batch("branch" if name.startswith("branch") else name, rank, same)
+    ids = hazard_batch("branch" if name.startswith("branch") else name, rank, same)
     hit = fault is not None and rank == on
     g = H.check_collective_order(model, timeout=timeout)
     t0 = time.perf_counter()
@@ -93,7 +95,7 @@ def guard_case(name:str="branch",        # a hazard model of `testing` ("branch"
                 block = [m for m in model.modules() if type(m).__name__ == "BranchBlock"][1]
                 err = KeyboardInterrupt() if fault.startswith("ctrl-c") else ValueError("injected between collectives")
                 block.register_forward_pre_hook(lambda *a: (_ for _ in ()).throw(err))
-            T.hazard_loss(model, name, ids).backward()
+            hazard_loss(model, name, ids).backward()
     except BaseException as e: res["error"] = f"{type(e).__name__}: {e}"[:900]
     res.update(seconds=time.perf_counter() - t0, events=[e.key() for e in g.events], wait_s=getattr(g, "wait_s", None))
     dist.barrier()   # every rank has left the step: a failed step must have left none of the guard's keys behind
@@ -118,8 +120,8 @@ def guard_store_keys(steps:int=20,          # guarded steps after the first
     through train, eval (no grad), gradient accumulation (two backwards) and a step that raises on every rank."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = P.wrap_from_spec(T.HAZARD_MODELS[name](), spec)
-    ids = T.hazard_batch("branch" if name.startswith("branch") else name, 0, True)
+        model = WrapConfig(**{"flavour": "fsdp1", **spec}).wrap(HAZARD_MODELS[name]())
+    ids = hazard_batch("branch" if name.startswith("branch") else name, 0, True)
     store = dist.distributed_c10d._get_default_store()
     dist.barrier()
     keys, kinds, n, t0 = [store.num_keys()], [], 0, time.perf_counter()
@@ -128,9 +130,9 @@ def guard_store_keys(steps:int=20,          # guarded steps after the first
         try:
             with H.check_collective_order(model, step=i) as g:
                 if kind == "eval":
-                    with torch.no_grad(): T.hazard_loss(model, name, ids)
+                    with torch.no_grad(): hazard_loss(model, name, ids)
                 for _ in range({"train": 1, "accumulate": 2, "fail": 1}.get(kind, 0)):
-                    T.hazard_loss(model, name, ids).backward()
+                    hazard_loss(model, name, ids).backward()
                 if kind == "fail": raise RuntimeError("injected: the step fails on every rank")
         except RuntimeError as e:
             if "injected" not in str(e): raise

@@ -272,6 +272,10 @@ def forward_states(rank:int, world:int, out:str, states:list[str])->dict:
                 if rank == 0: row["save"] = _equal(load_file(Path(out)/f"{state}-{mode}"/E.ADAPTER_WEIGHTS), ref) == len(ref)
                 E.load_lora(model, src)
                 row["load"] = _equal(gather_lora(model, progress=False), new) == len(new)
+                model.eval()   # the next forward computes with the loaded adapter (no stale unsharded copy)
+                with torch.no_grad(): logits = model(input_ids=ids).logits
+                with torch.no_grad(): want = lora_model(1).eval()(input_ids=ids).logits
+                row["forward"] = bool(torch.allclose(logits, want, atol=1e-5))
             except BaseException as e: row["error"] = _error(e)[:600]
             rows.append(row)
     return dict(rows=rows)

@@ -156,10 +156,11 @@ def test_ranks_at_different_calls_raise_with_no_data():
 STATES = ["fsdp2", "fsdp2-keep", "fsdp2-root", "fsdp1", "fsdp1-grad-op"]
 
 def test_any_state_a_forward_leaves():
-    "Train or eval, resharded after forward or not, FSDP1 and FSDP2: gather, save and load stay bitwise peft's."
+    """Train or eval, resharded after forward or not, FSDP1 and FSDP2: gather, save and load stay bitwise peft's, and
+    the next forward computes with the loaded adapter."""
     res = C.start(C.forward_states, 2, STATES)
     assert all(r is not None and "crash" not in r for r in res), res
     rows = [row for r in res for row in r["rows"]]
-    bad = [row for row in rows if "error" in row or not (row["gather"] and row["load"] and row.get("save", True))]
+    bad = [row for row in rows if "error" in row or not (row["gather"] and row["load"] and row["forward"] and row.get("save", True))]
     assert not bad, bad
     assert len(rows) == 2 * 2 * len(STATES)

@@ -1,7 +1,8 @@
 """Execute notebooks in place (`make docs`), so that the repository shows the book with its outputs.
 
 Each notebook runs top to bottom in a fresh kernel of this Python (cwd: its folder), as `nbdev_test` runs it, except
-that the outputs are kept. Cells that nbdev does not run (`#| eval: false`) are not run here either. Widget views are
+that the outputs are kept. Cells that nbdev does not run (`#| eval: false`, and `#| vllm` outside the vLLM venv)
+are not run here either. Widget views are
 dropped from the outputs: their model ids are random on every run (the diff would churn), and with no saved widget
 state a viewer could not draw them anyway; the kit's widgets carry a text and a PNG fallback that stay.
 Usage: python tools/execute_notebooks.py [NOTEBOOK ...]   (default: every nbs/*.ipynb)
@@ -14,7 +15,7 @@ from nbclient import NotebookClient
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 SKIP_TAG = "skip-execution"
-NO_EVAL = re.compile(r"^#\|\s*eval:\s*false", re.M)
+NO_EVAL = re.compile(r"^#\|\s*(eval:\s*false|vllm)\b", re.M)   # `#| vllm`: run in the vLLM venv (make test-vllm)
 
 def execute(path:Path, timeout:int=1200)->float:
     "Run one notebook in place; returns the seconds it took."
