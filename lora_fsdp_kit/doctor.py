@@ -380,7 +380,8 @@ def model_check(fn:Callable[[], list[tuple[str, str|None]]])->Callable:
 def model_problems()->list[tuple[str, str|None]]:
     "(shipped tiny model, None if it builds on the meta device here, else the one-line reason), from every check."
     _import_kit_modules()   # the modules that know models register their checks on import: this module imports none
-    return [r for fn in _MODEL_CHECKS for r in fn()]
+    # the module's registry, where `model_check` put them (a notebook that runs these cells holds a copy of its own)
+    return [r for fn in importlib.import_module("lora_fsdp_kit.doctor")._MODEL_CHECKS for r in fn()]
 
 def doctor(models:bool=True,   # also build every shipped tiny model on the meta device
           )->DoctorReport:
