@@ -60,26 +60,39 @@ def _main(fn, rank:int, world:int, port:int, out:str, args:tuple):
         sys.stderr.flush()
         os._exit(code)   # a forked child of pytest: none of the parent's exit handlers may run here
 
-def start(fn, world:int, *args, timeout:float=180)->list[dict|None]:
-    "Fork `world` ranks running `fn(rank, world, out, *args)` on a store hosted here: their results (None: killed)."
-    store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
-    out = tempfile.mkdtemp(prefix="lfk_lost_")
-    procs = [mp.get_context("fork").Process(target=_main, args=(fn, r, world, store.port, out, args))
-             for r in range(world)]
-    for p in procs: p.start()
+def start_all(fn, world:int, argsets:list[tuple], timeout:float=180)->list[list[dict|None]]:
+    """Fork `world` ranks for each argument tuple, every case at once, each on a store hosted here; per case the ranks'
+    results (None: killed). Every rank is forked from this one thread: forking from several threads at once can leave
+    a child holding a lock that no thread of its own will release."""
+    runs = []
+    for args in argsets:
+        store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
+        out = tempfile.mkdtemp(prefix="lfk_lost_")
+        procs = [mp.get_context("fork").Process(target=_main, args=(fn, r, world, store.port, out, args))
+                 for r in range(world)]
+        for p in procs: p.start()
+        runs.append((store, out, procs))
     end = time.monotonic() + timeout
-    for p in procs:
-        p.join(max(0.1, end - time.monotonic()))
-        if p.is_alive(): p.kill(); p.join()
+    for _, _, procs in runs:
+        for p in procs:
+            p.join(max(0.1, end - time.monotonic()))
+            if p.is_alive(): p.kill(); p.join()
+    return [_results(out, world) for _, out, _ in runs]
+
+def _results(out:str, world:int)->list[dict|None]:
     res = []
     for r in range(world):
         f = Path(f"{out}/{r}.json")
         row = json.loads(f.read_text()) if f.exists() else None
-        if row is not None: row["stderr"] = Path(f"{out}/{r}.stderr").read_text()
-        if row is not None and Path(f"{out}/killed").exists(): row["killed_at"] = float(Path(f"{out}/killed").read_text())
-        if row is not None: row["out"] = out
+        if row is not None:
+            row.update(stderr=Path(f"{out}/{r}.stderr").read_text(), out=out)
+            if Path(f"{out}/killed").exists(): row["killed_at"] = float(Path(f"{out}/killed").read_text())
         res.append(row)
     return res
+
+def start(fn, world:int, *args, timeout:float=180)->list[dict|None]:
+    "Fork `world` ranks running `fn(rank, world, out, *args)` on a store hosted here: their results (None: killed)."
+    return start_all(fn, world, [args], timeout)[0]
 
 def _equal(a:dict, b:dict)->int: return sum(torch.equal(a[k], b[k]) for k in a)
 

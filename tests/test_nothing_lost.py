@@ -116,11 +116,7 @@ KILLS = [("save", "after the gather", 1), ("save", "voting", 1), ("save", "writi
 
 def test_a_killed_rank_is_named_within_10_s():
     "Each case in its own pair of ranks, all at once (the survivors mostly wait)."
-    import concurrent.futures as cf
-    with cf.ThreadPoolExecutor(len(KILLS) + 1) as ex:
-        runs = [ex.submit(C.start, C.killed, 2, op, stage, victim) for op, stage, victim in KILLS]
-        slow = ex.submit(C.start, C.killed, 2, "load", "slow", 1)
-        runs = [r.result() for r in runs]; slow = slow.result()
+    *runs, slow = C.start_all(C.killed, 2, [*KILLS, ("load", "slow", 1)])
     for (op, stage, victim), res in zip(KILLS, runs):
         assert res[victim] is None, (op, stage, "the victim was not killed", res[victim])
         s = res[1 - victim]
