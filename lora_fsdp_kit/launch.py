@@ -131,6 +131,20 @@ def _store_barrier(store, name:str, rank:int, world:int, timeout:float)->None:
     store.set(f"lfk/{name}/{rank}", "1")
     store.wait([f"lfk/{name}/{r}" for r in range(world)], datetime.timedelta(seconds=timeout))
 
+# %% ../nbs/01_launch.ipynb #snd00001
+def _send_result(conn, rank:int, msg:tuple):
+    "Send one rank's `(status, value, time)` to the launcher through its pipe, as a plain pickle of the value's bytes."
+    sys.stdout.flush(); sys.stderr.flush()
+    # Plain pickle, which copies a tensor's bytes, not the pipe's own pickler: torch has that one pass a CPU tensor's
+    # storage as a file descriptor that this rank must stay alive to hand over, and the rank leaves right after. A dict
+    # of 100-300 tensors (a gathered adapter) came back as ConnectionResetError, FileNotFoundError or "closed its pipe
+    # without a result"; one tensor often made it.
+    try: data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # the result could not be pickled: say so instead of dying silently
+        data = pickle.dumps(("error", f"rank {rank}: the return value could not be sent back:\n"
+                                      f"{traceback.format_exc()}", time.monotonic()))
+    conn.send_bytes(data)
+
 # %% ../nbs/01_launch.ipynb #2ee026df
 def _rank_main(rank:int, world:int, port:int, backend:str|None, pg_timeout:float, fn_ref:tuple[str,str],
                args:tuple, kwargs:dict, log_path:str, conn, from_notebook:bool=False, parent_pid:int|None=None)->None:
@@ -152,17 +166,7 @@ def _rank_main(rank:int, world:int, port:int, backend:str|None, pg_timeout:float
     # what the rank made. A full collection over them took 210 ms, and half of a save/load test's CPU.
     gc.freeze()
     name = f"{fn_ref[0]}.{fn_ref[1]}"
-    def send(msg):
-        sys.stdout.flush(); sys.stderr.flush()
-        # Plain pickle, which copies a tensor's bytes, not the pipe's own pickler: torch has that one pass a CPU
-        # tensor's storage as a file descriptor that this rank must stay alive to hand over, and the rank leaves
-        # right after. A dict of 100-300 tensors (a gathered adapter) came back as ConnectionResetError,
-        # FileNotFoundError or "closed its pipe without a result"; one tensor often made it.
-        try: data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # the result could not be pickled: say so instead of dying silently
-            data = pickle.dumps(("error", f"rank {rank}: the return value could not be sent back:\n"
-                                          f"{traceback.format_exc()}", time.monotonic()))
-        conn.send_bytes(data)
+    send = lambda msg: _send_result(conn, rank, msg)
     # the process group's own timeout is longer than the launcher's, so a hang is reported by `launch`
     store = None
     try:

@@ -123,7 +123,7 @@ def _interrupts(stage:str, victim:int, rank:int):
         if me and self.name == "load_lora" and st == "written":
             if stage == "waiting": raise KeyboardInterrupt
             if stage == "after the word":   # every rank arrived; the interrupt comes once another rank committed
-                bad = real_failures(self, st)
+                real_failures(self, st)
                 key = self._key(st, "decision")
                 while not self.store.check([key]): time.sleep(0.01)
                 raise KeyboardInterrupt
@@ -174,7 +174,7 @@ def killed(rank:int, world:int, out:str, op:str, stage:str, victim:int, flavour:
     local = lambda: {k: (v.to_local() if hasattr(v, "to_local") else v).detach().clone()   # this rank's own shards
                      for k, v in model.state_dict().items() if "lora_" in k}            # (no collective)
     before = local()
-    real_post, real_failures, real_write = RankVote.post, RankVote.failures, E.write_adapter
+    real_post, real_failures, real_write, real_pieces = RankVote.post, RankVote.failures, E.write_adapter, E._write_pieces
     def post(self, st, err=None):
         if me and st == "written" and (stage == "after the gather" or stage == "voting" and op == "load"): _kill(out)
         return real_post(self, st, err)
@@ -187,8 +187,7 @@ def killed(rank:int, world:int, out:str, op:str, stage:str, victim:int, flavour:
     def write_pieces(pieces, done):
         if me and stage == "writing": _kill(out)
         if me and stage == "slow": time.sleep(11)      # slow, not dead: longer than `dead_after` and 10 s
-        return E_write(pieces, done)
-    E_write = E._write_pieces
+        return real_pieces(pieces, done)
     res, t0 = dict(rank=rank), time.time()
     with mock.patch.object(RankVote, "post", post), mock.patch.object(RankVote, "failures", failures), \
          mock.patch.object(E, "write_adapter", write), mock.patch.object(E, "_write_pieces", write_pieces):
