@@ -5,7 +5,7 @@
 # %% ../nbs/95_testing.ipynb #t95t03
 from __future__ import annotations
 
-import contextlib, copy, dataclasses, datetime, functools, time, traceback, warnings
+import contextlib, copy, dataclasses, datetime, functools, heapq, itertools, math, time, traceback, warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -35,7 +35,8 @@ from .toys import hazard_batch, _build, _data_kind, hazard_loss
 # %% auto #0
 __all__ = ['QKVO', 'case_model', 'case_config', 'case_policy', 'case_wrap', 'training_batch', 'train_steps', 'peft_reference',
            'gather_case', 'gather_cases', 'export_demo', 'profile_strategies', 'strip_lora_fsdp_rank',
-           'fsdp1_dtype_rank', 'hazard_case', 'hazard_cases', 'hazard_reference', 'hazard_outcome', 'guard_overhead']
+           'fsdp1_dtype_rank', 'hazard_case', 'hazard_cases', 'hazard_reference', 'hazard_outcome', 'guard_overhead',
+           'covering_array']
 
 # %% ../nbs/95_testing.ipynb #t95t05
 QKVO = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -463,3 +464,45 @@ def guard_overhead(name:str="switch",   # a hazard model
     return dict(model=name, collectives=n, off_s=off, on_s=on, per_collective_ms=(on - off) / max(n, 1) * 1e3,
                 ratio=on / off, round_ms=round_ms)
 
+
+# %% ../nbs/95_testing.ipynb #b090bc5f
+def _pairs(idx:tuple[int, ...])->tuple[tuple, ...]:
+    "The (dimension, value index) singles and pairs one row of value indices covers."
+    n = len(idx)
+    return tuple(((d, idx[d]),) for d in range(n)) + tuple(((d, idx[d]), (e, idx[e])) for d in range(n)
+                                                         for e in range(d + 1, n))
+
+def covering_array(dims:dict[str, Sequence],                  # dimension name -> its values (any objects, in order)
+                   allowed:Callable[[dict], bool]|None=None,  # a row this rejects is never used (impossible combos)
+                   must:Sequence[dict]=(),                    # rows that come first, whatever they cover
+                   max_product:int=200_000,                   # the most rows of the full product searched
+                   )->list[dict]:
+    "Rows (dicts of `dims`' keys) in which every value, and every pair of values of two dimensions, appears at least once."
+    names, values = list(dims), [list(v) for v in dims.values()]
+    if empty := [n for n, v in zip(names, values) if not v]:
+        raise ValueError(f"covering_array: dimension(s) {empty} have no values; give each dimension at least one")
+    if (n := math.prod(len(v) for v in values)) > max_product:
+        raise ValueError(f"covering_array: the full product has {n} rows (> max_product={max_product}); "
+                         "split the matrix or raise max_product")
+    row = lambda idx: {k: values[d][i] for d, (k, i) in enumerate(zip(names, idx))}
+    cands = [idx for idx in itertools.product(*(range(len(v)) for v in values)) if allowed is None or allowed(row(idx))]
+    if not cands: raise ValueError("covering_array: `allowed` rejects every row of the product")
+    def index_of(r:dict)->tuple[int, ...]:
+        if set(r) != set(names): raise ValueError(f"covering_array: a `must` row has keys {sorted(r)}, not {names}")
+        hits = [[i for i, x in enumerate(values[d]) if x is r[k] or x == r[k]][:1] for d, k in enumerate(names)]
+        if not all(hits): raise ValueError(f"covering_array: the `must` row {r} holds a value not in `dims`")
+        return tuple(h[0] for h in hits)
+    pairs = [_pairs(idx) for idx in cands]
+    todo = set().union(*pairs)
+    rows = [index_of(r) for r in must]
+    for idx in rows: todo.difference_update(_pairs(idx))
+    # greedy set cover, lazily: a row's count of new pairs only falls as rows are taken, so a stale count is an upper
+    # bound, and the heap's top, once re-counted and still on top, is the row a full scan would take (first of equals)
+    heap = [(-len(p), c) for c, p in enumerate(pairs)]
+    heapq.heapify(heap)
+    while todo:
+        _, c = heapq.heappop(heap)
+        new = sum(p in todo for p in pairs[c])
+        if heap and (-new, c) > heap[0]: heapq.heappush(heap, (-new, c)); continue
+        rows.append(cands[c]); todo.difference_update(pairs[c])
+    return [row(idx) for idx in rows] or [{}]                     # no dimensions: one empty row
