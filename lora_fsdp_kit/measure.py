@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from .methods import patch_to
 from .gather import GatherEngine, GatherUnit, _own_cpu_copy, check_collected, gather_engine
 from .packing import evenly
 from .memory import AllGatherCounter, MemoryMeter
@@ -83,7 +84,8 @@ class GatherProfile:
         return "\n".join(rows)
 
 # %% ../nbs/06a_measure.ipynb #b4304ac2
-def _profile_rows(self):
+@patch_to(GatherProfile)
+def _rows(self):
     pred = lambda p, m: f"{fmt_bytes(p)} ({m / p - 1:+.1%})" if p else "–"
     bound = lambda p, m: f"≤ {fmt_bytes(p)} (measured {m / p - 1:+.1%})" if p else "–"   # peaks are bounds
     dev = self.unit_deviation
@@ -99,20 +101,18 @@ def _profile_rows(self):
              f"{sum(u.collectives for u in self.units)} collectives"),
             ("time", f"{self.seconds * 1e3:.1f} ms", f"world size {self.world_size}; memory: {self.memory_source}")]
 
-def _profile_repr(self):
+@patch_to(GatherProfile)
+def __repr__(self):
     head = f"GatherProfile({self.strategy!r}, {self.flavour}, {len(self.units)} units)"
     return "\n".join([head] + [f"  {a:<24}{b:<22}{c}" for a, b, c in self._rows()])
 
-def _profile_repr_html(self):
+@patch_to(GatherProfile)
+def _repr_html_(self):
     e = html.escape
     rows = "".join(f"<tr><td>{e(a)}</td><td style='text-align:right'>{e(b)}</td><td>{e(c)}</td></tr>"
                    for a, b, c in self._rows())
     return (f"<b>GatherProfile</b> <code>{e(self.strategy)}</code> on {e(self.flavour)}, {len(self.units)} units"
             f"<table>{rows}</table>")
-
-GatherProfile._rows = _profile_rows
-GatherProfile.__repr__ = _profile_repr
-GatherProfile._repr_html_ = _profile_repr_html
 
 # %% ../nbs/06a_measure.ipynb #de4f625d
 def gather_whole(engine:GatherEngine, names:list[str], on_unit)->dict[str, torch.Tensor]:
@@ -185,7 +185,6 @@ def _unit_gather_bytes(u, flavour:str, world:int, use_orig_params:bool, shapes:d
         params, numels, _ = _fsdp1_flat(u, use_orig_params, pos, mixed_precision)
         return fsdp1_padded_numel(sum(numels), world) * dtype_itemsize(params[0].dtype)
     return sum(_padded(p, world, shapes) for p in u.params)
-
 
 # %% ../nbs/06a_measure.ipynb #ms00000p
 def predict(plan,                          # a `lora_fsdp_kit.plan.Plan` of the unwrapped model (or None)

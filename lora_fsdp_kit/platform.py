@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any, Callable, ClassVar
 
 import torch
+from .methods import patch_to
 
 log = logging.getLogger("lora_fsdp_kit.platform")
 
@@ -160,7 +161,9 @@ class PlatformBase(abc.ABC):
                 f"backend={self.dist_backend!r})")
 
 # %% ../nbs/00_platform.ipynb #510e8e06
-def _platform_probe(cls, use_smi_check:bool=True, smi_timeout:float=10.0)->"PlatformProbe":
+@patch_to(PlatformBase)
+@classmethod
+def probe(cls, use_smi_check:bool=True, smi_timeout:float=10.0)->"PlatformProbe":
     "Probe this platform: SMI command (if any), then the torch module. Never raises."
     t0, smi = time.perf_counter(), None
     if use_smi_check and cls.smi_command:
@@ -174,8 +177,6 @@ def _platform_probe(cls, use_smi_check:bool=True, smi_timeout:float=10.0)->"Plat
     parts.append(f"{cls.device_name} available" if ok else (why or cls.why_unavailable()))
     checked = f"{cls.smi_command}, torch module" if smi else "torch module"
     return PlatformProbe(cls.name, checked, ok, "; ".join(parts), time.perf_counter()-t0, smi)
-
-PlatformBase.probe = classmethod(_platform_probe)
 
 # %% ../nbs/00_platform.ipynb #c77e6332
 @dataclass(frozen=True)

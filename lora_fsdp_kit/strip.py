@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
+from .methods import patch_to
 from .families import FAMILIES, layer_class_names
 from .models import ModelSummary, summarize_model, submodule, _unwrap
 from .figures import fmt_bytes, fmt_count
@@ -116,7 +117,8 @@ class StripReport:
                 f"<th>bytes</th></tr>{body}</table>remains: {rem}{cfg}")
 
 # %% ../nbs/07_strip.ipynb #f2c6e231
-def _strip_report_plot(self, ax=None):
+@patch_to(StripReport)
+def plot(self, ax=None):
     "Bar chart of parameters by top-level sub-module, before and after the strip; returns the Figure."
     from lora_fsdp_kit.figures import new_figure
     names = [c.name for c in self.before.children]
@@ -148,8 +150,6 @@ def _strip_report_plot(self, ax=None):
     ax.legend(loc="lower right", fontsize=9)
     fig.tight_layout()
     return fig
-
-StripReport.plot = _strip_report_plot
 
 # %% ../nbs/07_strip.ipynb #a23a3482
 _TALKER_STAGES = ("talker", "code2wav", "token2wav")
@@ -212,4 +212,3 @@ def _layer_classes(model:nn.Module)->set[type]:
     "Decoder-layer classes of `model` present in it (`families.layer_class_names`, the one rule)."
     names = set(layer_class_names(model))
     return {type(m) for m in model.modules() if type(m).__name__ in names}
-

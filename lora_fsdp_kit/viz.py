@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch.nn as nn
 
+from .methods import patch_to
 from .figures import fmt_bytes
 from .plan import Plan, Unit, plan_summary
 from .checks import Finding
@@ -133,7 +134,6 @@ def _plan_legend(fig, ax, shown:list[UnitGroup], norm, cmap):
     fig.legend(handles=[Patch(facecolor="white", edgecolor=PART_COLOURS[p], linewidth=1.6, label=f"claimed by {p}")
                         for p in parts if p in PART_COLOURS] + [Patch(facecolor="#b0bec5", label="no LoRA")],
                loc="outside lower left", ncol=5, fontsize=7.5, frameon=False)
-
 
 # %% ../nbs/04_viz.ipynb #5ef24d3c
 def plot_plan(plan:Plan,                 # the plan to draw
@@ -306,7 +306,8 @@ class PlanExplorer:
         self.refresh()
 
 # %% ../nbs/04_viz.ipynb #42da2d9c
-def _pe_load(self:PlanExplorer,
+@patch_to(PlanExplorer)
+def load(self:PlanExplorer,
              model:nn.Module|str|None=None,  # a (peft) module, a zoo name or a shipped full-size config name
              config:str|None=None,           # or a config.json (or its folder)
             ):
@@ -329,7 +330,8 @@ def _pe_load(self:PlanExplorer,
     finally: self._syncing = False
     self.refresh()
 
-def _pe__picked(self:PlanExplorer, change):
+@patch_to(PlanExplorer)
+def _picked(self:PlanExplorer, change):
     "The picker or the config path changed: load that model (if it cannot be built, say why; the last one stays)."
     import html as H
     if self._syncing: return
@@ -340,15 +342,16 @@ def _pe__picked(self:PlanExplorer, change):
     except Exception as e:
         self.status.value = f"<b style='color:#c62828'>cannot load: {H.escape(f'{type(e).__name__}: {e}')}</b>"
 
-PlanExplorer.load = _pe_load
-PlanExplorer._picked = _pe__picked
-
 # %% ../nbs/04_viz.ipynb #65c031ef
-def _pe_min_num_params_used(self:PlanExplorer)->int:
+@patch_to(PlanExplorer)
+@property
+def min_num_params_used(self:PlanExplorer)->int:
     "The size part's threshold the plan uses: 0 when the size part is off, else the slider's value as shown."
     return int(round(self.min_num_params.value)) if self.size_on.value and self.flavour.value == "fsdp1" else 0
 
-def _pe_config(self:PlanExplorer)->WrapConfig:
+@patch_to(PlanExplorer)
+@property
+def config(self:PlanExplorer)->WrapConfig:
     "The `WrapConfig` the knobs spell (FSDP2: the layer classes, and the LoRA leaves, as targets)."
     names = tuple(self.layer_classes.value)
     if self.flavour.value == "fsdp2":
@@ -357,16 +360,14 @@ def _pe_config(self:PlanExplorer)->WrapConfig:
                       layer_cls=names or None, lora_leaves=self._leaves_wanted,
                       use_orig_params=self.use_orig_params.value)
 
-def _pe_make_plan(self:PlanExplorer)->Plan:
+@patch_to(PlanExplorer)
+def make_plan(self:PlanExplorer)->Plan:
     "The plan for the knobs' current values: `self.config.plan(model)`."
     return self.config.plan(self.model)
 
-PlanExplorer.min_num_params_used = property(_pe_min_num_params_used)
-PlanExplorer.config = property(_pe_config)
-PlanExplorer.make_plan = _pe_make_plan
-
 # %% ../nbs/04_viz.ipynb #f9fa26a3
-def _pe__sync_knobs(self:PlanExplorer):
+@patch_to(PlanExplorer)
+def _sync_knobs(self:PlanExplorer):
     "Disable the knobs that do not apply; make the LoRA-leaves box show whether the policy has the lambda part."
     fsdp2 = self.flavour.value == "fsdp2"
     self.size_on.disabled = self.use_orig_params.disabled = fsdp2      # FSDP1-only knobs
@@ -379,7 +380,8 @@ def _pe__sync_knobs(self:PlanExplorer):
     self.lora_leaves.description = ("LoRA leaves as units (lambda part: dropped by the size guard)" if guarded
                                     else "LoRA leaves as units (lambda part)")
 
-def _pe_knobs_text(self:PlanExplorer)->str:
+@patch_to(PlanExplorer)
+def knobs_text(self:PlanExplorer)->str:
     "Every knob's value in the plan, one line: which model, and the `WrapConfig` fields the knobs set."
     c = self.config
     knobs = [f"model={self.source}", c.flavour, f"policy={c.policy}"]
@@ -389,7 +391,8 @@ def _pe_knobs_text(self:PlanExplorer)->str:
     else: knobs.append(f"targets={', '.join(c.targets)}")
     return " · ".join(knobs)
 
-def _pe_refresh(self:PlanExplorer):
+@patch_to(PlanExplorer)
+def refresh(self:PlanExplorer):
     "Re-plan and redraw everything."
     import html as H
     self._sync_knobs()
@@ -413,16 +416,13 @@ def _pe_refresh(self:PlanExplorer):
     self.chart_box.children = (self.chart,)
 
 # %% ../nbs/04_viz.ipynb #b2b0442b
-def _pe__repr_mimebundle_(self:PlanExplorer, **kw):
+@patch_to(PlanExplorer)
+def _repr_mimebundle_(self:PlanExplorer, **kw):
     b = self.widget._repr_mimebundle_(**kw)   # the live widget; below, what a viewer without a kernel shows
     b["text/plain"] = plan_summary(self.plan) if self.plan is not None else f"cannot plan: {self.error}"
     if self.plan is not None: b["image/png"] = base64.b64encode(self.chart.value).decode()
     return b
 
-PlanExplorer._sync_knobs = _pe__sync_knobs
-PlanExplorer.knobs_text = _pe_knobs_text
-PlanExplorer.refresh = _pe_refresh
-PlanExplorer._repr_mimebundle_ = _pe__repr_mimebundle_
 
 def explore(model:nn.Module|str|None=None,  # a (peft) model, a zoo or shipped config name; None: the tiny Llama
             layer_cls="auto",               # initially selected layer classes (for a model given as a module)

@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 from torch.distributed.fsdp import wrap as fsdp_wrap
 
+from .methods import patch_to
 from .platform import get_platform
 from .policies import (WrapPolicy, lora_wrap_policy, peft_wrap_policy, layer_wrap_policy,
                                     size_wrap_policy, resolve_layer_classes, resolve_targets, fsdp1_unit_modules,
@@ -139,7 +140,8 @@ def _base_policy(cfg:WrapConfig, model:nn.Module)->WrapPolicy:
     if cfg.policy == "root": return WrapPolicy("root only", (), (), (), 0)
     raise ValueError(f"policy {cfg.policy!r} has no FSDP1 form: targets are FSDP2's")
 
-def _auto_wrap_policy(self:WrapConfig, model:nn.Module)->WrapPolicy:
+@patch_to(WrapConfig)
+def auto_wrap_policy(self:WrapConfig, model:nn.Module)->WrapPolicy:
     "The FSDP1 auto-wrap policy this configuration names (for FSDP2: the same choice, see `shard_modules`)."
     pol = _base_policy(self, model)
     if self.wrap_lm_head:
@@ -161,12 +163,10 @@ def _unit_claims(self:WrapConfig, model:nn.Module)->dict[nn.Module, str]:
         return claims
     return fsdp1_unit_modules(model, self.auto_wrap_policy(model))
 
-def _shard_modules(self:WrapConfig, model:nn.Module)->list[nn.Module]:
+@patch_to(WrapConfig)
+def shard_modules(self:WrapConfig, model:nn.Module)->list[nn.Module]:
     "The modules to `fully_shard` before the root, children first (FSDP2's form of the policy)."
     return [m for m in _unit_claims(self, model) if m is not model]
-
-WrapConfig.auto_wrap_policy = _auto_wrap_policy
-WrapConfig.shard_modules = _shard_modules
 
 # %% ../nbs/03c_wrap.ipynb #4e847ffa
 def _adapter_dtypes(model:nn.Module)->dict[str, str]:
@@ -187,7 +187,8 @@ def _shard_rank(cfg:WrapConfig, world_size:int|None, rank:int|None)->tuple[int, 
     if cfg.hybrid: k = shard_group_size(world_size, True, cfg.shard_size); return k, rank % k
     return world_size, rank
 
-def _plan(self:WrapConfig,
+@patch_to(WrapConfig)
+def plan(self:WrapConfig,
           model:nn.Module,                 # the model before FSDP (meta or real)
           conditional=None,                # modules (name globs) that may not run on every rank each step
           detect_experts:bool=True,        # also treat detected MoE experts as conditional
@@ -210,10 +211,9 @@ def _plan(self:WrapConfig,
                            conditional_modules(model, conditional, detect_experts), self.shard_dim)
     return _aligned(plan, _adapter_dtypes(model)) if self.align_lora_dtype else plan
 
-WrapConfig.plan = _plan
-
 # %% ../nbs/03c_wrap.ipynb #effa262f
-def _to_dict(self:WrapConfig)->dict:
+@patch_to(WrapConfig)
+def to_dict(self:WrapConfig)->dict:
     "Flavour, policy and the fields that differ from their defaults (JSON-safe)."
     d = dict(flavour=self.flavour, policy=self.policy)
     for f in dataclasses.fields(self):
@@ -221,7 +221,9 @@ def _to_dict(self:WrapConfig)->dict:
         if f.name not in d and v != f.default: d[f.name] = list(v) if isinstance(v, tuple) else v
     return d
 
-def _from_dict(cls, d:dict)->WrapConfig:
+@patch_to(WrapConfig)
+@classmethod
+def from_dict(cls, d:dict)->WrapConfig:
     "A config from `to_dict`'s output (a missing field takes its default, as in `WrapConfig()`)."
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(d) - names)
@@ -231,10 +233,12 @@ def _from_dict(cls, d:dict)->WrapConfig:
 _SHORT = dict(use_orig_params="orig", lora_leaves="leaves", wrap_lm_head="head", activation_checkpointing="ac",
               align_lora_dtype="align", reshard_after_forward="reshard")
 
-def _label(self:WrapConfig)->str:
+@patch_to(WrapConfig)
+@property
+def label(self:WrapConfig)->str:
     "Short text for tables: flavour:policy and the fields that differ from their defaults."
     out = [f"{self.flavour}:{self.policy}" if self.policy != "targets" else f"{self.flavour}:{'|'.join(self.targets)}"]
-    for k, v in _to_dict(self).items():
+    for k, v in self.to_dict().items():
         if k in ("flavour", "policy", "targets"): continue
         if isinstance(v, bool): out.append(("" if v else "no-") + _SHORT.get(k, k))
         elif k == "min_num_params": out.append(f"min={v:,}")
@@ -242,10 +246,9 @@ def _label(self:WrapConfig)->str:
         else: out.append(f"{_SHORT.get(k, k)}={v}")
     return " ".join(out)
 
-WrapConfig.to_dict, WrapConfig.from_dict, WrapConfig.label = _to_dict, classmethod(_from_dict), property(_label)
-
 # %% ../nbs/03c_wrap.ipynb #6bd8b951
-def _prepare(self:WrapConfig, model:nn.Module)->nn.Module:
+@patch_to(WrapConfig)
+def prepare(self:WrapConfig, model:nn.Module)->nn.Module:
     "In place, what comes before sharding: cast the adapters (`align_lora_dtype`), checkpoint each decoder layer."
     if self.align_lora_dtype:
         align_lora_dtype(model, policy=None if self.policy == "targets" else self.auto_wrap_policy(model),
@@ -275,8 +278,6 @@ def _device_mesh(cfg:WrapConfig, mesh=None):
     k = shard_group_size(world, True, cfg.shard_size)
     if world % k: raise ValueError(f"world size {world} does not split into shard groups of {k} (shard_size)")
     return init_device_mesh(dev, (world // k, k), mesh_dim_names=("replicate", "shard"))
-
-WrapConfig.prepare = _prepare
 
 # %% ../nbs/03c_wrap.ipynb #2c9858d8
 def _placement(dim:int, p:nn.Parameter):
@@ -310,7 +311,8 @@ def _wrap_fsdp1(cfg:WrapConfig, model:nn.Module, mesh, fsdp_kw:dict)->nn.Module:
     kw.update(fsdp_kw)
     return FSDP(model, **kw)
 
-def _wrap(self:WrapConfig,
+@patch_to(WrapConfig)
+def wrap(self:WrapConfig,
           model:nn.Module,     # the model before FSDP, inside a process group
           mesh=None,           # a DeviceMesh or process group; None: the whole world (2-D for hybrid)
           **fsdp_kw,           # further FullyShardedDataParallel / fully_shard arguments
@@ -320,8 +322,6 @@ def _wrap(self:WrapConfig,
     if self.flavour == "fsdp1": return _wrap_fsdp1(self, self.prepare(model), mesh, fsdp_kw)
     modules = self.shard_modules(model)          # before checkpoint wrappers exist
     return _wrap_fsdp2(self, self.prepare(model), modules, mesh, fsdp_kw)
-
-WrapConfig.wrap = _wrap
 
 # %% ../nbs/03c_wrap.ipynb #043cd884
 def wrap_fsdp1(model:nn.Module,                 # the model to wrap (inside a process group)
