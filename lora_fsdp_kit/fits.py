@@ -5,7 +5,7 @@
 # %% ../nbs/11_fits.ipynb #2898ea87
 from __future__ import annotations
 
-import dataclasses, math, time, types
+import copy, dataclasses, math, time, types
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -21,8 +21,9 @@ from .shards import (chunk_spans, clean_name, flat_spans, fsdp1_align, fsdp1_fla
 from .wrap import WrapConfig
 
 # %% auto #0
-__all__ = ['StepMemory', 'closed_form', 'FitsError', 'predict_step_memory', 'parse_bytes', 'Setting', 'settings_table',
-           'plot_settings', 'fits_report']
+__all__ = ['StepMemory', 'closed_form', 'FitsError', 'dtype_name', 'config_dtype', 'storage_dtype', 'stored_as', 'count_text',
+           'precision_text', 'predict_step_memory', 'parse_bytes', 'Setting', 'settings_table', 'plot_settings',
+           'fits_report']
 
 # %% ../nbs/11_fits.ipynb #41259d69
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class StepMemory:
     traces: tuple[RankTrace, ...]   # one per distinct local shard layout
     trace_of: tuple[int, ...]       # per predicted rank: the index of the trace it shares
     closed_form: dict = field(default_factory=dict)   # per rank: parameter-side bytes from the plan (see `closed_form`)
+    assumptions: str = ""        # the precision assumed, in words (`precision_text`)
 
     def _t(self, i:int)->RankTrace: return self.traces[self.trace_of[i]]
     @property
@@ -57,7 +59,7 @@ class StepMemory:
         i = self.peak_bytes.index(self.worst)
         return [f"StepMemory({self.label}, world {self.world}): worst peak {fmt_bytes(self.worst)} on rank "
                 f"{self.ranks[i]}, in {self.peak_module[i] or '<root>'} ({self.peak_phase[i]})",
-                f"  {len(self.traces)} trace(s): {shared}"]
+                f"  {len(self.traces)} trace(s): {shared}"] + ([f"  {self.assumptions}"] if self.assumptions else [])
     def __repr__(self):
         i = self.peak_bytes.index(self.worst)
         cats = sorted(self.by_category[i].items(), key=lambda kv: -kv[1])
@@ -169,6 +171,69 @@ def _trace(model, cfg, world, rank, batch, seq, backend, attention)->RankTrace:
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         raise FitsError(f"{type(base).__name__}: {why}") from None
 
+# %% ../nbs/11_fits.ipynb #57950f1d
+_DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+           "fp16": torch.float16, "float16": torch.float16}
+_SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+def dtype_name(dt:torch.dtype)->str: return _SHORT.get(dt, str(dt).removeprefix("torch."))
+
+def config_dtype(model:nn.Module)->torch.dtype:
+    "The dtype the model's config.json names (`torch_dtype`/`dtype`), float32 when it names none."
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    c = getattr(base, "config", None)
+    v = getattr(c, "dtype", None) or getattr(c, "torch_dtype", None)
+    if isinstance(v, str): v = _DTYPES.get(v, getattr(torch, v, None))
+    return v if isinstance(v, torch.dtype) and v.is_floating_point else torch.float32
+
+def storage_dtype(value:str|torch.dtype,   # "fp32", "bf16", "fp16", a torch dtype, or `default`'s key word
+                  what:str="param_dtype",  # the parameter's name, for the error
+                  default:dict|None=None,  # key word -> dtype: {"config": ...} or {"base": ...}
+                 )->torch.dtype:
+    "A storage dtype as users write it, as a torch dtype; anything else is a `FitsError` naming the choices."
+    if isinstance(value, torch.dtype) and value in _SHORT: return value
+    if isinstance(value, str) and value.lower() in (default or {}): return default[value.lower()]
+    if isinstance(value, str) and value.lower() in _DTYPES: return _DTYPES[value.lower()]
+    keys = "".join(f"'{k}', " for k in default or {})
+    raise FitsError(f"{what} must be {keys}'fp32', 'bf16', 'fp16' or a torch float dtype, got {value!r}")
+
+def _is_adapter(name:str)->bool: return any(s.startswith("lora_") for s in clean_name(name).split("."))
+
+def _dtypes(model, param_dtype, lora_dtype)->tuple[torch.dtype, torch.dtype]:
+    pdt = storage_dtype(param_dtype, "param_dtype", {"config": config_dtype(model)})
+    return pdt, storage_dtype(lora_dtype, "lora_dtype", {"base": pdt})
+
+def stored_as(model:nn.Module,                 # a peft model on meta
+              param_dtype:str|torch.dtype="config", # the frozen base: "config" (config.json's torch_dtype) or a dtype
+              lora_dtype:str|torch.dtype="base",    # the adapters: "base" (as `param_dtype`) or a dtype
+             )->tuple[nn.Module, torch.dtype, torch.dtype]:
+    "`model` with its parameters stored as asked (a copy when a dtype changes; buffers as they are), and both dtypes."
+    pdt, ldt = _dtypes(model, param_dtype, lora_dtype)
+    want = lambda n: ldt if _is_adapter(n) else pdt
+    ps = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
+    if all(p.dtype == want(n) for n, p in ps): return model, pdt, ldt
+    model = copy.deepcopy(model)
+    for n, p in model.named_parameters():   # each tied parameter once: the tie stays
+        if p.is_floating_point() and p.dtype != want(n): p.data = p.data.to(want(n))
+    return model, pdt, ldt
+
+def count_text(n:int)->str: return next((f"{n / s:.2f} {u}" for u, s in (("B", 1e9), ("M", 1e6), ("K", 1e3)) if n >= s), str(n))
+
+def precision_text(model:nn.Module, cfg:WrapConfig, param_dtype:str|torch.dtype="config",
+                   lora_dtype:str|torch.dtype="base")->str:
+    "What a prediction assumes about precision, in words: storage of the base and of LoRA, compute, reduce."
+    pdt, ldt = _dtypes(model, param_dtype, lora_dtype)
+    if cfg.align_lora_dtype: ldt, lsrc = pdt, "align_lora_dtype"
+    else: lsrc = "as the base" if lora_dtype == "base" else "lora_dtype"
+    n = [sum(p.numel() for k, p in model.named_parameters() if _is_adapter(k) == a) for a in (False, True)]
+    src = "config.json's torch_dtype" if param_dtype == "config" else "param_dtype"
+    mp = cfg.mixed_precision
+    comp = (f"computed in {mp} (FSDP mixed precision)" if mp else f"computed in {dtype_name(pdt)}"
+            + (f" and {dtype_name(ldt)}" if ldt != pdt else "") + " (no mixed precision)")
+    return (f"{count_text(n[0])} parameters stored in {dtype_name(pdt)} ({src}), LoRA's {count_text(n[1])} in "
+            f"{dtype_name(ldt)} ({lsrc}), {comp}, gradients reduced in {'fp32' if mp else dtype_name(ldt)}")
+
+
 # %% ../nbs/11_fits.ipynb #016fd9f5
 def predict_step_memory(model:nn.Module,               # a peft model on the meta device, as the plan takes it
                         *,
@@ -177,7 +242,9 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
                         wrap:WrapConfig|dict|None=None,# the plan's wrap configuration; None: the usual layout
                         batch:int=1,                   # sequences per rank per step
                         seq:int=512,                   # tokens per sequence
-                        mixed_precision:str|None=None, # None, "bf16" or "fp16": FSDP's param dtype, fp32 reduce
+                        mixed_precision:str|None=None, # None, "bf16" or "fp16": FSDP's compute dtype, fp32 reduce
+                        param_dtype:str|torch.dtype="config", # storage of the base: "config" (config.json's), "fp32"...
+                        lora_dtype:str|torch.dtype="base",    # storage of the adapters: "base" (as the base), "fp32"...
                         activation_checkpointing:bool=False, # checkpoint_wrapper on each decoder layer
                         rank:int|None=None,            # predict only this rank (None: every rank)
                         backend:str="nccl",            # the job's backend: "gloo" adds its staging copies
@@ -191,6 +258,8 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
                              "(models.model_from_config(..., device='meta')); the trace allocates nothing real")
     if rank is not None and not 0 <= rank < world: raise FitsError(f"rank {rank} is not in a world of {world}")
     cfg = _config(flavour, wrap, mixed_precision, activation_checkpointing)
+    words = precision_text(model, cfg, param_dtype, lora_dtype)
+    model = stored_as(model, param_dtype, lora_dtype)[0]
     if attention not in ("auto", "fused", "math"):
         raise FitsError(f"attention must be 'auto', 'fused' or 'math', got {attention!r}")
     if why := _known_failure(model, cfg): raise FitsError(why)
@@ -206,7 +275,7 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
     label = (f"{cfg.label}, batch {batch} x seq {seq}" + (f", {backend}" if backend != "nccl" else "")
              + (", math attention" if att == "math" else ""))
     closed = {t.rank: closed_form(model, cfg, world, t.rank) for t in traces}
-    return StepMemory(label, world, tuple(ranks), tuple(traces), tuple(trace_of), closed)
+    return StepMemory(label, world, tuple(ranks), tuple(traces), tuple(trace_of), closed, words)
 
 # %% ../nbs/11_fits.ipynb #d329c0e9
 _COLORS = {"sharded parameters": "#1f77b4", "unsharded parameters": "#aec7e8", "buffers": "#7f7f7f",
