@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['FLAG_WORDS', 'render_readme', 'flag_language', 'wrap_fields', 'add_wrap_flags', 'wrap_configs_of', 'wrap_config_of',
-           'parser', 'main']
+__all__ = ['FLAG_WORDS', 'FITS_DEFAULTS', 'render_readme', 'flag_language', 'wrap_fields', 'add_wrap_flags', 'wrap_configs_of',
+           'wrap_config_of', 'module_constant', 'parser', 'main']
 
 # %% ../nbs/90_cli.ipynb #5c72cea4
 def _readme_block(text:str, lang:str="")->str: return f"```{lang}\n{text.rstrip()}\n```"
@@ -85,7 +85,8 @@ FLAG_WORDS = (("lora_wrap_policy(min_num_params>0) / lora_leaves=False", "--min-
               ("peft autocast_adapter_dtype=False, WrapConfig(align_lora_dtype=True)", "--align-lora-dtype"),
               ("lora_leaves=False", "--no-lora-leaves"), ("use_orig_params=True", "--use-orig-params"),
               ("use_orig_params=False", "no --use-orig-params"), ("min_num_params=", "--min-num-params "),
-              ("min_num_params > 0", "--min-num-params > 0"), ("min_num_params>0", "--min-num-params > 0"))
+              ("min_num_params > 0", "--min-num-params > 0"), ("min_num_params>0", "--min-num-params > 0"),
+              ("shard_dim=0", "--shard-dim 0"))
 
 def flag_language(text:str)->str:
     "`text` with the library's spellings of the plan settings replaced by the flags that set them (quotes kept)."
@@ -142,6 +143,10 @@ def add_wrap_flags(p:argparse.ArgumentParser,  # a command's parser
         if typ == "bool" and not sweep:
             g.add_argument(f"--no-{flag[2:]}" if d else flag, dest=name, action="store_false" if d else "store_true",
                            default=d, help=f"turn off (on by default): {doc}" if d else doc)
+        elif typ == "bool":   # plan's spellings work too: --flag alone is on, --no-flag off; or on, off, "off,on"
+            g.add_argument(flag, dest=name, default=_text(d), nargs="?", const="on", metavar="on|off",
+                           help=f"{doc} (default: {_text(d)})")
+            g.add_argument(f"--no-{flag[2:]}", dest=name, action="store_const", const="off", help=argparse.SUPPRESS)
         else: g.add_argument(flag, dest=name, default=_text(d), metavar="VALUE", help=f"{doc} (default: {_text(d)})")
 
 # %% ../nbs/90_cli.ipynb #1ea83ea2
@@ -202,35 +207,75 @@ def _plan_parser(sub):
     pl.add_argument("--json", default=None, help="write the plan as JSON here")
     pl.set_defaults(fn=_cmd_plan)
 
+def module_constant(module:str, name:str):
+    "A constant of a kit module (a literal assignment), read from its source: the help needs no torch import."
+    import ast, importlib.util
+    tree = ast.parse(Path(importlib.util.find_spec(f"lora_fsdp_kit.{module}").origin).read_text())
+    return next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == name for t in n.targets))
+
 def _fits_parser(sub):
-    "The `fits` sub-command's flags: the model and the job, and the wrap flags, each a comma list to sweep."
+    "The `fits` sub-command's flags: the model, the job, the device, the precision, and the wrap flags (comma lists)."
     f = sub.add_parser("fits", help="which LoRA training settings fit in a device's memory (e.g. fits --config "
                        "config.json --world 8 --device-memory 80GiB)", description="Trace one training step per "
-                       "setting on one CPU, and say which settings fit on the device.")
+                       "setting on one CPU, and say which settings fit on the device.",
+                       epilog="exit codes: 0 every setting fits; 1 one does not fit or cannot be predicted; "
+                              "2 bad input (one line on stderr)")
     f.add_argument("--config", required=True, help="a model's config.json (or its folder), or a shipped config name")
     f.add_argument("--world", required=True, type=int, help="ranks (devices) of the job")
-    f.add_argument("--device-memory", required=True, help="memory of one device, e.g. 80GiB")
+    f.add_argument("--device-memory", required=True, help="memory of one device, with its unit: 80GiB, 80GB")
+    f.add_argument("--reserve", default=module_constant("fits", "RESERVE"), help="taken off the device before the "
+                   f"verdict (default %(default)s): {module_constant('fits', 'RESERVE_WHY')}")
     f.add_argument("--batch", default="1", help="sequences per rank, comma-separated (default 1)")
     f.add_argument("--seq", default="512", help="tokens per sequence, comma-separated (default 512)")
+    m = f.add_mutually_exclusive_group()
+    m.add_argument("--max-batch", action="store_true", help="per setting, the largest batch that fits (at --seq)")
+    m.add_argument("--max-seq", action="store_true", help="per setting, the largest seq that fits (at --batch)")
+    f.add_argument("--param-dtype", default="config", help="storage of the base's parameters, comma-separated: "
+                   "config (config.json's torch_dtype), fp32, bf16, fp16 (default config); the compute dtype is "
+                   "--mixed-precision")
+    f.add_argument("--lora-dtype", default="base", help="storage of the LoRA adapters, comma-separated: base (as "
+                   "--param-dtype), fp32 (peft's default on a 16-bit base), bf16, fp16 (default base)")
     f.add_argument("--lora-r", type=int, default=8, help="LoRA rank (default 8)")
     f.add_argument("--lora-targets", default=PLAN_TARGETS, help=f"comma-separated LoRA target modules (default "
                    f"{PLAN_TARGETS})")   # --targets is WrapConfig's: the modules FSDP2 shards
     f.add_argument("--backend", default="nccl", help="nccl/hccl (device buffers only) or gloo (a CPU job)")
     f.add_argument("--attention", default="auto", choices=("auto", "fused", "math"),
                    help="attention kernel: auto (CUDA runs fp32 with grouped-query heads unfused), fused or math")
-    f.add_argument("--png", action="store_true", help="save the charts as PNGs in --out")
-    f.add_argument("--out", default=".", help="folder for the PNGs (default: here)")
-    add_wrap_flags(f, sweep=True, defaults=dict(flavour="fsdp2,fsdp1", activation_checkpointing="off,on",
-                                                mixed_precision="bf16"))
-    f.set_defaults(fn=_cmd_fits)
+    f.add_argument("-v", "--verbose", action="store_true", help="every category, the module and phase of each peak, "
+                   "and the ranks that differ")
+    f.add_argument("--png", action="store_true", help="save the chart as fits.png in --out")
+    f.add_argument("--out", default=".", help="folder for the PNG (default: here)")
+    add_wrap_flags(f, sweep=True, defaults=FITS_DEFAULTS)
+    f.set_defaults(fn=_cmd_fits, precheck=_fits_sizes)
+
+# fits' own defaults: decoder-layer units in both flavours (FSDP1 keeps the original parameters, for frozen and
+# trainable tensors in one unit), bf16 compute, checkpointing off and on
+FITS_DEFAULTS = dict(flavour="fsdp2,fsdp1", policy="layer", use_orig_params="on", activation_checkpointing="off,on",
+                     mixed_precision="bf16")
+
+def _fits_sizes(a)->int|None:
+    "2 (with the fix on stderr) for a memory size without a unit; `main` asks before it imports anything (torch)."
+    import re
+    for flag, text in (("--device-memory", a.device_memory), ("--reserve", a.reserve)):
+        if m := re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*", text):
+            print(f"fits: error: {flag} {m.group(1)}: add a unit, {m.group(1)}GiB or {m.group(1)}GB", file=sys.stderr)
+            return 2
+    return None
 
 def _cmd_fits(a)->int:
     try: wraps = wrap_configs_of(a, sweep=True)
     except ValueError as e:
         print(f"fits: error: {str(e).splitlines()[0]}", file=sys.stderr); return 2
+    import dataclasses   # FSDP2 always keeps the original parameters: one row, whatever --use-orig-params says
+    wraps = list(dict.fromkeys(dataclasses.replace(w, use_orig_params=False) if w.flavour == "fsdp2" else w
+                               for w in wraps))
     from lora_fsdp_kit.fits import fits_report
     return fits_report(a.config, a.world, a.device_memory, wraps, batch=a.batch, seq=a.seq, lora_r=a.lora_r,
-                       targets=a.lora_targets, backend=a.backend, attention=a.attention, png=a.png, out=a.out)
+                       targets=a.lora_targets, backend=a.backend, attention=a.attention, param_dtype=a.param_dtype,
+                       lora_dtype=a.lora_dtype, reserve=a.reserve, max_batch=a.max_batch, max_seq=a.max_seq,
+                       verbose=a.verbose, speak=flag_language, png=a.png, out=a.out)
+
 
 # %% ../nbs/90_cli.ipynb #442db780
 def parser()->argparse.ArgumentParser:
@@ -270,6 +315,7 @@ def main(argv:list[str]|None=None)->int:
     "Entry point of `python -m lora_fsdp_kit` and the `lfk` script; bad input is one line on stderr and exit code 2."
     argv = sys.argv[1:] if argv is None else list(argv)
     a = parser().parse_args(argv)
+    if (check := getattr(a, "precheck", None)) and (code := check(a)) is not None: return code   # before imports
     from lora_fsdp_kit.platform import PlatformError, load_plugins
     from lora_fsdp_kit.launch import LaunchError
     try:

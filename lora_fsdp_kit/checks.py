@@ -14,7 +14,8 @@ from .policies import is_lora_name   # a plan is read, never imported: `plan` im
 __all__ = ['SEVERITIES', 'CHECKS', 'Finding', 'Check', 'plan_check', 'check_plan', 'nested_lambda_units', 'lora_name_hidden',
            'lora_in_root', 'mixed_requires_grad', 'mixed_dtype', 'tied_param_split', 'tied_param_copied',
            'rank_divergent_unit', 'rank_divergent_grads', 'fused_experts_info', 'fused_lora_split', 'fused_lora_fsdp1',
-           'mixed_precision_lora_leaf', 'dora_lora_leaf', 'checks_table', 'predicted_errors', 'predicted_by']
+           'mixed_precision_lora_leaf', 'dora_lora_leaf', 'uneven_shards', 'checks_table', 'predicted_errors',
+           'predicted_by']
 
 # %% ../nbs/03b_checks.ipynb #a27e6888
 @dataclass(frozen=True)
@@ -312,6 +313,21 @@ def dora_lora_leaf(plan:Plan):
     for u in _lora_leaves(plan):
         yield u.name, ("DoRA reads lora_A/lora_B weights outside their own forward (for the weight norm), where "
                        "FSDP1 with use_orig_params=True shows them as shards: the first forward fails (IndexError)")
+
+# %% ../nbs/03b_checks.ipynb #ec212d5a
+def uneven_shards(plan:Plan,   # an FSDP2 plan (FSDP1 flattens: dim 0, padded)
+                  group:int,   # ranks in a shard group
+                 )->list[Finding]:
+    "Findings for the parameters FSDP2 refuses to shard unevenly on a dimension other than 0 at `group` ranks."
+    out = []
+    for u in plan.units if plan.flavour == "fsdp2" else ():
+        for p in u.params:
+            d = p.shard_dim
+            if d > 0 and p.shape[d] % group:
+                out.append(Finding("error", "uneven-shard-dim", u.name, f"FSDP2 refuses to shard {p.name} "
+                                   f"{tuple(p.shape)} on dim {d} over {group} ranks (\"does not support uneven "
+                                   "sharding\")", f"shard_dim=0, or a shard group that divides {p.shape[d]}"))
+    return out
 
 # %% ../nbs/03b_checks.ipynb #775f92a3
 def checks_table()->str:

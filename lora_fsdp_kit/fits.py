@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import copy, dataclasses, math, time, types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -18,12 +18,13 @@ from .figures import fmt_bytes
 from .plan import dtype_itemsize
 from .shards import (chunk_spans, clean_name, flat_spans, fsdp1_align, fsdp1_flat_numels, fsdp2_padded_numel,
                                   piece_length, shard_group_size)
+from .methods import patch_to
 from .wrap import WrapConfig
 
 # %% auto #0
-__all__ = ['StepMemory', 'closed_form', 'FitsError', 'dtype_name', 'config_dtype', 'storage_dtype', 'stored_as', 'count_text',
-           'precision_text', 'predict_step_memory', 'parse_bytes', 'Setting', 'settings_table', 'plot_settings',
-           'fits_report']
+__all__ = ['RESERVE', 'RESERVE_WHY', 'StepMemory', 'closed_form', 'FitsError', 'dtype_name', 'config_dtype', 'storage_dtype',
+           'stored_as', 'count_text', 'precision_text', 'predict_step_memory', 'parse_bytes', 'Setting', 'varying',
+           'settings_table', 'plot_settings', 'largest_fitting', 'fits_report']
 
 # %% ../nbs/11_fits.ipynb #41259d69
 @dataclass(frozen=True)
@@ -155,13 +156,14 @@ def _explain(e:Exception, model:nn.Module)->str|None:
         return f"the step itself fails (it would on the devices too): {name}: {msg.splitlines()[0][:200]}"
     return None
 
-def _known_failure(model:nn.Module, cfg:WrapConfig)->str|None:
-    "One line for a wrapping the plan already knows FSDP refuses or fails on at its first step, else None."
-    from lora_fsdp_kit.checks import CHECKS   # a check with `predicts` names FSDP's error (tests/test_plan_fidelity.py)
-    f = next((f for f in cfg.plan(model).check() if f.severity == "error" and CHECKS[f.check].predicts), None)
+def _known_failure(model:nn.Module, cfg:WrapConfig, world:int=1)->str|None:
+    "One line for a wrapping the plan already knows FSDP refuses or fails on at its first step (at `world`), else None."
+    from lora_fsdp_kit.checks import CHECKS, uneven_shards  # a check with `predicts` names FSDP's error
+    plan = cfg.plan(model)
+    f = next((f for f in plan.check() if f.severity == "error" and CHECKS[f.check].predicts), None)
+    if f is None: f = next(iter(uneven_shards(plan, shard_group_size(world, cfg.hybrid, cfg.shard_size))), None)
     if f is None: return None
-    return (f"FSDP fails on this wrapping before a step completes ({f.check} at {f.unit or '<root>'!r}): "
-            f"{f.message.splitlines()[0]}; fix: {f.fix}")
+    return f"FSDP refuses it ({f.check}): {f.message.splitlines()[0]}; fix: {f.fix}"
 
 def _trace(model, cfg, world, rank, batch, seq, backend, attention)->RankTrace:
     try: return trace_rank(model, cfg, world, rank, batch, seq, backend, attention)
@@ -171,7 +173,7 @@ def _trace(model, cfg, world, rank, batch, seq, backend, attention)->RankTrace:
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         raise FitsError(f"{type(base).__name__}: {why}") from None
 
-# %% ../nbs/11_fits.ipynb #57950f1d
+# %% ../nbs/11_fits.ipynb #2f0019bc
 _DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
            "fp16": torch.float16, "float16": torch.float16}
 _SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -262,7 +264,7 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
     model = stored_as(model, param_dtype, lora_dtype)[0]
     if attention not in ("auto", "fused", "math"):
         raise FitsError(f"attention must be 'auto', 'fused' or 'math', got {attention!r}")
-    if why := _known_failure(model, cfg): raise FitsError(why)
+    if why := _known_failure(model, cfg, world): raise FitsError(why)
     att = attention_kernel(model, cfg, backend) if attention == "auto" else attention
     ranks = list(range(world)) if rank is None else [rank]
     first = _trace(model, cfg, world, ranks[0], batch, seq, backend, att)
@@ -310,7 +312,8 @@ def _timeline(ax, t:RankTrace, scale:int, label:str, color=None, annotate:bool=T
                 textcoords="offset points")
 
 # %% ../nbs/11_fits.ipynb #c35365ce
-def _figure(self:StepMemory, device_memory:int|None=None):
+@patch_to(StepMemory)
+def figure(self:StepMemory, device_memory:int|None=None):
     "Per-rank categories at each peak (one bar per traced layout) beside memory over the step of the worst rank."
     from lora_fsdp_kit.figures import new_figure
     groups = list(self.traced_ranks.items())
@@ -335,59 +338,99 @@ def _figure(self:StepMemory, device_memory:int|None=None):
     fig.suptitle(f"{self.label}: world {self.world}, worst peak {fmt_bytes(self.worst)}")
     return fig
 
-StepMemory.figure = _figure
-StepMemory._repr_png_ = lambda self: self.figure()._repr_png_()
+@patch_to(StepMemory)
+def _repr_png_(self:StepMemory): return self.figure()._repr_png_()
 
-# %% ../nbs/11_fits.ipynb #7cad7dcb
-_SIZE = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-         "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+# %% ../nbs/11_fits.ipynb #1f75943f
+_SIZE = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+         "tib": 2**40}
+RESERVE = "2GiB"   # `fits --reserve`'s default; where it comes from: RESERVE_WHY
+RESERVE_WHY = ("what a device holds beyond the step's tensors, an estimate: the CUDA context (0.3-0.6 GiB with "
+               "torch's kernels loaded), NCCL's buffers (4 MiB per channel and peer, about 0.3 GiB at 8 ranks) and "
+               "the caching allocator's fragmentation (reserved minus allocated, about 1 GiB)")
 
-def parse_bytes(text:str)->int:
-    "'80GiB', '80 GB', '1.5TiB' or a plain number of bytes -> bytes."
+def parse_bytes(text:str|int)->int:
+    "'80GiB', '80 GB', '1.5TiB' or an int of bytes -> bytes; a number without a unit is refused, with the fix."
     import re
+    if isinstance(text, int) and not isinstance(text, bool): return text
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    if m and not m.group(2): raise FitsError(f"{m.group(1)}: add a unit, {m.group(1)}GiB or {m.group(1)}GB")
     if not m or m.group(2).lower() not in _SIZE:
-        raise FitsError(f"cannot read {text!r} as a memory size: write e.g. 80GiB, 80GB or 85899345920")
+        raise FitsError(f"cannot read {text!r} as a memory size: write e.g. 80GiB or 80GB")
     return int(float(m.group(1)) * _SIZE[m.group(2).lower()])
 
-# %% ../nbs/11_fits.ipynb #2511996e
+# %% ../nbs/11_fits.ipynb #00b01cd8
+_CAT_SHORT = {"sharded parameters": "shards", "unsharded parameters": "gathered", "buffers": "buffers",
+              "gradients": "grads", "unsharded gradients": "full grads", "optimizer state": "adam", "activations":
+              "acts", "temporaries": "temps", "all-gather buffers": "ag bufs", "reduce-scatter buffers": "rs bufs",
+              "backend staging": "staging", "inputs": "inputs", "other": "other"}
+_WORD = {"mixed_precision=bf16": "bf16", "mixed_precision=fp16": "fp16"}
+
+def _sb(n:int)->str:
+    "Bytes in at most 5 characters: 30.1G, 512M, 1.5K."
+    for div, u in ((2**40, "T"), (2**30, "G"), (2**20, "M"), (2**10, "K")):
+        if abs(n) >= div: return f"{n / div:.3g}{u}"
+    return f"{n}B"
+
 @dataclass(frozen=True)
 class Setting:
-    "One row of the `fits` table: a wrap configuration and a batch, with its prediction."
+    "One row of the `fits` answer: a wrap configuration, the storage dtypes and batch x seq, with its prediction."
     wrap: WrapConfig
     batch: int
     seq: int
     memory: StepMemory
+    param_dtype: str|torch.dtype = "config"
+    lora_dtype: str|torch.dtype = "base"
 
-    def row(self, device:int)->dict:
+    @property
+    def words(self)->list[str]:
+        "What names the setting: its wrap's label (compute dtype or fp32), the storage asked for, batch x seq."
+        w = [_WORD.get(t, t) for t in self.wrap.label.split()]
+        if not self.wrap.mixed_precision: w.insert(1, "no-mp")
+        pd, ld = (v if isinstance(v, str) else dtype_name(v) for v in (self.param_dtype, self.lora_dtype))
+        return w + [f"store={pd}"] + ([f"lora={ld}"] if ld != "base" else []) + [f"{self.batch}x{self.seq}"]
+
+    def row(self, usable:int, shown:Sequence[str]|None=None)->dict:
+        "The table's row: the setting's words (those in `shown`), the worst rank's peak, its 3 largest categories..."
         w, i = self.memory.worst, self.memory.peak_bytes.index(self.memory.worst)
-        return dict(flavour=self.wrap.flavour, ac="on" if self.wrap.activation_checkpointing else "off",
-                    mp=self.wrap.mixed_precision or "fp32", tokens=f"{self.batch} x {self.seq}",
-                    lm_head="apart" if self.wrap.wrap_lm_head else "root", peak=fmt_bytes(w),
-                    fits="yes" if w <= device else "NO", headroom=fmt_bytes(device - w),
-                    module=f"{self.memory.peak_module[i] or '<root>'} ({self.memory.peak_phase[i]})")
+        cats = sorted(((v, k) for k, v in self.memory.by_category[i].items() if v), reverse=True)[:3]
+        left = usable - w
+        return dict(setting=" ".join(t for t in self.words if shown is None or t in shown), peak=fmt_bytes(w),
+                    largest=", ".join(f"{_CAT_SHORT.get(k, k)} {_sb(v)}" for v, k in cats),
+                    left=("+" if left >= 0 else "-") + fmt_bytes(abs(left)), verdict="fits" if left >= 0 else "NO")
 
-def settings_table(settings:list[Setting], device:int)->str:
-    "The table `fits` prints: one row per setting."
-    rows = [s.row(device) for s in settings]
-    head = dict(flavour="flavour", ac="act.ckpt", mp="precision", tokens="batch x seq", lm_head="lm_head",
-                peak="peak/rank", fits="fits?", headroom="headroom", module="peak module")
-    w = {k: max(len(str(r[k])) for r in rows + [head]) for k in head}
-    line = lambda r: "  ".join(str(r[k]).ljust(w[k]) for k in head)
-    return "\n".join([line(head), "  ".join("-" * w[k] for k in head)] + [line(r) for r in rows])
+def varying(settings:Sequence[Setting])->tuple[list[str], list[str]]:
+    "(words every setting shares, words that tell them apart), each in order."
+    common = [t for t in settings[0].words if all(t in s.words for s in settings)] if settings else []
+    return common, list(dict.fromkeys(t for s in settings for t in s.words if t not in common))
 
-def plot_settings(settings:list[Setting], device:int):
-    "Stacked categories of each setting's worst rank against the device's line, and memory over each step."
+def settings_table(settings:list[Setting], usable:int, width:int=100)->str:
+    "The rows `fits` prints, numbered, each at most `width` columns (the setting's words cut first)."
+    common, apart = varying(settings)
+    head = dict(n="#", setting="setting", peak="peak/rank", largest="3 largest (at the peak)", left="left/missing",
+                verdict="verdict")
+    rows = [dict(s.row(usable, apart), n=str(i + 1)) for i, s in enumerate(settings)]
+    w = {k: max(len(r[k]) for r in rows + [head]) for k in head}
+    w["setting"] = min(w["setting"], width - sum(v for k, v in w.items() if k != "setting") - 2 * (len(head) - 1))
+    cut = lambda t, n: t if len(t) <= n else t[:n - 1] + "…"
+    line = lambda r: "  ".join(cut(r[k], w[k]).ljust(w[k]) if k in ("setting", "largest", "n", "verdict")
+                               else r[k].rjust(w[k]) for k in head).rstrip()
+    return "\n".join([line(head)] + [line(r) for r in rows])
+
+# %% ../nbs/11_fits.ipynb #d388e41d
+def plot_settings(settings:list[Setting], device:int, reserve:int=0):
+    "Stacked categories of each setting's worst rank against the device (and its reserve), and memory over each step."
     from lora_fsdp_kit.figures import new_figure
     unit, scale = _unit(max([device] + [s.memory.worst for s in settings]))
     fig = new_figure(figsize=(14, 5.5))
     ax_b, ax_t = fig.subplots(1, 2, gridspec_kw=dict(width_ratios=[1.2, 1]))
     worst = [max(s.memory.traces, key=lambda t: t.peak) for s in settings]
-    labels = [f"{s.wrap.flavour} {'ac' if s.wrap.activation_checkpointing else 'no-ac'} "
-              f"{s.wrap.mixed_precision or 'fp32'}\n{s.batch}x{s.seq}{' head' if s.wrap.wrap_lm_head else ''}"
-              for s in settings]
+    apart = varying(settings)[1]
+    labels = [" ".join(t for t in s.words if t in apart).replace(" ", "\n", 1) for s in settings]
     _stack(ax_b, labels, [t.by_category for t in worst], scale)
     ax_b.axhline(device / scale, color="k", ls="--", lw=1.5, label=f"device {fmt_bytes(device)}")
+    if reserve: ax_b.axhline((device - reserve) / scale, color="k", ls=":", lw=1.2,
+                             label=f"less the reserve {fmt_bytes(reserve)}")
     ax_b.set(ylabel=unit, title="worst rank's peak by category, per setting")
     ax_b.set_ylim(0, max([device] + [t.peak for t in worst]) / scale * 1.45)
     ax_b.legend(fontsize=7, ncol=2, loc="upper left")
@@ -396,62 +439,173 @@ def plot_settings(settings:list[Setting], device:int):
     ax_t.axhline(device / scale, color="k", ls="--", lw=1.5)
     ax_t.set(xlabel="progress through the second iteration (ops in order)", ylabel=unit, title="memory over the step")
     ax_t.legend(fontsize=7, loc="upper right")
-    fig.suptitle(f"will it fit? world {settings[0].memory.world}, device {fmt_bytes(device)}")
+    said = {s.memory.assumptions for s in settings}
+    fig.suptitle(f"will it fit? world {settings[0].memory.world}, device {fmt_bytes(device)}; every setting: "
+                 f"{' '.join(varying(settings)[0])}" + (f"\n{said.pop()}" if len(said) == 1 else ""), fontsize=10)
     return fig
 
-# %% ../nbs/11_fits.ipynb #a412a1aa
-def _ints(text:str, what:str)->list[int]:
+# %% ../nbs/11_fits.ipynb #a3f192b8
+def largest_fitting(peak:Callable[[int], int],  # the peak at a value (nondecreasing in it), e.g. a traced step's
+                    usable:int,                 # bytes the step may take
+                    cap:int=2**16,              # the search stops here
+                    jump:int=8,                 # before a value that does not fit is known: at most x8 a step
+                   )->tuple[int, dict[int, int]]:  # (the largest value that fits, 0 if 1 does not; value -> peak)
+    "The largest value in 1..cap whose peak fits, in few calls: a line through the last two peaks, else halving."
+    seen, order = {}, []
+    def fits(n:int)->bool:
+        if n not in seen: seen[n] = peak(n); order.append(n)
+        return seen[n] <= usable
+    if not fits(1): return 0, seen
+    lo, hi, n, halve = 1, None, 2, False
+    while True:
+        width = None if hi is None else hi - lo
+        if fits(n): lo = n
+        else: hi = n
+        if hi is not None and hi - lo <= 1: return lo, seen
+        if hi is None and lo >= cap: return cap, seen
+        if halve: n, halve = (lo + hi) // 2, False; continue   # the line did not halve the bracket: halve it
+        halve = width is not None and hi - lo > width / 2
+        a, b = sorted(order[-2:])
+        slope = (seen[b] - seen[a]) / (b - a)
+        top = min(cap, jump * lo) if hi is None else hi - 1
+        n = max(lo + 1, min(a + int((usable - seen[a]) // slope) if slope > 0 else top, top))
+
+# %% ../nbs/11_fits.ipynb #5d7498c1
+def _sweep(text:str|int, what:str, lowest:int=1)->list[int]:
     try: out = [int(v) for v in str(text).split(",")]
     except ValueError: raise FitsError(f"--{what} takes whole numbers (comma-separated), got {text!r}") from None
-    if any(v < 1 for v in out): raise FitsError(f"--{what} must be >= 1, got {text!r}")
+    if any(v < lowest for v in out): raise FitsError(f"--{what} must be >= {lowest}, got {text!r}")
     return out
 
-# %% ../nbs/11_fits.ipynb #2cb9d17f
+def _dtype_words(text:str|torch.dtype, what:str, key:str)->list:
+    "A comma list of storage dtypes, each checked now (before any model is built)."
+    out = [v.strip() for v in text.split(",")] if isinstance(text, str) else [text]
+    for v in out: storage_dtype(v, what, {key: torch.float32})
+    return out
+
+def _probe(model, cfg, world, batch, seq, pd, ld, backend, attention)->StepMemory:
+    return predict_step_memory(model, world=world, wrap=cfg, batch=batch, seq=seq, param_dtype=pd, lora_dtype=ld,
+                               backend=backend, attention=attention)
+
+def _one_line(label:str, e:Exception, speak)->str:
+    "'cannot predict <label>: why; fix: ...' in at most 160 characters, the fix (the flag) kept whole."
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if not isinstance(e, FitsError): msg = f"the step fails: {type(e).__name__}: {msg}"
+    head, sep, fix = speak(msg).rpartition("; fix: ")
+    head, fix = (head, sep + fix) if sep else (speak(msg), "")
+    label = f"cannot predict {label}: "
+    room = 160 - len(label) - len(fix)
+    return f"{label}{head if len(head) <= room else head[:max(room - 1, 0)] + '…'}{fix}"
+
+# %% ../nbs/11_fits.ipynb #84b1a400
+def _header(model, config:str, lora_r:int, targets:str, world:int, backend:str, batches, seqs, device:int,
+            reserve:int, common:list[str], search:str|None)->list[str]:
+    "What the answer is about: the model, its parameters and LoRA's, the job, the device and what the verdict counts."
+    n = [sum(p.numel() for k, p in model.named_parameters() if _is_adapter(k) == a) for a in (False, True)]
+    size = lambda v, what: ("largest that fits" if search == what else ",".join(map(str, v)))
+    return [f"will it fit? {type(model.get_base_model()).__name__} ({config}): {n[0]:,} parameters ({count_text(n[0])}), "
+            f"LoRA {n[1]:,} (r={lora_r} on {targets})",
+            f"job: world {world} ({backend}), batch {size(batches, 'batch')} x seq {size(seqs, 'seq')} per rank"
+            + (f"; every setting: {' '.join(common)}" if common else ""),
+            f"device {fmt_bytes(device)} - reserve {fmt_bytes(reserve)} = {fmt_bytes(device - reserve)} for the step's "
+            "tensors (what the verdict counts: torch's allocator)"]
+
+def _details(s:Setting, usable:int)->list[str]:
+    "`--verbose`: every category at the worst rank's peak, the module and phase, and the ranks that differ."
+    m = s.memory; i = m.peak_bytes.index(m.worst)
+    out = [f"  peak in {m.peak_module[i] or '<root>'} ({m.peak_phase[i]}), rank {m.ranks[i]}:"]
+    out += [f"    {k:<24}{fmt_bytes(v):>12}" for k, v in sorted(m.by_category[i].items(), key=lambda kv: -kv[1]) if v]
+    if len(set(m.peak_bytes)) > 1:
+        by = {}
+        for r, p in zip(m.ranks, m.peak_bytes): by.setdefault(p, []).append(r)
+        out.append("  ranks differ: " + "; ".join(f"{_ranks_text(rs)} {fmt_bytes(p)}" for p, rs in
+                                                 sorted(by.items(), reverse=True)))
+    return out
+
+def _answer(done:list[Setting], failed:list[str], found:dict, usable:int, search:str|None, verbose:bool):
+    "The precision assumed, the rows, the searched values, what cannot be predicted and (verbose) the details."
+    texts = {}
+    for i, s in enumerate(done): texts.setdefault(s.memory.assumptions, []).append(str(i + 1))
+    for t, rows in texts.items(): print(f"precision{'' if len(texts) == 1 else ' of ' + ','.join(rows)}: {t}")
+    if done: print(settings_table(done, usable))
+    for i, (best, seen) in found.items():
+        nxt = seen.get(best + 1)
+        if best == 0: print(f"{i + 1}: {search} 1 does not fit ({fmt_bytes(seen[1] - usable)} missing)")
+        elif nxt is None: print(f"{i + 1}: largest {search} {best} (the search stops there): peak {fmt_bytes(seen[best])}")
+        else: print(f"{i + 1}: largest {search} {best}: peak {fmt_bytes(seen[best])}; at {best + 1}: {fmt_bytes(nxt)} "
+                    f"({fmt_bytes(nxt - usable)} missing); {len(seen)} traces")
+    for line in failed: print(line)
+    shown = {k for s in done for k in s.row(usable)["largest"].split(", ")}
+    used = [f"{v} = {k}" for k, v in _CAT_SHORT.items() if v != k and any(x.startswith(v + " ") for x in shown)]
+    if used: print("categories: " + ", ".join(used))
+    if verbose:
+        for i, s in enumerate(done): print(f"{i + 1} {' '.join(s.words)}:"); print("\n".join(_details(s, usable)))
+
+# %% ../nbs/11_fits.ipynb #954d6374
 def fits_report(config:str,                 # a model's config.json (or its folder), or a shipped config name
                 world:int,                  # ranks (devices) of the job
-                device_memory:str|int,      # memory of one device, e.g. "80GiB"
+                device_memory:str|int,      # memory of one device, with its unit: "80GiB", "80GB"
                 wraps:Sequence[WrapConfig], # the wrappings to trace (the command line sweeps them)
-                batch:str="1",              # sequences per rank, comma-separated
-                seq:str="512",              # tokens per sequence, comma-separated
+                batch:str|int="1",          # sequences per rank, comma-separated
+                seq:str|int="512",          # tokens per sequence, comma-separated
                 lora_r:int=8,               # LoRA rank
                 targets:str=PLAN_TARGETS,   # comma-separated LoRA target modules
                 backend:str="nccl",         # nccl/hccl (device buffers only) or gloo (a CPU job)
                 attention:str="auto",       # attention kernel: auto, fused or math
-                png:bool=False,             # save the charts as PNGs in `out`
-                out:str=".",                # folder for the PNGs
-               )->int:                      # 0: a setting was predicted; 1: none; 2: bad input (one line on stderr)
-    "The `fits` command: trace every wrapping x batch x sequence, print which fit on the device (and chart them)."
+                param_dtype:str="config",   # storage of the base, comma-separated: config, fp32, bf16, fp16
+                lora_dtype:str="base",      # storage of the adapters, comma-separated: base, fp32, bf16, fp16
+                reserve:str|int=RESERVE,    # what a device holds beyond the step's tensors (RESERVE_WHY)
+                max_batch:bool=False,       # per setting, the largest batch that fits (at each seq)
+                max_seq:bool=False,         # per setting, the largest seq that fits (at each batch)
+                verbose:bool=False,         # every category, the module and phase of the peak, ranks that differ
+                speak:Callable[[str], str]|None=None, # rewrites the library's spellings (the CLI: its flags)
+                png:bool=False,             # save the chart as fits.png in `out`
+                out:str=".",                # folder for the PNG
+               )->int:                      # 0: every setting fits; 1: one does not, or cannot be predicted; 2: bad input
+    "The `fits` command: trace every setting, print a header, one row per setting and the verdicts; the exit code."
     import os, sys
-    a = types.SimpleNamespace(config=config, world=world, device_memory=device_memory, batch=batch, seq=seq,
-                              lora_r=lora_r, targets=targets, backend=backend, attention=attention, png=png, out=out)
+    speak = speak or (lambda t: t)
     try:
-        device = parse_bytes(a.device_memory)
-        if not 1 <= a.world <= 1024: raise FitsError(f"--world must be 1-1024, got {a.world}")
-        rows = [(cfg, b, s) for cfg in wraps for b in _ints(a.batch, "batch") for s in _ints(a.seq, "seq")]
-        if not rows: raise FitsError("no wrapping to trace")
+        device, res = parse_bytes(device_memory), parse_bytes(reserve)
+        if res >= device: raise FitsError(f"--reserve {fmt_bytes(res)} leaves nothing of {fmt_bytes(device)}")
+        if not isinstance(world, int) or not 1 <= world <= 1024: raise FitsError(f"--world must be 1-1024, got {world}")
+        if max_batch and max_seq: raise FitsError("--max-batch and --max-seq: ask for one of them at a time")
+        batches, seqs = _sweep(batch, "batch"), _sweep(seq, "seq")
+        pds, lds = _dtype_words(param_dtype, "param_dtype", "config"), _dtype_words(lora_dtype, "lora_dtype", "base")
+        if not wraps: raise FitsError("no wrapping to trace")
         from lora_fsdp_kit.models import add_lora, model_from_config
-        base = model_from_config(a.config, device="meta")
-        sub = text_model_of(base)   # a multi-stage Omni model: LoRA trains the thinker alone
-        if sub:
+        base = model_from_config(config, device="meta")
+        if sub := text_model_of(base):   # a multi-stage Omni model: LoRA trains the thinker alone
             print(f"fits: {type(base).__name__} has no text step of its own: tracing its {sub}", file=sys.stderr)
             base = getattr(base, sub)
-        model = add_lora(base, r=a.lora_r, target_modules=tuple(t for t in a.targets.split(",") if t))
+        model = add_lora(base, r=lora_r, target_modules=tuple(t for t in targets.split(",") if t))
     except (FitsError, ValueError, FileNotFoundError, TypeError) as e:
         print(f"fits: error: {str(e).splitlines()[0]}", file=sys.stderr); return 2
-    done, failed = [], []
-    for cfg, b, s in rows:
-        t0 = time.perf_counter()
-        try: done.append(Setting(cfg, b, s, predict_step_memory(model, world=a.world, wrap=cfg, batch=b, seq=s,
-                                                                backend=a.backend, attention=a.attention)))
-        except FitsError as e: failed.append(f"{cfg.label}, {b} x {s}: {e}")
-        except Exception as e:   # the step itself fails on this setting (it would on the devices too)
-            failed.append(f"{cfg.label}, {b} x {s}: the step fails: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
-        print(f"  traced {cfg.label}, {b} x {s} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    print(f"will it fit? {type(model.get_base_model()).__name__}, world {a.world}, {fmt_bytes(device)} per device, "
-          f"LoRA r={a.lora_r} on {a.targets}")
-    if done: print(settings_table(done, device))
-    for line in failed: print("cannot predict:", line)
-    if done and a.png:
-        os.makedirs(a.out, exist_ok=True)
-        path = os.path.join(a.out, "fits.png"); plot_settings(done, device).savefig(path, dpi=100); print("saved", path)
-    return 0 if done else 1
+    usable, search = device - res, "batch" if max_batch else "seq" if max_seq else None
+    jobs = [(c, pd, ld, b, s) for c in wraps for pd in pds for ld in lds
+            for b in ([1] if search == "batch" else batches) for s in ([1] if search == "seq" else seqs)]
+    names = [[t if search is None or t != f"{b}x{s}" else ("?x" if search == "batch" else "x?").join(t.split("x"))
+              for t in Setting(c, b, s, None, pd, ld).words] for c, pd, ld, b, s in jobs]
+    common = [t for t in names[0] if all(t in w for w in names)]
+    done, failed, found = [], [], {}
+    for (c, pd, ld, b, s), words in zip(jobs, names):
+        t0, label = time.perf_counter(), " ".join(t for t in words if t not in common) or "the setting"
+        try:
+            if search is None: done.append(Setting(c, b, s, _probe(model, c, world, b, s, pd, ld, backend, attention),
+                                                   pd, ld))
+            else:
+                mems = {}
+                def peak(n): 
+                    bb, ss = (n, s) if search == "batch" else (b, n)
+                    mems[n] = _probe(model, c, world, bb, ss, pd, ld, backend, attention); return mems[n].worst
+                best, seen = largest_fitting(peak, usable)
+                v = max(best, 1); found[len(done)] = (best, seen)
+                done.append(Setting(c, *((v, s) if search == "batch" else (b, v)), mems[v], pd, ld))
+        except Exception as e: failed.append(_one_line(label, e, speak))   # the step fails as it would on devices
+        print(f"  traced {label} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    print("\n".join(_header(model, config, lora_r, targets, world, backend, batches, seqs, device, res, common, search)))
+    _answer(done, failed, found, usable, search, verbose)
+    if done and png:
+        os.makedirs(out, exist_ok=True)
+        path = os.path.join(out, "fits.png"); plot_settings(done, device, res).savefig(path, dpi=100); print("saved", path)
+    return 0 if done and not failed and all(s.memory.worst <= usable for s in done) else 1

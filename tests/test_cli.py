@@ -68,9 +68,27 @@ def test_fits_subcommand(capsys):
     r = subprocess.run([sys.executable, "-m", "lora_fsdp_kit", "fits", "--help"], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "--device-memory" in r.stdout and "--world" in r.stdout and "--use-orig-params" in r.stdout
+    for flag in ("--device-memory", "--world", "--use-orig-params", "--param-dtype", "--lora-dtype", "--reserve",
+                 "--max-batch", "--max-seq", "--verbose", "--sharding", "--reshard-after-forward", "--lora-leaves"):
+        assert flag in r.stdout, flag
+    words = " ".join(r.stdout.split())
+    assert "(default 2GiB)" in words and "CUDA context" in words and "exit codes: 0 every setting fits" in words
     from lora_fsdp_kit.__main__ import main
     assert main(["fits", "--config", "llama", "--world", "2", "--device-memory", "lots"]) == 2   # before any model
     assert "fits: error:" in capsys.readouterr().err
     assert "fits" in subprocess.run([sys.executable, "-m", "lora_fsdp_kit", "--help"], capture_output=True, text=True,
                                     timeout=300).stdout
+
+def test_fits_unitless_memory_refused_at_once():
+    "A size without a unit: exit 2 with the fix, in under a second, before torch (and the tracer) is imported."
+    code = ("import sys, time; t = time.perf_counter(); from lora_fsdp_kit.__main__ import main; "
+            "rc = main(['fits', '--config', 'llama', '--world', '8', '--device-memory', '80']); "
+            "print(rc, time.perf_counter() - t, 'torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    rc, seconds, torch_loaded = r.stdout.split()
+    assert (rc, torch_loaded) == ("2", "False"), r.stdout + r.stderr
+    assert float(seconds) < 1, seconds
+    assert r.stderr == "fits: error: --device-memory 80: add a unit, 80GiB or 80GB\n", r.stderr
+    r = subprocess.run([sys.executable, "-m", "lora_fsdp_kit", "fits", "--config", "llama", "--world", "8",
+                        "--device-memory", "80GiB", "--reserve", "2"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr == "fits: error: --reserve 2: add a unit, 2GiB or 2GB\n", r.stderr

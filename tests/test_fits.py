@@ -168,3 +168,95 @@ def test_cli_bad_input_is_one_line_exit_2():
         err = io.StringIO()
         with contextlib.redirect_stderr(err): rc = main(["fits", "--config", "llama", *argv])
         assert rc == 2 and text in err.getvalue() and err.getvalue().count("\n") == 1, err.getvalue()
+
+# ---- the answer users read: precision as they set it, the wrap flags, the rows, the gate, the largest batch ----
+from lora_fsdp_kit.fits import fits_report
+from lora_fsdp_kit.figures import fmt_bytes
+from lora_fsdp_kit.shards import clean_name
+from lora_fsdp_kit.testing import covering_array
+
+def _report(**kw)->tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err): rc = fits_report(**kw)
+    return rc, out.getvalue(), err.getvalue()
+
+def test_param_dtype_changes_the_parameter_bytes_exactly():
+    "fp32 master weights vs bf16 storage of a bf16 config, both computed in bf16: the shards and AdamW's moments are 2x."
+    pm = add_lora(model_from_config(dict(shipped_config("llama"), dtype="bfloat16"), device="meta"))
+    kw = dict(world=2, seq=16, mixed_precision="bf16")
+    m32, m16 = (predict_step_memory(pm, param_dtype=d, **kw) for d in ("fp32", "config"))
+    steps = 4 * sum(p.requires_grad for p in pm.parameters())   # AdamW's step: one fp32 scalar per tensor, any dtype
+    for a, b in zip(m32.by_category, m16.by_category):
+        assert a["sharded parameters"] == 2 * b["sharded parameters"] > 0
+        assert a["optimizer state"] - steps == 2 * (b["optimizer state"] - steps) > 0
+        assert a["unsharded parameters"] == b["unsharded parameters"]             # gathered in bf16 either way
+    assert "stored in fp32 (param_dtype)" in m32.assumptions
+    assert "stored in bf16 (config.json's torch_dtype)" in m16.assumptions
+    assert "computed in bf16 (FSDP mixed precision), gradients reduced in fp32" in m16.assumptions
+    assert {p.dtype for p in pm.parameters()} == {torch.bfloat16, torch.float32}   # the model given: untouched
+
+def test_max_batch_the_peak_at_n_fits_and_at_n_plus_1_does_not():
+    """A device sized from a trace (batch 2's peak, plus 1 byte): the search answers 2, with that very peak, and a
+    peak at 3 beyond the device; exit 0; the header counts the real model's parameters; every row is <= 100 columns."""
+    case = next(c for c in CASES[2] if c[0] == "llama")
+    peak2 = predicted(2, case).worst
+    rc, out, err = _report(config="llama", world=2, device_memory=peak2 + 1, reserve=0, wraps=[wrap(*case[1:])],
+                           seq=str(SEQ), backend="gloo", max_batch=True, verbose=True)
+    assert rc == 0, out + err
+    line = next(l for l in out.splitlines() if "largest batch" in l)
+    assert f"largest batch 2: peak {fmt_bytes(peak2)}; at 3: " in line, out
+    at3 = float(line.split("at 3: ")[1].split()[0])
+    assert at3 * 1024 ** ["B", "KiB", "MiB", "GiB"].index(line.split("at 3: ")[1].split()[1]) > peak2 + 1
+    real = model_from_config(shipped_config("llama"), device="cpu")   # the header's count is the real model's
+    assert f"{sum(p.numel() for p in real.parameters()):,} parameters" in out.splitlines()[0], out
+    n_lora = sum(p.numel() for n, p in meta_model("llama").named_parameters() if "lora_" in n)
+    assert f"LoRA {n_lora:,} (r=8" in out.splitlines()[0]
+    lines = out.splitlines()
+    k = next(i for i, l in enumerate(lines) if l.startswith("#  setting"))
+    assert all(len(r) <= 100 for r in lines[k:k + 2]) and lines[k + 1].rstrip().endswith("fits"), lines[k:k + 2]
+    assert "peak in " in out and "sharded parameters" in out      # --verbose: every category, module and phase
+
+def test_gate_exit_1_when_one_does_not_fit_or_cannot_be_predicted():
+    "A setting over the device, and one FSDP refuses: exit 1, the row says NO, the refusal is one line naming a flag."
+    refused = WrapConfig(flavour="fsdp1", mixed_precision="bf16")   # LoRA leaves as units, bf16: fails for real
+    from lora_fsdp_kit.__main__ import flag_language as speak   # the command line's words for the fixes
+    rc, out, err = _report(config="llama", world=2, device_memory="64KiB", reserve="0B", seq="16",
+                           wraps=[WrapConfig(), refused], speak=speak)
+    assert rc == 1, out + err
+    assert any(l.rstrip().endswith(" NO") and "-" in l for l in out.splitlines()), out
+    lines = [l for l in out.splitlines() if l.startswith("cannot predict")]
+    assert len(lines) == 1 and len(lines[0]) <= 160 and "fix: keep LoRA inside the layer units" in lines[0], lines
+    assert "--policy layer" in lines[0] or "--no-lora-leaves" in lines[0]
+
+def test_a_refusal_that_depends_on_the_world_size():
+    "FSDP2 on dim 1: 64 rows divide over 2 ranks, not over 3 (torch refuses at fully_shard); said before any trace."
+    cfg = WrapConfig(shard_dim=1)
+    with pytest.raises(FitsError, match=r"uneven-shard-dim.*fix: shard_dim=0, or a shard group that divides 64") as e:
+        predict_step_memory(meta_model("llama"), world=3, wrap=cfg, seq=16)
+    assert "\n" not in str(e.value)
+
+def _wrap_or_none(row:dict):
+    try: return WrapConfig(**{k: v for k, v in row.items() if k not in ("world", "param_dtype")})
+    except ValueError: return None   # a combination WrapConfig refuses (e.g. shard_dim on FSDP1)
+
+WRAP_DIMS = dict(flavour=["fsdp1", "fsdp2"], policy=["layer", "lora"], use_orig_params=[False, True],
+                 mixed_precision=[None, "bf16"], activation_checkpointing=[False, True],
+                 sharding=[None, "SHARD_GRAD_OP", "HYBRID"], param_dtype=["fp32", "bf16"], world=[2, 4])
+ROWS = covering_array(WRAP_DIMS, allowed=lambda r: _wrap_or_none(r) is not None and (
+    r["flavour"] == "fsdp1" or not r["use_orig_params"]) and (r["sharding"] != "HYBRID" or r["world"] == 4))
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: "-".join(str(v) for v in r.values()))
+def test_every_wrapping_the_plan_accepts_is_predicted(row):
+    "The wrap flags, every pair of their values (a covering array): predicted, or refused in one line as the plan does."
+    from lora_fsdp_kit.__main__ import flag_language
+    from lora_fsdp_kit.fits import _one_line
+    cfg, pm = _wrap_or_none(row), meta_model("llama")
+    errors = [f for f in cfg.plan(pm).check() if f.severity == "error"]
+    try: mem = predict_step_memory(pm, world=row["world"], wrap=cfg, seq=16, param_dtype=row["param_dtype"])
+    except FitsError as e:
+        assert errors, f"the plan accepts {cfg.label}, the prediction refuses it: {e}"
+        line = _one_line(cfg.label, e, flag_language)
+        assert len(line) <= 160 and "; fix: " in line and "--" in line.split("; fix: ")[1], line
+        return
+    assert not errors, f"the plan refuses {cfg.label} ({errors[0].check}), the prediction does not"
+    assert len(mem.peak_bytes) == row["world"] and all(p > 0 for p in mem.peak_bytes)
