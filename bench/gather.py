@@ -7,11 +7,12 @@ sharding (FSDP1 with LoRA leaves as units, FSDP1 with decoder layers as units, F
 - the limit: one raw `all_gather_into_tensor` of the same bytes (each rank's packed LoRA pieces, padded to the largest)
   plus the copies around it (packing this rank's bytes into the send buffer, copying the received bytes out);
 - `save_lora(model, dir)`, against the limit plus rank 0 writing the same tensors with safetensors.
-It prints each time as a ratio to its limit (goal: <= 3x), a raw `all_to_all_single` of the exact sizes (what the kit
-uses when pieces are uneven), the failure check of one gather alone (one 72-byte all-reduce of the failure flag and
-the ranks' call tags; included in the gather's
-time), the collectives and bytes of one gather, and the peak extra memory of one gather (torch's MemTracker) against
-the bound: send buffer + receive buffer + the full LoRA tensors (all made before the collective).
+It prints each time as a ratio to its limit (goal: <= 3x; `-vote`: the gather's ratio less its failure check, what
+a check carried inside the data collective could at best reach), a raw `all_to_all_single` of the exact sizes (what
+the kit uses when pieces are uneven), the failure check of one gather alone (one 72-byte all-reduce of the failure
+flag and the ranks' call tags; included in the gather's time), the collectives and bytes of one gather, and the peak
+extra memory of one gather (torch's MemTracker) against the bound: send buffer + receive buffer + the full LoRA
+tensors (all made before the collective) + the check's 72 bytes.
 `--profile` prints cProfile's top functions of one (second) gather on rank 0. `--strategies` runs the older
 comparison of gather strategies (per unit, per tensor, whole model). Timings are noisy on a shared machine.
 Run: `python bench/gather.py [--ranks 2 4] [--models llama thinker] [--runs 15] [--profile]`.
@@ -93,7 +94,9 @@ def raw_limit(fm)->tuple:
     # largest rank's for the all-gather; this rank's pieces once per rank for the exact all-to-all the kit uses when
     # the pieces are uneven, `packing.evenly`), the receive buffer, and the output the tensors are views of
     even = world * width <= 1.05 * total
-    bound = (world * width + width if even else world * sizes[me] + total) + total
+    # ... and the failure check's one small tensor (`votes.CHECK_BYTES`), which the meter counts too
+    from lora_fsdp_kit.votes import CHECK_BYTES
+    bound = (world * width + width if even else world * sizes[me] + total) + total + CHECK_BYTES
     size = dict(shard_world=world, sizes=sizes, width=width, lora_bytes=total, n=len(names), bound=bound)
     return collective, with_copies, a2a, size
 
@@ -150,7 +153,7 @@ def report(rows:list[dict], runs:int)->bool:
           f"bytes + the copies; save limit = that + rank 0 writing the same tensors (safetensors)")
     head = (f"{'model':<8}{'ranks':>6} {'setting':<14}{'tensors':>8}{'LoRA':>11}{'coll.':>6}{'bytes/LoRA':>11}"
             f"{'gather':>8}{'raw':>7}{'limit':>7}{'ratio':>7}{'a2a':>7}{'save':>8}{'limit':>7}{'ratio':>7}"
-            f"{'vote':>6}{'peak':>11}{'bound':>11}")
+            f"{'vote':>6}{'-vote':>7}{'peak':>11}{'bound':>11}")
     print(head)
     ok = True
     for r in rows:
@@ -158,7 +161,8 @@ def report(rows:list[dict], runs:int)->bool:
         ok &= g / lim <= 3 and r["peak"] <= r["bound"]
         print(f"{r['model']:<8}{r['world']:>6} {r['setting']:<14}{r['n']:>8}{fmt_bytes(r['lora_bytes']):>11}"
               f"{r['collectives']:>6}{r['bytes'] / r['lora_bytes']:>11.3f}{g:>8.2f}{med(r['raw']):>7.2f}{lim:>7.2f}"
-              f"{g / lim:>7.2f}{med(r['a2a']):>7.2f}{s:>8.1f}{sl:>7.1f}{s / sl:>7.2f}{med(r['vote']):>6.2f}{fmt_bytes(r['peak']):>11}"
+              f"{g / lim:>7.2f}{med(r['a2a']):>7.2f}{s:>8.1f}{sl:>7.1f}{s / sl:>7.2f}{med(r['vote']):>6.2f}"
+              f"{(g - med(r['vote'])) / lim:>7.2f}{fmt_bytes(r['peak']):>11}"
               f"{fmt_bytes(r['bound']):>11}")
     return ok
 

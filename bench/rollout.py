@@ -23,11 +23,11 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 import torch
 import torch.distributed as dist
 
-from lora_fsdp_kit import rollout as R
+from lora_fsdp_kit import rollout as R, rollout_runs as RR
 from lora_fsdp_kit.figures import fmt_bytes
 from lora_fsdp_kit.launch import launch
 
-MODELS = {"chapter": dict(R.CHAPTER_CONFIG),
+MODELS = {"chapter": dict(RR.CHAPTER_CONFIG),
           "llama24": dict(hidden_size=256, intermediate_size=512, head_dim=32, num_attention_heads=8,
                           num_key_value_heads=4, num_hidden_layers=24)}
 

@@ -16,6 +16,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel as _FSDP1
 from peft import PeftModel
 
 from .doctor import internal
+from .methods import patch_to
 # private torch/peft objects: imported when first used, checked by `python -m lora_fsdp_kit doctor`
 _swap_tensor = internal("torch.nn.utils._named_member_accessor:swap_tensor")
 _LoraLayer = internal("peft.tuners.lora:LoraLayer")
@@ -44,11 +45,6 @@ OwnedParam = ShardedParam   # one original parameter as the FSDP unit that shard
 GatherUnit = ShardedUnit    # an FSDP unit and the parameters it owns (`gather_bytes`: one all-gather of it)
 
 # %% ../nbs/05_gather.ipynb #70feb6aa
-def _method_of(cls:type):
-    "Add the decorated function to `cls` as a method (a class told over several cells, without fastcore)."
-    def add(f): setattr(cls, f.__name__, f); return f
-    return add
-
 class MissingLoraError(RuntimeError):
     "Some LoRA tensors of the model were not collected."
 
@@ -94,7 +90,7 @@ class GatherEngine:
         return self._memo[key]
 
 # %% ../nbs/05_gather.ipynb #e1f346ae
-@_method_of(GatherEngine)
+@patch_to(GatherEngine)
 def peft_model(self)->PeftModel:
     "The `PeftModel` inside the wrappers."
     def find():
@@ -103,17 +99,17 @@ def peft_model(self)->PeftModel:
         raise TypeError(f"no peft PeftModel inside {type(self.model).__name__}; wrap a `get_peft_model(...)` model")
     return self.memo("peft_model", find)
 
-@_method_of(GatherEngine)
+@patch_to(GatherEngine)
 def owner(self, name:str)->OwnedParam:
     "The `OwnedParam` for a parameter name, tied second names included."
     return self.view.param(name)
 
-@_method_of(GatherEngine)
+@patch_to(GatherEngine)
 def primary(self, name:str)->str:
     "The name under which a unit owns `name` (itself, or the first name of a tied parameter)."
     return self.view.primary(name)
 
-@_method_of(GatherEngine)
+@patch_to(GatherEngine)
 def param_order(self)->list[str]:
     "Every parameter name (tied second names too) in the order of `named_parameters()` of the unwrapped model."
     def order():
@@ -123,7 +119,7 @@ def param_order(self)->list[str]:
         return [p.name for p in sorted(every, key=lambda p: pos.get(id(p.module), -1))]
     return list(self.memo("param_order", order))
 
-@_method_of(GatherEngine)
+@patch_to(GatherEngine)
 def lora_units(self, names)->list[tuple[GatherUnit, list[str]]]:
     "The units that own at least one of `names`, in unit order, each with the names it owns."
     want = set(names)
@@ -131,7 +127,7 @@ def lora_units(self, names)->list[tuple[GatherUnit, list[str]]]:
     return [(u, ns) for u, ns in res if ns]
 
 # %% ../nbs/05_gather.ipynb #c67661a4
-@_method_of(GatherEngine)
+@patch_to(GatherEngine)
 def lora_names(self, adapter_name:str="default")->OrderedDict[str, str]:
     "{unwrapped parameter name: key in peft's adapter state dict}, decided by peft itself (once per adapter)."
     pm = self.peft_model()
@@ -147,7 +143,7 @@ def lora_names(self, adapter_name:str="default")->OrderedDict[str, str]:
         return out
     return OrderedDict(self.memo(("lora_names", adapter_name), ask_peft))
 
-@_method_of(GatherEngine)
+@patch_to(GatherEngine)
 def collect(self, names, *, rank0_only:bool=False, bucket_bytes:int|None=None, progress:bool=False,
             vote:RankVote|None=None,        # the caller's vote (None: one of its own, when the model is sharded)
             error:Exception|None=None,      # the caller already failed: told to the others before any collective
@@ -170,7 +166,7 @@ def collect(self, names, *, rank0_only:bool=False, bucket_bytes:int|None=None, p
                      vote=vote, error=error)
     return got if pairs is None else {n: got[p] for n, p in pairs if p in got}   # None: no tied second names
 
-@_method_of(GatherEngine)
+@patch_to(GatherEngine)
 def collect_per_unit(self, names, *, rank0_only:bool=False, progress:bool=False,
                      on_unit:Callable|None=None)->dict[str, torch.Tensor]:
     "Gather the units that own `names`, one at a time (the per-unit path `measure_gather` compares with)."
@@ -182,7 +178,7 @@ def collect_per_unit(self, names, *, rank0_only:bool=False, progress:bool=False,
                 if keep: got[n] = t
     return got
 
-@_method_of(GatherEngine)
+@patch_to(GatherEngine)
 def vote(self, name:str)->RankVote:
     "A failure vote among the ranks that gather this model together: its shard group (several groups: the whole job)."
     gs = self.view.groups

@@ -15,11 +15,9 @@ from torch import nn
 WORKER_EXTENSION = "lora_fsdp_kit.rollout.RolloutWorker"   # what `engine_args` names as vLLM's worker extension
 
 # %% auto #0
-__all__ = ['WORKER_EXTENSION', 'MOE_PARTS', 'CHAPTER_CONFIG', 'CHAPTER_VOCAB', 'quiet', 'engine_args', 'pack', 'unpack',
-           'packed_names', 'RolloutWorker', 'push_lora', 'push_merged', 'engine_copy', 'expected_copy',
-           'served_logprobs', 'reference_logprobs', 'CertifyError', 'Certificate', 'certify', 'bucket_bytes',
-           'chapter_model', 'train_versions', 'versions_from_ranks', 'Served', 'served_vs_trained', 'serve_versions',
-           'plot_served']
+__all__ = ['WORKER_EXTENSION', 'quiet', 'engine_args', 'pack', 'unpack', 'RolloutWorker', 'push_lora', 'fused_buckets',
+           'push_merged', 'engine_copy', 'expected_copy', 'served_logprobs', 'reference_logprobs', 'CertifyError',
+           'Certificate', 'certify', 'bucket_bytes']
 
 # %% ../nbs/13_rollout.ipynb #78eb29b2
 @contextlib.contextmanager
@@ -67,7 +65,7 @@ def unpack(data:bytes)->dict[str, torch.Tensor]:
     from safetensors.torch import load
     return load(data)
 
-def packed_names(data:bytes)->list[str]:
+def _packed_names(data:bytes)->list[str]:
     "The tensor names in `pack`'s bytes, read from the safetensors header alone."
     n = int.from_bytes(data[:8], "little")
     return [k for k in json.loads(data[8:8 + n]) if k != "__metadata__"]
@@ -100,6 +98,10 @@ class RolloutWorker:
     def lfk_packing(self)->dict[str, list[str]]:
         "The engine's packed modules: {qkv_proj's name: [q_proj's, k_proj's, v_proj's]}."
         return dict(self.model_runner.lora_manager._adapter_manager.packed_modules)
+
+    def lfk_fused(self)->dict[str, list[str]]:
+        "The model's fused parameters: {'qkv_proj': ['q_proj', 'k_proj', 'v_proj'], ...} (vLLM's packed modules)."
+        return {k: list(v) for k, v in getattr(self.model_runner.model, "packed_modules_mapping", {}).items()}
 
     def lfk_reload_weights(self, weights)->int:
         "Load base weights from (name, tensor) pairs or `pack` bytes; vLLM drops every adapter on the way."
@@ -154,6 +156,7 @@ class _Pushed:
 class _EngineState:
     next_id: int = 1
     live: dict = field(default_factory=dict)   # name -> _Pushed
+    reloads: int = 0                           # calls the last `push_merged` made
 
 def _state(llm)->_EngineState:
     if not hasattr(llm, "_lfk_rollout"): llm._lfk_rollout = _EngineState()
@@ -181,12 +184,12 @@ def _config_dict(peft_config)->dict:
     d = peft_config.to_dict() if hasattr(peft_config, "to_dict") else dict(peft_config)
     return json.loads(json.dumps(d, default=lambda o: sorted(o) if isinstance(o, (set, frozenset)) else str(o)))
 
-MOE_PARTS = (".experts.", ".mlp.gate.", ".router.", ".block_sparse_moe.")
+_MOE_PARTS = (".experts.", ".mlp.gate.", ".router.", ".block_sparse_moe.")
 
 def _refuse_moe(names, peft_config:dict):
     "One line naming the expert modules an adapter adapts, which this kit does not push (see the chapter)."
     hits = sorted({n.split(".lora_")[0].removeprefix("base_model.model.") for n in names
-                   if any(p in n for p in MOE_PARTS)})
+                   if any(p in n for p in _MOE_PARTS)})
     hits += sorted(peft_config.get("target_parameters") or [])
     if hits:
         raise NotImplementedError(f"push_lora does not push LoRA on MoE experts or routers ({len(hits)} modules: "
@@ -229,15 +232,46 @@ def _refuse_moe_engine(am):
                                   f"them; serve it on a GPU, or push merged weights to an engine without LoRA")
 
 # %% ../nbs/13_rollout.ipynb #bf7bfd67
-def push_merged(llm,              # a `vllm.LLM`
-                named_tensors,    # (name, tensor) pairs or buckets: `iter_merged_weights`, `buckets(...)`
-               )->int:            # how many tensors the engine loaded
-    "Stream merged base weights into the engine, then push again the adapters this drops, and forget stale KV."
-    if _in_process(llm): n = _rpc(llm, "lfk_reload_weights", _pairs(named_tensors))   # pulled one at a time
-    # to a child process, one message: vLLM's CPU reload repacks a layer's fused weights (q/k/v, gate/up) from what
-    # one call gives it, so buckets that split them between calls lost a part (seen: 64 KiB buckets served wrong
-    # tokens, where two halves cut at a layer boundary served right)
-    else: n = _rpc(llm, "lfk_reload_weights", pack(named_tensors))
+def _fused_key(name:str, parts:dict[str, tuple[str, int]])->tuple[str, int]:
+    "(the fused parameter `name` goes into, how many parts it has): `...q_proj.weight` -> (`...qkv_proj.weight`, 3)."
+    bits = name.split(".")
+    for j, b in enumerate(bits):
+        if b in parts: return ".".join(bits[:j] + [parts[b][0]] + bits[j + 1:]), parts[b][1]
+    return name, 1
+
+def fused_buckets(named_tensors,           # (name, tensor) pairs or buckets of them, in the stream's order
+                  fused:dict[str, list],   # the engine's fused parameters: {'qkv_proj': ['q_proj', ...], ...}
+                  bucket_bytes:int,        # the most one bucket holds, unless one fused group alone is larger
+                 ):                        # lists of (name, tensor): every part of a fused parameter in one of them
+    "Buckets of the stream that never cut a fused parameter's parts (q/k/v, gate/up) apart: one `reload` each."
+    parts = {p: (f, len(ps)) for f, ps in fused.items() for p in ps}
+    cur, size, held = [], 0, {}   # held: the parts come so far of fused parameters not yet complete
+    def whole():                  # (name, tensor) lists that may go to the engine: lone tensors, complete groups
+        for n, t in _pairs(named_tensors):
+            key, k = _fused_key(n, parts)
+            if k == 1: yield [(n, t)]; continue
+            held.setdefault(key, []).append((n, t))
+            if len(held[key]) == k: yield held.pop(key)
+        yield from held.values()   # a stream that ended with a group incomplete: what came of it, still together
+    for items in whole():
+        nbytes = sum(t.numel() * t.element_size() for _, t in items)
+        if cur and size + nbytes > bucket_bytes: yield cur; cur, size = [], 0
+        cur += items; size += nbytes
+    if cur: yield cur
+
+def push_merged(llm,                       # a `vllm.LLM`
+                named_tensors,             # (name, tensor) pairs or buckets: `iter_merged_weights`, `buckets(...)`
+                bucket_bytes:int|None=None,# the most one reload takes; None: a quarter of the available memory
+               )->int:                     # how many tensors the engine loaded
+    "Stream merged base weights into the engine in `fused_buckets`, then push again the adapters this drops."
+    if bucket_bytes is None:
+        import psutil
+        bucket_bytes = psutil.virtual_memory().available // 4
+    inproc, n, calls = _in_process(llm), 0, 0
+    for b in fused_buckets(named_tensors, _rpc(llm, "lfk_fused"), bucket_bytes):
+        # across a process tensors arrive as lists: bytes survive
+        n += _rpc(llm, "lfk_reload_weights", b if inproc else pack(b)); calls += 1
+    _state(llm).reloads = calls
     # vLLM's reload drops every adapter: the kit pushes each one again, under its same request (id and path)
     for p in _state(llm).live.values(): _rpc(llm, "lfk_add_lora", p.request.lora_int_id, p.data, p.peft_config)
     llm.reset_prefix_cache()   # every cached prefix was computed with the old base weights
@@ -340,146 +374,3 @@ def bucket_bytes(model:nn.Module,             # the model whose weights are stre
         raise MemoryError(f"the largest tensor ({largest:,} B) exceeds the free memory ({free_bytes:,} B): no bucket "
                           f"can hold it")
     return int(max(largest, min(total, fraction * free_bytes)))
-
-# %% ../nbs/13_rollout.ipynb #b10c66d6
-# the chapter's tiny Llama, head size 32: vLLM's CPU attention has no head size 16 (the shipped config's)
-CHAPTER_CONFIG = dict(hidden_size=128, intermediate_size=256, head_dim=32, num_attention_heads=4, num_key_value_heads=2)
-
-def chapter_model(folder:str|None=None)->nn.Module:
-    "The HF + peft model `train_versions` starts from; with `folder`, its base model saved there for vLLM to load."
-    from .models import add_lora, model_from_config, shipped_config
-    cfg = {**shipped_config("llama"), **CHAPTER_CONFIG}
-    if folder is not None: model_from_config(cfg, device="cpu", seed=0).save_pretrained(folder)
-    return add_lora(model_from_config(cfg, device="cpu", seed=0), r=8, alpha=16).eval()
-
-def train_versions(flavour:str="fsdp2",        # "fsdp1" (FullyShardedDataParallel) or "fsdp2" (fully_shard)
-                   versions:int=5,             # adapter versions to train and gather
-                   steps:int=2,                # optimizer steps per version
-                   merged_at:tuple=(2,),       # versions whose merged weights are streamed too
-                   fraction:float=0.25,        # `bucket_bytes`'s share of free memory
-                   first:int=0,                # the first version's index (it selects the batches)
-                   adapter:bytes|None=None,    # the adapter to start from, `pack`ed (the last version's)
-                  )->list[dict]|None:          # rank 0: one dict per version; other ranks: None
-    "Rank code of the chapter's loop: train `chapter_model` under FSDP, stream each version out in buckets."
-    import time, torch.distributed as dist
-    from peft import set_peft_model_state_dict
-    from .export import iter_lora_buckets
-    from .gather import iter_merged_weights
-    from .wrap import WrapConfig
-    pm = chapter_model()
-    if adapter is not None: set_peft_model_state_dict(pm, unpack(adapter))
-    size = bucket_bytes(pm, fraction=fraction)
-    model = WrapConfig(flavour=flavour, policy="peft" if flavour == "fsdp1" else "layer").wrap(pm)
-    rank, out = dist.get_rank(), []
-    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.05)   # no state to carry
-    for v in range(first, first + versions):
-        g = torch.Generator().manual_seed(1000 * v + rank)          # each rank and version its own batches
-        for _ in range(steps):                                      # next-token loss on random tokens
-            ids = torch.randint(0, CHAPTER_VOCAB, (2, 16), generator=g)
-            model(input_ids=ids, labels=ids).loss.backward(); opt.step(); opt.zero_grad()
-        t0 = time.perf_counter()
-        lora = [p for b in iter_lora_buckets(model, bucket_bytes=size, rank0_only=True) for p in b]
-        gather_s = time.perf_counter() - t0
-        merged = list(iter_merged_weights(model, progress=False)) if v in merged_at else None
-        if rank == 0: out.append(dict(version=v, lora=dict(lora), merged=merged and dict(merged),
-                                      gather_s=gather_s, bucket_bytes=size, world=dist.get_world_size()))
-    return out if rank == 0 else None
-
-def versions_from_ranks(flavour:str="fsdp2",   # "fsdp1" or "fsdp2"
-                        versions:int=5,        # how many
-                        **kw,                  # further `train_versions` arguments
-                       ):                      # rank 0's record of each version, as it is trained
-    "Train one version at a time on 2 launched ranks, each from the last: train, then push and generate, in turn."
-    from .launch import launch
-    adapter = None
-    for v in range(versions):
-        rec = launch(train_versions, flavour, versions=1, first=v, adapter=adapter, quiet=True, **kw)[0][0]
-        adapter = pack(rec["lora"])
-        yield rec
-
-CHAPTER_VOCAB = 512   # the shipped llama config's
-
-# %% ../nbs/13_rollout.ipynb #ffe36f2f
-@dataclass(frozen=True)
-class Served:
-    "One version as the engine served it, against the trained model (HF + peft)."
-    version: int
-    kind: str                 # "lora" (the adapter pushed) or "merged" (merged base weights pushed)
-    same_tokens: bool         # greedy tokens identical to HF + peft on every prompt
-    max_logprob_diff: float   # largest |served - trained| teacher-forced logprob, over every prompt
-    push_s: float             # seconds of the push (pack, hand over, the engine's load)
-    served: tuple             # teacher-forced logprobs of the first prompt, served ...
-    trained: tuple            # ... and from HF + peft
-
-def _greedy(model:nn.Module, ids:list[int], n:int)->list[int]:
-    "n greedy tokens from a transformers model, never stopping at an end-of-text token (the engine does not)."
-    ids = list(ids)
-    with torch.no_grad():
-        for _ in range(n): ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids
-
-def _base_weights(reference:nn.Module)->list[tuple[str, torch.Tensor]]:
-    "The base model's weights under plain names, from a peft model: what undoes a merged push."
-    sd = reference.get_base_model().state_dict()
-    return [(n.replace(".base_layer.", "."), t) for n, t in sd.items() if "lora_" not in n]
-
-# %% ../nbs/13_rollout.ipynb #8fa59d1b
-def served_vs_trained(llm, request, reference, prompts, n)->tuple[bool, float, tuple]:
-    "Greedy tokens and logprobs of `prompts` under `request`, against `reference`: (same tokens, max |Δ|, first's)."
-    from vllm import SamplingParams
-    sp = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True, logprobs=0)
-    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, lora_request=request, use_tqdm=False)
-    same, diff, first = True, 0.0, None
-    for p, o in zip(prompts, outs):
-        want, got = _greedy(reference, p, n), list(o.outputs[0].token_ids)
-        same &= list(p) + got == want
-        r = reference_logprobs(reference, want)
-        # generated tokens read the prefix cache; teacher-forced prompt logprobs never do (vLLM skips it for them)
-        gen = torch.tensor([lp[t].logprob for lp, t in zip(o.outputs[0].logprobs, got)], dtype=torch.float64)
-        s = served_logprobs(llm, request, want)
-        diff = max(diff, (s - r).abs().max().item(), (gen - r[-len(gen):]).abs().max().item())
-        first = first or (tuple(s.tolist()), tuple(r.tolist()))
-    return same, diff, first
-
-def serve_versions(llm, records:list[dict], reference:nn.Module, prompts:list[list[int]], *,
-                   new_tokens:int=8, name:str="policy")->list[Served]:
-    "Push every trained version (`train_versions`) into the engine and check what it serves against HF + peft."
-    import time
-    from peft import set_peft_model_state_dict
-    base, rows = _base_weights(reference), []
-    for rec in records:
-        set_peft_model_state_dict(reference, rec["lora"])     # the reference is now this version, as trained
-        t0 = time.perf_counter()
-        req = push_lora(llm, rec["lora"], reference.peft_config["default"], name=name)
-        push_s = time.perf_counter() - t0
-        certify(llm, req, rec["lora"])
-        same, diff, first = served_vs_trained(llm, req, reference, prompts, new_tokens)
-        rows.append(Served(rec["version"], "lora", same, diff, push_s, *first))
-        if rec.get("merged"):   # the merged weights as the new base, served with no adapter; then the base back
-            t0 = time.perf_counter(); push_merged(llm, rec["merged"].items()); push_s = time.perf_counter() - t0
-            same, diff, first = served_vs_trained(llm, None, reference, prompts, new_tokens)
-            rows.append(Served(rec["version"], "merged", same, diff, push_s, *first))
-            push_merged(llm, base)
-            certify(llm, req, rec["lora"])      # the adapter the reload dropped is served again
-    return rows
-
-# %% ../nbs/13_rollout.ipynb #fa59c63f
-def plot_served(rows:list[Served])->"KitFigure":
-    "Served against trained logprobs per version, the largest difference against the 1e-3 bound, each push's time."
-    from .figures import new_figure
-    fig = new_figure(figsize=(9, 3.2))
-    ax, dx, bx = fig.subplots(1, 3, width_ratios=(1.2, 1, 1))
-    labels = [f"v{r.version}\n{r.kind}" for r in rows]
-    colors = ["C0" if r.kind == "lora" else "C1" for r in rows]
-    for r, c in zip(rows, colors): ax.scatter(r.trained, r.served, s=8, color=c, alpha=0.6)
-    lo, hi = min(min(r.trained) for r in rows), max(max(r.trained) for r in rows)
-    ax.plot([lo, hi], [lo, hi], lw=0.6, color="grey")
-    ax.set(xlabel="trained logprob (HF + peft)", ylabel="served logprob (vLLM)", title="served against trained")
-    dx.bar(range(len(rows)), [max(r.max_logprob_diff, 1e-9) for r in rows], color=colors)
-    dx.axhline(1e-3, color="red", lw=0.8); dx.text(len(rows) - 0.5, 1.3e-3, "bound 1e-3", ha="right", fontsize=7)
-    dx.set_yscale("log"); dx.set_ylim(1e-8, 1e-2)
-    dx.set_xticks(range(len(rows)), labels, fontsize=7); dx.set(title="largest |served - trained|")
-    bx.bar(range(len(rows)), [r.push_s * 1e3 for r in rows], color=colors)
-    bx.set_xticks(range(len(rows)), labels, fontsize=7)
-    bx.set(title="push time (ms)")
-    return fig

@@ -12,8 +12,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # spawned ranks
 import gather_cases as C
 import gather_checks as K
 from lora_fsdp_kit.launch import launch
+from lora_fsdp_kit.testing import covering_array
 
-MATRIX = [dict(model=m, setting=s, policy=k) for m in C.MODELS for k in C.POLICIES for s in C.SETTINGS]
+# Every model, policy and setting, and every pair of them, at least once (not all 60 triples): a covering array over
+# the two settings that run every policy, where each (model, policy) pair therefore runs; and FSDP1 with
+# use_orig_params=False beside each model and each policy, where only peft's policy runs and the others must refuse.
+RUNS = ("fsdp1-orig", "fsdp2")
+MATRIX = (covering_array(dict(model=C.MODELS, policy=C.POLICIES, setting=RUNS))
+          + [dict(model=C.MODELS[i % len(C.MODELS)], policy=k, setting="fsdp1") for i, k in enumerate(C.POLICIES)])
 
 @pytest.fixture(scope="module")
 def results():
@@ -27,10 +33,13 @@ def test_matrix_ran_everywhere(results):
     assert len(rows) == 2 * (len(MATRIX) + len(C.variant_cases()))
     K.assert_no_errors(rows)
     K.assert_refusals_are_fsdp1_mixed_grad(rows)
-    for m in C.MODELS:
-        for k in C.POLICIES:
-            ran = {r["setting"] for r in rows if r["model"] == m and r["policy"] == k and "refused" not in r}
-            assert {"fsdp1-orig", "fsdp2"} <= ran, (m, k, ran)
+    ran = K.ran(rows)
+    pairs = lambda a, b, rs: {(r[a], r[b]) for r in rs}
+    assert pairs("model", "policy", ran) == {(m, k) for m in C.MODELS for k in C.POLICIES}     # every pair ran
+    assert pairs("model", "setting", rows) == {(m, s) for m in C.MODELS for s in C.SETTINGS}
+    assert pairs("policy", "setting", rows) == {(k, s) for k in C.POLICIES for s in C.SETTINGS}
+    assert pairs("model", "setting", ran) >= {(m, s) for m in C.MODELS for s in RUNS}
+    assert ("peft", "fsdp1") in pairs("policy", "setting", ran)                                # FSDP1 orig=False runs
 
 def test_equal_to_peft(results): K.assert_equal_to_peft(K.rows_of(results))
 
@@ -46,7 +55,7 @@ def test_variants_covered(results):
 def test_lora_in_root_unit_is_collected(results):
     # size policies put LoRA tensors in the root unit: they must all come back
     rows = [r for r in K.ran(K.rows_of(results)) if r["policy"] == "root"]
-    assert {(r["model"], r["setting"]) for r in rows} >= {(m, s) for m in C.MODELS for s in ("fsdp1-orig", "fsdp2")}
+    assert {r["model"] for r in rows} == set(C.MODELS) and {r["setting"] for r in rows} >= set(RUNS)
     assert all(r["values_equal"] and r["merged_equal"] for r in rows)
 
 def test_missing_lora_raises(results):

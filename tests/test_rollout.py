@@ -19,7 +19,7 @@ from peft import set_peft_model_state_dict
 from vllm import LLM, SamplingParams
 from vllm.lora.request import LoRARequest
 
-from lora_fsdp_kit import rollout as R
+from lora_fsdp_kit import rollout as R, rollout_runs as RR
 
 PROMPTS = [list(range(3, 73)) + [100 + i, 7 * i + 1] for i in range(2)]   # 70 shared tokens: two full KV blocks
 N = 6                                                                     # greedy tokens per prompt
@@ -28,7 +28,7 @@ N = 6                                                                     # gree
 def engine():
     "One in-process engine for the module, on the chapter's tiny Llama, and the HF + peft reference beside it."
     folder = tempfile.mkdtemp()
-    ref = R.chapter_model(folder)
+    ref = RR.chapter_model(folder)
     llm = LLM(**R.engine_args(folder, max_model_len=128, block_size=32, max_cpu_loras=8))   # a name per test
     yield llm, ref, folder
     del llm; gc.collect()
@@ -44,7 +44,7 @@ def adapter(ref, seed:int)->dict:
 
 def served_ok(llm, req, ref, prompts=PROMPTS)->bool:
     "The engine serves `ref` under `req`: the same greedy tokens, logprobs within 1e-3."
-    same, diff, _ = R.served_vs_trained(llm, req, ref, prompts, N)
+    same, diff, _ = RR.served_vs_trained(llm, req, ref, prompts, N)
     return same and diff < 1e-3
 
 def worker(llm, fn, *args):
@@ -98,25 +98,55 @@ def test_a_new_version_never_serves_a_stale_prefix(engine):
     assert req2.lora_path != req.lora_path and served_ok(llm, req2, ref)
     assert req.lora_int_id not in worker(llm, _listed)                        # the old version is gone
 
+def merged_by_hand(ref, base)->dict:
+    "The reference's adapter merged into `base` by hand (W + s B A): what the engine must serve with no adapter."
+    merged = {n: t.clone() for n, t in base}
+    for n, m in ref.get_base_model().named_modules():
+        if hasattr(m, "lora_A") and "default" in m.lora_A:
+            merged[n + ".weight"] = merged[n + ".weight"] + m.scaling["default"] * (
+                m.lora_B["default"].weight @ m.lora_A["default"].weight).detach()
+    return merged
+
 def test_merged_push_keeps_the_adapters_it_drops(engine):
     llm, ref, _ = engine
     sd = adapter(ref, 4)
     req = R.push_lora(llm, sd, ref.peft_config["default"], name="c")
-    base = R._base_weights(ref)
+    base = RR._base_weights(ref)
     worker(llm, lambda w, ws: w.reload_weights(weights_iterator=iter(ws)), base)   # the trap: a plain reload
     assert req.lora_int_id not in worker(llm, _listed)                        # drops every adapter
     R.push_lora(llm, sd, ref.peft_config["default"], name="c")               # (the kit's state: pushed again)
     req = R._state(llm).live["c"].request
-    merged = {n: t.clone() for n, t in base}
-    for n, m in ref.get_base_model().named_modules():                         # peft's merge, by hand: W + s B A
-        if hasattr(m, "lora_A") and "default" in m.lora_A:
-            merged[n + ".weight"] = merged[n + ".weight"] + m.scaling["default"] * (
-                m.lora_B["default"].weight @ m.lora_A["default"].weight).detach()
+    merged = merged_by_hand(ref, base)
     assert R.push_merged(llm, merged.items()) == len(merged)
     assert served_ok(llm, None, ref)                                          # merged base, no adapter: as trained
     R.push_merged(llm, base)
     assert req.lora_int_id in worker(llm, _listed) and served_ok(llm, req, ref)   # the adapter, pushed again
     R.certify(llm, req, sd)
+
+def test_merged_buckets_never_split_a_fused_group(engine):
+    "vLLM's CPU reload repacks q/k/v (and gate/up) from one call: buckets must hold each fused group whole."
+    llm, ref, _ = engine
+    adapter(ref, 9)
+    base = RR._base_weights(ref)
+    merged = merged_by_hand(ref, base)
+    for pair in merged.items():                                               # the trap: one tensor per reload
+        R._rpc(llm, "lfk_reload_weights", R.pack([pair]))
+    llm.reset_prefix_cache()
+    assert not served_ok(llm, None, ref)                                      # q alone lost k and v: wrong tokens
+    fused = R._rpc(llm, "lfk_fused")
+    assert fused == {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
+    parts = {p: f for f, ps in fused.items() for p in ps}
+    group = lambda n: ".".join(parts.get(b, b) for b in n.split("."))
+    buckets = [[n for n, _ in b] for b in R.fused_buckets(merged.items(), fused, 1)]   # the smallest buckets
+    homes = {}
+    for i, b in enumerate(buckets):
+        for n in b: homes.setdefault(group(n), set()).add(i)
+    assert len(buckets) == len(homes) < len(merged) and all(len(h) == 1 for h in homes.values())   # groups whole
+    assert R.push_merged(llm, merged.items(), bucket_bytes=1) == len(merged)
+    assert R._state(llm).reloads == len(buckets) and served_ok(llm, None, ref)  # the kit's buckets: served right
+    R.push_merged(llm, base, bucket_bytes=64 << 10)                          # the base back, in 64 KiB buckets
+    with ref.disable_adapter():
+        assert R._state(llm).reloads > 1 and served_ok(llm, None, ref)
 
 def test_a_pushed_adapter_is_never_evicted(engine):
     llm, ref, folder = engine
@@ -171,9 +201,9 @@ def test_a_child_process_engine(engine, monkeypatch):
         sd = adapter(ref, 8)
         req = R.push_lora(llm, sd, ref.peft_config["default"], name="g")
         assert served_ok(llm, req, ref) and R.certify(llm, req, sd, ref, probe=PROMPTS[0])
-        base = R._base_weights(ref)
-        assert R.push_merged(llm, base) == len(base)                          # as bytes; the adapter pushed again
-        assert served_ok(llm, req, ref)
+        base = RR._base_weights(ref)
+        assert R.push_merged(llm, base, bucket_bytes=64 << 10) == len(base)   # as bytes, in buckets; the adapter again
+        assert R._state(llm).reloads > 1 and served_ok(llm, req, ref)
     finally:
         llm.llm_engine.engine_core.shutdown(); del llm; gc.collect()
 
@@ -183,8 +213,8 @@ def test_every_version_is_served_as_trained(engine, flavour):
     llm, ref, _ = engine
     records = []
     def trained():                                     # each version trained when serve_versions asks for it
-        for rec in R.versions_from_ranks(flavour, versions=5): records.append(rec); yield rec
-    rows = R.serve_versions(llm, trained(), ref, PROMPTS, name=f"policy-{flavour}")
+        for rec in RR.versions_from_ranks(flavour, versions=5): records.append(rec); yield rec
+    rows = RR.serve_versions(llm, trained(), ref, PROMPTS, name=f"policy-{flavour}")
     assert [r["world"] for r in records] == [2] * 5      # real ranks, though this process holds vLLM's own group
     assert len(records) == 5 and all(not torch.equal(a["lora"][k], b["lora"][k]) for a, b in zip(records, records[1:])
                                      for k in a["lora"] if "lora_B" in k)   # each version trained further
@@ -201,7 +231,7 @@ def test_a_moe_model_is_refused_in_one_line(engine, monkeypatch):
     vllm.envs.disable_envs_cache()
     from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
     from peft import get_peft_model_state_dict
-    cfg = {**shipped_config("qwen3_moe"), **R.CHAPTER_CONFIG, "vocab_size": 512}
+    cfg = {**shipped_config("qwen3_moe"), **RR.CHAPTER_CONFIG, "vocab_size": 512}
     folder = tempfile.mkdtemp(); model_from_config(cfg, device="cpu", seed=0).save_pretrained(folder)
     ref = add_lora(model_from_config(cfg, device="cpu", seed=0), r=8, alpha=16)   # attention only
     llm = LLM(**R.engine_args(folder, max_model_len=128, block_size=32))
