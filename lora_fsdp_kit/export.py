@@ -5,7 +5,7 @@
 # %% ../nbs/09_export.ipynb #ef665317
 from __future__ import annotations
 
-import json, os, shutil, socket, tempfile, time
+import json, os, shutil, time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -23,6 +23,7 @@ from .shards import clean_name
 from .gather import (MissingLoraError, check_collected, fsdp_flavour, gather_engine,
                                   gather_lora, iter_merged_weights)
 from .doctor import require
+from .publish import clean_leftovers, fsync_tree, new_tmp, publish, save_target
 from .votes import (CallMismatch, RankFailure, RankVote, bounded_wait, mismatches,
                                   sigint_held)
 
@@ -81,15 +82,6 @@ def _unsharded_class(cls:type)->type:
     "The model class FSDP2 derived `cls` from (`fully_shard` swaps a module's class for `FSDP<name>`)."
     return next(c for c in cls.__mro__ if not issubclass(c, FSDPModule))
 
-def _fsync_tree(folder:Path):
-    "Flush every file of `folder`, and the folder itself, to disk: a rename must not publish unwritten data."
-    for f in folder.iterdir():
-        if not f.is_file(): continue   # a sub-folder (the publish's `.old` links): its files are already on disk
-        with open(f, "rb") as fh: os.fsync(fh.fileno())
-    fd = os.open(folder, os.O_RDONLY)
-    try: os.fsync(fd)
-    finally: os.close(fd)
-
 # %% ../nbs/09_export.ipynb #260ea910
 def write_adapter(model:nn.Module,              # the peft model the tensors come from (FSDP-wrapped or not)
                   tensors:dict[str, torch.Tensor], # peft's adapter state dict of `adapter_name`, full tensors
@@ -130,80 +122,6 @@ def _lora_state_dict(model:nn.Module, adapter_name:str)->dict[str, torch.Tensor]
     # the unwrapped model's own tensors: nothing is copied
     return get_peft_model_state_dict(peft_model_of(model), adapter_name=adapter_name)
 
-def _target(path:Path)->Path:
-    "The folder a save writes: `path`, or the folder a symlink there points to (`save_pretrained` follows it too)."
-    if path.is_symlink():
-        if not path.resolve().exists():
-            raise FileNotFoundError(f"{path} is a symlink to {os.readlink(path)}, which does not exist: point it at "
-                                    f"a folder, or remove it")
-        path = path.resolve()
-    if path.exists() and not path.is_dir():
-        raise FileExistsError(f"{path} is a file; save_lora writes a directory: give a folder path")
-    where = next(p for p in (path, *path.parents) if p.exists())   # the folder that must take the new files
-    if not os.access(where, os.W_OK | os.X_OK):
-        raise PermissionError(f"{where} is not writable by this process (read-only file system or permissions): "
-                              f"nothing was gathered; give a writable path")
-    return path
-
-_HOST = socket.gethostname().replace("-", "_")
-
-def _new_tmp(path:Path)->Path:
-    "A fresh temporary folder beside `path` (same file system: its files move by rename), named by host and process."
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.saving-{_HOST}-{os.getpid()}-", dir=path.parent))
-    _umask_mode(tmp)   # mkdtemp makes 0700; peft's save_pretrained (os.makedirs) gives 0777 & ~umask
-    return tmp
-
-def _umask_mode(folder:Path):
-    "Give `folder` the mode `os.makedirs` gives under this process's umask (so other users can read the adapter)."
-    mask = os.umask(0); os.umask(mask)
-    folder.chmod(0o777 & ~mask)
-
-# %% ../nbs/09_export.ipynb #pb000002
-_JOURNAL, _OLD = ".publishing", ".old"   # in the temporary folder, while its files move into the adapter folder
-
-def _publish(tmp:Path, path:Path):
-    "Move the files of `tmp` into `path`, replacing those of the same names and nothing else; all or none."
-    if not path.exists(): os.rename(tmp, path); return        # a new folder: one rename
-    names = sorted(f.name for f in tmp.iterdir())
-    (tmp/_OLD).mkdir()
-    for n in names:                                            # the files replaced, kept until the move is over
-        if os.path.lexists(path/n):
-            try: os.link(path/n, tmp/_OLD/n, follow_symlinks=False)
-            except OSError: shutil.copy2(path/n, tmp/_OLD/n, follow_symlinks=False)   # no hard links here
-    (tmp/_JOURNAL).write_text("\n".join(names)); _fsync_tree(tmp)
-    try:
-        for n in names: os.replace(tmp/n, path/n)
-    except BaseException:
-        _roll_back(tmp, path); raise
-    os.unlink(tmp/_JOURNAL)                                    # published: from here on the new files stay
-    shutil.rmtree(tmp, ignore_errors=True)
-
-def _roll_back(tmp:Path, path:Path):
-    "Undo a publish that did not finish (this process's, or a killed one's): the old files back, new names removed."
-    for n in (tmp/_JOURNAL).read_text().split("\n"):
-        if os.path.lexists(tmp/_OLD/n): os.replace(tmp/_OLD/n, path/n)
-        elif not os.path.lexists(tmp/n) and os.path.lexists(path/n): os.unlink(path/n)   # moved in, had no old one
-    os.unlink(tmp/_JOURNAL)
-
-def _owner_alive(tmp:Path)->bool:
-    "Is the process that made this temporary folder (its name says host and pid) still running?"
-    host, _, rest = tmp.name.split(".saving-", 1)[1].partition("-")
-    pid = rest.split("-")[0]
-    if host != _HOST: return time.time() - tmp.stat().st_mtime < 3600   # another machine's: its process can't be asked
-    if not pid.isdigit() or int(pid) == os.getpid(): return False        # this process is not saving it now
-    try: os.kill(int(pid), 0); return True
-    except ProcessLookupError: return False
-    except PermissionError: return True                                  # another user's live process
-
-def _clean_leftovers(path:Path)->list[str]:
-    "Roll back and remove what saves into `path` killed half way left beside it; the names of what was removed."
-    gone = []
-    for tmp in sorted(path.parent.glob(f".{path.name}.saving-*")):
-        if _owner_alive(tmp): continue
-        if (tmp/_JOURNAL).exists() and path.is_dir(): _roll_back(tmp, path)
-        shutil.rmtree(tmp, ignore_errors=True); gone.append(tmp.name)
-    return gone
-
 # %% ../nbs/09_export.ipynb #rv000006
 _STAGES = {"start": "starting", "ready": "checking the target", "written": "gathering and writing",
            "published": "publishing"}
@@ -237,10 +155,10 @@ def save_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
         stage = "ready"
         try:   # everything that can fail before the first collective, on every rank, then one vote
             if vote.rank == 0:
-                dest = _target(path)
-                _clean_leftovers(dest)
+                dest = save_target(path)
+                clean_leftovers(dest)
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                tmp = _new_tmp(dest)
+                tmp = new_tmp(dest)
                 # peft updates a model card that is there (`create_or_update_model_card`): start from it
                 if (dest/"README.md").is_file(): shutil.copy2(dest/"README.md", tmp/"README.md")
             groups = sharded_view(model).groups if is_sharded(model) else []
@@ -253,13 +171,13 @@ def save_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
             if vote.rank == 0:
                 if not tensors: raise MissingLoraError(f"adapter {adapter_name!r} has no tensors to save")
                 write_adapter(model, tensors, tmp, adapter_name)
-                _fsync_tree(tmp)
+                fsync_tree(tmp)
             del tensors
         except Exception as e: err = e
         _agree(vote, stage, err, tmp, dest)
         stage = "published"
         if vote.rank == 0:
-            try: _publish(tmp, dest); tmp = None; vote.signal("published")
+            try: publish(tmp, dest); tmp = None; vote.signal("published")
             except Exception as e: err = e
         _agree(vote, stage, err, tmp, dest)
         return path
@@ -404,7 +322,7 @@ def load_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
         try:
             vote.check("start", **agree)          # every rank is at this call (its tag)
             with vote.step("ready", **agree):     # a save killed while publishing here: rolled back before any read
-                if vote.rank == 0: _clean_leftovers(path.resolve())
+                if vote.rank == 0: clean_leftovers(path.resolve())
             with vote.step("read", **agree): pieces, n = _read_pieces(model, path, adapter_name)
             try: _write_pieces(pieces, done); err = None
             except Exception as e: err = e

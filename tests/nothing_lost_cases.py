@@ -132,7 +132,7 @@ def _interrupts(stage:str, victim:int, rank:int):
     return [mock.patch.object(RankVote, "check", check), mock.patch.object(RankVote, "failures", failures),
             mock.patch.object(E, "_read_pieces", read if stage == "read" else real_read),
             mock.patch.object(E, "_write_pieces", write)] + (
-           [mock.patch.object(E, "_clean_leftovers", clean)] if stage == "ready" and me else [])
+           [mock.patch.object(E, "clean_leftovers", clean)] if stage == "ready" and me else [])
 
 def load_interrupts(rank:int, world:int, out:str, flavour:str, cases:list[tuple[str, int]])->dict:
     "Each (stage, victim): load adapter B over A with the fault on `victim`; what each rank raised, and the gather."
