@@ -9,9 +9,8 @@ are the cost), and not one store key more per step.
 
     python bench/hazards.py [--steps 5] [--store-steps 1000]
 """
-import argparse, os, sys, time
+import argparse, time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # the guard's rank cases
 
 
 def main(argv=None):
@@ -19,12 +18,13 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--store-steps", type=int, default=1000)
     a = ap.parse_args(argv)
-    import hazard_guard_cases as G
+    from lora_fsdp_kit import guard_runs as G
     from lora_fsdp_kit import testing as T
     from lora_fsdp_kit.launch import launch
-    for name, spec in [("switch", dict(policy="lora", use_orig_params=True)),
-                       ("switch", dict(policy="layer", use_orig_params=True)),
-                       ("llama", dict(flavour="fsdp2", targets="**.layers.*"))]:
+    from lora_fsdp_kit.wrap import WrapConfig
+    for name, spec in [("switch", WrapConfig(flavour="fsdp1", policy="lora", use_orig_params=True)),
+                       ("switch", WrapConfig(flavour="fsdp1", policy="layer", use_orig_params=True)),
+                       ("llama", WrapConfig(flavour="fsdp2", targets="**.layers.*"))]:
         t0 = time.perf_counter()
         r = launch(T.guard_overhead, name, spec, a.steps, quiet=True, timeout=600)[0]
         print(f"{name:7s} {str(spec):55s} {r['collectives']:4d} collectives: {r['off_s']*1e3:8.1f} ms -> "

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from .methods import patch_to
+
 # %% auto #0
 __all__ = ['KIT_INTERNALS', 'PACKAGES', 'KitCompatibilityError', 'Internal', 'LazyInternal', 'internal', 'require',
            'requirement_ranges', 'oldest_requirements', 'PackageCheck', 'DoctorReport', 'model_check', 'model_problems',
@@ -111,7 +113,8 @@ class Internal:
         return [f"{self.package} {v or '(not installed)'}: {b} — breaks {self.feature}" for b in bad]
 
 # %% ../nbs/00c_doctor.ipynb #b0010eb2
-def _internal_load(self)->Any:
+@patch_to(Internal)
+def load(self:Internal)->Any:
     "The object; raises `KitCompatibilityError` with the doctor's message if it is missing or changed."
     obj, bad = self.find()
     if bad or obj is None:
@@ -120,14 +123,12 @@ def _internal_load(self)->Any:
                                     "(`python -m lora_fsdp_kit doctor` checks them all)")
     return obj
 
-Internal.load = _internal_load
-
 # %% ../nbs/00c_doctor.ipynb #c7061f9e
 _T = "torch.distributed"
 _FSDP1_GATHER = "per-unit LoRA gather on FSDP1 (gather.gather_lora, measure.measure_gather)"
 _FSDP2_GATHER = "per-unit LoRA gather on FSDP2 (gather.gather_lora, measure.measure_gather)"
 _LOAD1 = "writing LoRA back into FSDP1 shards (export.load_lora)"
-_GUARD = "the collective-order guard (hazards.check_collective_order)"
+_GUARD = "the collective-order guard (hazards.check_collective_order, through sharded.intercept_collectives)"
 _PLAN1 = "FSDP1 unit planning from torch's own wrapping walk (plan.plan_fsdp1, wrap.wrap_fsdp2_like)"
 
 _FSDP2_INTERNALS = [
@@ -169,6 +170,13 @@ _FSDP1_INTERNALS = [
     Internal(f"{_T}.fsdp._fully_shard._fsdp_param_group:foreach_all_gather", _GUARD, params=("fsdp_params",)),
     Internal(f"{_T}.fsdp._fully_shard._fsdp_param_group:foreach_reduce", _GUARD, params=("fsdp_params",)),
     Internal(f"{_T}.distributed_c10d:_get_default_store", _GUARD),
+    # which ranks and groups the guard waits on: FSDP1's replica group (hybrid), each group's own timeout
+    Internal(f"{_T}.fsdp._init_utils:_init_process_group_state_for_hybrid_shard", _GUARD + " on hybrid meshes "
+             "(sharded.collective_ranks)", source=("_inter_node_pg",)),
+    Internal("torch._C._distributed_c10d:ProcessGroup", _GUARD + " waiting as long as the group (hazards.group_timeout)",
+             attrs=("_device_types", "_get_backend")),
+    Internal("torch._C._distributed_c10d:Backend.Options", _GUARD + " waiting as long as the group "
+             "(hazards.group_timeout)", attrs=("_timeout",)),
     Internal(f"{_T}.fsdp._runtime_utils:_lazy_init", _FSDP1_GATHER, params=("state", "root_module")),
     Internal(f"{_T}.fsdp._common_utils:clean_tensor_name", "parameter names without FSDP/checkpoint prefixes (gather)",
              params=("tensor_name",)),

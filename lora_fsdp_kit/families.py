@@ -12,8 +12,9 @@ PLAN_TARGETS = "q_proj,k_proj,v_proj,o_proj"   # the default LoRA targets: every
                                               # LoRA recipe), the same for `plan`, `fits`, the demo and the explorer
 
 # %% auto #0
-__all__ = ['PLAN_TARGETS', 'FAMILIES', 'GENERIC_QUIRKS', 'Family', 'family_of', 'text_model_of', 'layer_class_names',
-           'text_config', 'attention_heads', 'experts_implementation']
+__all__ = ['PLAN_TARGETS', 'FAMILIES', 'GENERIC_QUIRKS', 'LORA_LAYERS', 'Family', 'family_of', 'text_model_of',
+           'layer_class_names', 'text_config', 'attention_heads', 'experts_implementation', 'lora_layer_names',
+           'ties_embeddings']
 
 # %% ../nbs/00b_families.ipynb #47162016
 @dataclass(frozen=True)
@@ -105,3 +106,20 @@ def attention_heads(model:Any)->tuple[int|None, int|None]:
 def experts_implementation(model:Any)->str|None:
     "The experts' kernel a MoE config names (`_experts_implementation`: 'grouped_mm', 'batched_mm'...), or None."
     return getattr(getattr(_inner(model), "config", None), "_experts_implementation", None)
+
+# %% ../nbs/00b_families.ipynb #e5d15121
+LORA_LAYERS: dict[str, str] = {   # class name -> what peft does with it (names: this module imports no torch)
+    "Linear": "torch.nn.Linear: LoRA's usual target",
+    "Embedding": "torch.nn.Embedding: LoRA on the embedding table (lora_embedding_A/B)",
+    "Conv1d": "torch.nn.Conv1d", "Conv2d": "torch.nn.Conv2d",
+    "Conv1D": "transformers' GPT-2-style Conv1D (weight stored transposed): peft adapts it as it adapts Linear",
+}
+
+def lora_layer_names(model:Any)->list[str]:
+    "Names of the modules of `model` peft can adapt (a class of `LORA_LAYERS`), in module order."
+    return [n for n, m in _inner(model).named_modules() if n and type(m).__name__ in LORA_LAYERS]
+
+def ties_embeddings(model:Any)->bool:
+    "Does the text model tie its input embedding and output head (`tie_word_embeddings`)? False where unsaid."
+    try: return bool(getattr(text_config(model), "tie_word_embeddings", False))
+    except TypeError: return False   # a plain torch model has no config

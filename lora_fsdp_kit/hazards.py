@@ -5,7 +5,7 @@
 # %% ../nbs/10_hazards.ipynb #hzx00000
 from __future__ import annotations
 
-import datetime, math, time, zlib
+import datetime, time, zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -13,10 +13,12 @@ import torch.nn as nn
 import torch.distributed as dist
 
 from .doctor import require
+from .methods import patch_to
+from .sharded import collective_ranks, intercept_collectives, sharded_view
 
 # %% auto #0
 __all__ = ['GuardError', 'CollectiveOrderError', 'SlowRankError', 'PeerStoppedError', 'CollectiveEvent', 'check_collective_order',
-           'fsdp_ranks', 'group_timeout', 'first_divergence', 'plot_collective_orders']
+           'group_timeout', 'first_divergence', 'plot_collective_orders']
 
 # %% ../nbs/10_hazards.ipynb #hzx00003
 # the guard's state goes to the launcher's rank status file, so a hang killed at the timeout names the unit
@@ -70,49 +72,24 @@ class check_collective_order:
         self.prefix, self.base, self._last = "lfk_order", 0, -1
 
     def _names(self):
-        "Unit name and size for each FSDP1 handle and each FSDP2 parameter, from the model's sharded view."
-        from lora_fsdp_kit.sharded import sharded_view
-        try: v = sharded_view(self.model)
-        except TypeError: v = None    # not wrapped: refused below
-        facts = None if v is None else v.memo.get("collective_order")
-        if v is not None and facts is None:   # once per wrapping: the view's memo is dropped when it changes
-            fsdp1, fsdp2 = {}, {}
-            if v.flavour == "fsdp1":
-                fsdp1 = {id(u.key): (u.name, u.flat_numel) for u in v.units if u.key is not None}
-            for k, p in v.by_key.items() if v.flavour == "fsdp2" else ():
-                unit = v.unit_of(p.name).name
-                fsdp2[k] = (unit, p.name[len(unit) + 1:] if unit else p.name, math.prod(p.shape))
-            facts = v.memo["collective_order"] = (fsdp1, fsdp2, *fsdp_ranks(v, dist.get_rank()))
-        self._fsdp1, self._fsdp2, self.members, groups = facts or ({}, {}, None, [])
-        if not self._fsdp1 and not self._fsdp2:
+        "The model's sharded view (the guard's source of unit names), and the ranks and groups that must agree."
+        try: self._view = sharded_view(self.model)
+        except TypeError: self._view = None    # not wrapped: refused below
+        if self._view is None or not self._view.units:
             raise ValueError(f"check_collective_order needs an FSDP1- or FSDP2-wrapped model; "
                              f"{type(self.model).__name__} has no FSDP units (wrap it first)")
+        memo = self._view.memo   # once per wrapping: the view's memo is dropped when it changes
+        if (facts := memo.get("collective_order")) is None:
+            facts = memo["collective_order"] = collective_ranks(self._view, dist.get_rank())
+        self.members, groups = facts
         if self.timeout is None: self.wait_s = group_timeout(groups)
 
 # %% ../nbs/10_hazards.ipynb #hzgrp01
-def fsdp_ranks(view, # the model's `sharded_view`
-               me:int, # this rank (global)
-              )->tuple[tuple[int, ...], list]:
-    "The global ranks that issue this model's FSDP collectives together, and the process groups they run on."
-    shard, repl = list(view.groups), []
-    for u in view.units:
-        if view.flavour == "fsdp1":   # hybrid: FSDP1 all-reduces gradients across its `_inter_node_pg` (private)
-            g = getattr(u.module, "_inter_node_pg", None)
-            if g is not None: repl.append(g)
-        elif u.params:   # FSDP2's sharded parameter is a DTensor: its (public) mesh; dim 0 of a 2-D mesh replicates
-            p = u.params[0]
-            t = p.sharded_param() if hasattr(p, "sharded_param") else getattr(p.module, p.attr, None)
-            mesh = getattr(t, "device_mesh", None)
-            if mesh is not None and mesh.ndim == 2: repl.append(mesh.get_group(0))
-    rows = {r for g in shard for r in dist.get_process_group_ranks(g)} or {me}
-    cols = {r for g in repl for r in dist.get_process_group_ranks(g)} or {me}
-    # torch lays a mesh out as a grid (rank = replica * shard size + shard index): this spans the whole mesh, the
-    # same set on every member, so that all of them (and no other rank) use one channel of the store
-    ranks = tuple(sorted({a + b - me for a in rows for b in cols}))
-    return ranks, list({id(g): g for g in shard + repl}.values())
+_C10D = "torch._C._distributed_c10d"
 
 def group_timeout(groups:Sequence)->float:
     "Seconds these process groups wait in a collective before they fail (the longest): what the guard may wait."
+    require(f"{_C10D}:ProcessGroup", f"{_C10D}:Backend.Options")   # private: checked by `doctor`
     out = []
     for g in groups:
         for dev in g._device_types:   # private: each backend's options hold the timeout the group was made with
@@ -120,45 +97,8 @@ def group_timeout(groups:Sequence)->float:
             except (AttributeError, RuntimeError): pass
     return max(out, default=dist.default_pg_timeout.total_seconds())
 
-# %% ../nbs/10_hazards.ipynb #hzx00005
-def _patch_fsdp(self:check_collective_order):
-    "Put a recording wrapper in front of the four functions that issue FSDP1/FSDP2 unshards and reduce-scatters."
-    # these are the narrowest points torch calls for each collective: FSDP1's handle all-gather and gradient
-    # reduction, FSDP2's per-group foreach all-gather and foreach reduce (called as module globals, so replaceable)
-    require("torch.distributed.fsdp._flat_param:FlatParamHandle._all_gather_flat_param",
-            "torch.distributed.fsdp._runtime_utils:_reduce_grad",
-            "torch.distributed.fsdp._fully_shard._fsdp_param_group:foreach_all_gather",
-            "torch.distributed.fsdp._fully_shard._fsdp_param_group:foreach_reduce",
-            "torch.distributed.distributed_c10d:_get_default_store")   # private: checked by `doctor`
-    from torch.distributed.fsdp import _runtime_utils as ru, _flat_param as fp1
-    from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg2
-    g = self
-    ag1, rs1 = fp1.FlatParamHandle._all_gather_flat_param, ru._reduce_grad
-    ag2, rs2 = pg2.foreach_all_gather, pg2.foreach_reduce
-    def unit1(handle):
-        return g._fsdp1.get(id(handle), ("?", handle.flat_param._unpadded_unsharded_size.numel()))
-    def all_gather1(handle, *a, **k):
-        g._before("all_gather", *unit1(handle)); return g._issue(ag1, handle, *a, **k)
-    def reduce1(state, handle, *a, **k):
-        g._before("reduce_scatter", *unit1(handle)); return g._issue(rs1, state, handle, *a, **k)
-    def all_gather2(fsdp_params, *a, **k):
-        us = [g._fsdp2.get(id(p), ("?", "?", p._orig_size.numel())) for p in fsdp_params]
-        g._before("all_gather", us[0][0], sum(u[2] for u in us)); return g._issue(ag2, fsdp_params, *a, **k)
-    def reduce2(fsdp_params, *a, **k):   # only the parameters that got a gradient on this rank
-        us = [g._fsdp2.get(id(p), ("?", "?", p._orig_size.numel())) for p in fsdp_params]
-        g._before("reduce_scatter", us[0][0], sum(u[2] for u in us), tuple(u[1] for u in us))
-        return g._issue(rs2, fsdp_params, *a, **k)
-    self._saved = [(fp1.FlatParamHandle, "_all_gather_flat_param", ag1), (ru, "_reduce_grad", rs1),
-                   (pg2, "foreach_all_gather", ag2), (pg2, "foreach_reduce", rs2)]
-    fp1.FlatParamHandle._all_gather_flat_param, ru._reduce_grad = all_gather1, reduce1
-    pg2.foreach_all_gather, pg2.foreach_reduce = all_gather2, reduce2
-
-def _unpatch_fsdp(self:check_collective_order):
-    for obj, name, f in self._saved: setattr(obj, name, f)
-
-check_collective_order._patch_fsdp, check_collective_order._unpatch_fsdp = _patch_fsdp, _unpatch_fsdp
-
 # %% ../nbs/10_hazards.ipynb #hzx00006
+@patch_to(check_collective_order)
 def _before(self:check_collective_order, kind:str, unit:str, numel:int, params:tuple=()):
     "Called just before a collective: record it, tell the launcher, and (if comparing) agree with the other ranks."
     t0 = time.perf_counter()
@@ -173,6 +113,7 @@ def _before(self:check_collective_order, kind:str, unit:str, numel:int, params:t
         self._agree(ev.index, ev.key())   # the round again: every entry is there, so this only reads and compares
     finally: self.seconds += time.perf_counter() - t0
 
+@patch_to(check_collective_order)
 def _issue(self:check_collective_order, fn, *a, **k):
     "Issue the collective the others were told of; a Ctrl-C that came while agreeing on it is raised once it ran."
     try: return fn(*a, **k)
@@ -181,10 +122,12 @@ def _issue(self:check_collective_order, fn, *a, **k):
             e, self._deferred = self._deferred, None
             raise e
 
+@patch_to(check_collective_order)
 def _slot(self:check_collective_order, i:int, rank:int)->str:
     "The store key where `rank` writes its collective #i of this step (the group's channel counts across steps)."
     return f"{self.prefix}/{self.base + i}/{rank}"
 
+@patch_to(check_collective_order)
 def _agree(self:check_collective_order, i:int, mine:str):
     "Publish this rank's collective #i, read the other members', raise on every member unless all are the same."
     self._last, me = i, self.rank
@@ -202,9 +145,8 @@ def _agree(self:check_collective_order, i:int, mine:str):
     if self.base + i: self.store.delete_key(self._slot(i - 1, me))
     self._verdict(i, seen)
 
-for f in (_before, _issue, _slot, _agree): setattr(check_collective_order, f.__name__, f)
-
 # %% ../nbs/10_hazards.ipynb #hzx00016
+@patch_to(check_collective_order)
 def _read(self:check_collective_order, i:int, peers:list[int])->dict[int, str]:
     "The peers' entries for collective #i; a peer not there within the timeout gets the slow marker in its slot."
     keys = [self._slot(i, q) for q in peers]
@@ -221,6 +163,7 @@ def _read(self:check_collective_order, i:int, peers:list[int])->dict[int, str]:
         self._interrupted(i, keys, e); raise
     return {q: v.decode() for q, v in zip(peers, self.store.multi_get(keys))}
 
+@patch_to(check_collective_order)
 def _interrupted(self:check_collective_order, i:int, keys:list[str], e:BaseException):
     "Ctrl-C while waiting at #i: take back this rank's entry if a peer is still missing, else issue #i first."
     if all(self.store.check([k]) for k in keys): self._deferred = e; return   # they may be in the collective already
@@ -228,9 +171,8 @@ def _interrupted(self:check_collective_order, i:int, keys:list[str], e:BaseExcep
     self.store.compare_set(self._slot(i, self.rank), mine, f"{_STOP} rank {self.rank} stopped: {type(e).__name__}")
     self.failed = f"interrupted at FSDP collective #{i}"
 
-for f in (_read, _interrupted): setattr(check_collective_order, f.__name__, f)
-
 # %% ../nbs/10_hazards.ipynb #hzverd1
+@patch_to(check_collective_order)
 def _verdict(self:check_collective_order, i:int, seen:dict[int, str]):
     "Raise the same error on every member: each reads the same entries (a slot is written once)."
     at = lambda skip: "; ".join(f"rank {q} is at: {t}" for q, t in sorted(seen.items()) if q not in skip)
@@ -250,20 +192,21 @@ def _verdict(self:check_collective_order, i:int, seen:dict[int, str]):
         what = "; ".join(f"rank {q}: {t}" for q, t in sorted(seen.items()))
         raise self._fail(f"step {self.step}: ranks part at FSDP collective #{i}: {what}", CollectiveOrderError, _FIX)
 
+@patch_to(check_collective_order)
 def _stop(self:check_collective_order, i:int, why:str):
     "Tell the other members this rank will not reach its collective #i, and why (they raise there, not time out)."
     self._last = i
     try: self.store.compare_set(self._slot(i, self.rank), "", f"{_STOP} rank {self.rank} stopped: {why}"[:800])
     except Exception: pass   # the store itself is gone: the others stop at their timeout, naming this rank
 
+@patch_to(check_collective_order)
 def _fail(self:check_collective_order, msg:str, cls:type=CollectiveOrderError, cause:str=_FIX)->GuardError:
     self.failed = msg
     report_status(f"collective-order guard: {msg}")
     return cls(f"{msg}. Cause: {cause}")
 
-for f in (_verdict, _stop, _fail): setattr(check_collective_order, f.__name__, f)
-
 # %% ../nbs/10_hazards.ipynb #hzx00007
+@patch_to(check_collective_order)
 def __enter__(self:check_collective_order):
     if not dist.is_initialized(): raise RuntimeError("check_collective_order runs inside ranks of a process group")
     self.rank, self.world = dist.get_rank(), dist.get_world_size()
@@ -273,11 +216,13 @@ def __enter__(self:check_collective_order):
     self.store = dist.distributed_c10d._get_default_store()
     self.prefix = f"lfk_order/{len(self.members)}/{zlib.crc32(repr(self.members).encode()):08x}"
     self.base, self._last, self._published, self._deferred = _NEXT.get(self.prefix, 0), -1, -1, None
-    self._patch_fsdp()
+    self._intercept = intercept_collectives(self._view, self._before, self._issue)
+    self._intercept.__enter__()
     return self
 
+@patch_to(check_collective_order)
 def __exit__(self:check_collective_order, exc_type, exc, tb):
-    self._unpatch_fsdp()
+    self._intercept.__exit__(None, None, None)
     if not self.compare: return False
     try:
         if self.failed: return False
@@ -294,6 +239,7 @@ def __exit__(self:check_collective_order, exc_type, exc, tb):
         _NEXT[self.prefix] = self.base + self._last + 1   # after a failure too: every member stopped at #last
         self._leave()
 
+@patch_to(check_collective_order)
 def _leave(self:check_collective_order):
     "After any step: the last member to leave deletes the step's last two rounds of slots (nothing is left)."
     last, members = self.base + self._last, self.members or tuple(range(self.world))
@@ -302,10 +248,6 @@ def _leave(self:check_collective_order):
         for k in [f"{self.prefix}/{j}/{q}" for j in (last - 1, last) for q in members] + [f"{self.prefix}/left/{last}"]:
             self.store.delete_key(k)
     except Exception: pass   # the store is gone: nothing left to clean
-
-check_collective_order._leave = _leave
-
-check_collective_order.__enter__, check_collective_order.__exit__ = __enter__, __exit__
 
 # %% ../nbs/10_hazards.ipynb #hzx00009
 def _short(key:str)->str:

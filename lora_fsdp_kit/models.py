@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .doctor import model_check
-from .families import FAMILIES
+from .families import FAMILIES, lora_layer_names
 from .figures import fmt_bytes, fmt_count
 
 # %% auto #0
@@ -217,9 +217,8 @@ def add_lora(model:nn.Module,                       # a transformers model (real
     wrapped = sorted({n.rsplit(".", 1)[0] for n in tparams})
     if not hits and not (wrapped and not target_modules):
         pool = _match_names(model, [""], scopes) if scopes else [n for n, _ in model.named_modules() if n]
-        from transformers.pytorch_utils import Conv1D   # GPT-2's projections: peft adapts them as it does Linear
-        kinds = (nn.Linear, nn.Embedding, nn.Conv1d, nn.Conv2d, Conv1D)
-        leaves = sorted({n.rsplit(".", 1)[-1] for n in pool if isinstance(model.get_submodule(n), kinds)})
+        adaptable = set(lora_layer_names(model))   # the layer types peft adapts (GPT-2's Conv1D too): the families' table
+        leaves = sorted({n.rsplit(".", 1)[-1] for n in pool if n in adaptable})
         where = f" inside {', '.join(scopes)}" if scopes else ""
         raise ValueError(f"target_modules={target_modules!r} match no module{where} of {type(model).__name__}; "
                          f"linear/embedding/conv leaf names there: {', '.join(leaves) or '(none)'}")

@@ -5,7 +5,7 @@
 # %% ../nbs/04a_sharded.ipynb #5aef91a2
 from __future__ import annotations
 
-import html, math
+import contextlib, html, math
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from .doctor import internal, require
+from .methods import patch_to
 from .shards import (ShardLayout, clean_name, fsdp1_layouts, fsdp1_padded_numel, fsdp2_layout, fsdp2_padded_numel,
                      join_name)
 
@@ -26,7 +27,8 @@ _FlatParameter = internal("torch.distributed.fsdp._flat_param:FlatParameter")
 _lazy_init = internal("torch.distributed.fsdp._runtime_utils:_lazy_init")
 
 # %% auto #0
-__all__ = ['ShardedParam', 'ShardedUnit', 'ShardedView', 'sharded_view', 'view_rows', 'reshard_units']
+__all__ = ['ShardedParam', 'ShardedUnit', 'ShardedView', 'sharded_view', 'view_rows', 'reshard_units', 'intercept_collectives',
+           'collective_ranks']
 
 # %% ../nbs/04a_sharded.ipynb #5371eb09
 @dataclass(frozen=True, eq=False)
@@ -244,13 +246,13 @@ def view_rows(view:ShardedView)->list[dict]:
                  piece=p.layout.spans[p.rank] if p.layout else (0, math.prod(p.shape)))
             for u in view.units for p in u.params]
 
-def _view_html(self:ShardedView, limit:int=12)->str:
+@patch_to(ShardedView)
+def _repr_html_(self:ShardedView, limit:int=12)->str:
     e, rows = html.escape, view_rows(self)
     head = "".join(f"<th>{k}</th>" for k in rows[0]) if rows else ""
     body = "".join("<tr>" + "".join(f"<td>{e(str(v))}</td>" for v in r.values()) + "</tr>" for r in rows[:limit])
     more = f"<p>… {len(rows) - limit} more</p>" if len(rows) > limit else ""
     return f"<b>{e(repr(self))}</b><table><tr>{head}</tr>{body}</table>{more}"
-ShardedView._repr_html_ = _view_html
 
 # %% ../nbs/04a_sharded.ipynb #rs000002
 _reshard1 = internal("torch.distributed.fsdp._runtime_utils:_reshard",
@@ -266,3 +268,74 @@ def reshard_units(view:ShardedView)->int:
         # next forward reuses it without an all-gather: freeing it (torch's own `_reshard`) makes that forward gather
         elif u.key is not None and u.key.uses_sharded_strategy: _reshard1(u.module, u.key, True); n += 1
     return n
+
+# %% ../nbs/04a_sharded.ipynb #56e3b68f
+_COLLECTIVES = ("torch.distributed.fsdp._flat_param:FlatParamHandle._all_gather_flat_param",   # FSDP1 unshard
+                "torch.distributed.fsdp._runtime_utils:_reduce_grad",                          # FSDP1 gradients
+                "torch.distributed.fsdp._fully_shard._fsdp_param_group:foreach_all_gather",    # FSDP2 unshard
+                "torch.distributed.fsdp._fully_shard._fsdp_param_group:foreach_reduce")        # FSDP2 gradients
+
+def _collective_units(view:ShardedView)->tuple[dict, dict]:
+    "FSDP1: id(handle) -> (unit, numel); FSDP2: id(FSDPParam) -> (unit, parameter in it, numel). Once per wrapping."
+    if (facts := view.memo.get("collective_units")) is None:
+        fsdp1 = {id(u.key): (u.name, u.flat_numel) for u in view.units if u.key is not None and view.flavour == "fsdp1"}
+        fsdp2 = {}
+        for k, p in view.by_key.items() if view.flavour == "fsdp2" else ():
+            unit = view.unit_of(p.name).name
+            fsdp2[k] = (unit, p.name[len(unit) + 1:] if unit else p.name, math.prod(p.shape))
+        facts = view.memo["collective_units"] = (fsdp1, fsdp2)
+    return facts
+
+@contextlib.contextmanager
+def intercept_collectives(view:ShardedView,  # the wrapped model's `sharded_view`
+                          before:Callable,   # before(kind, unit, numel, params): "all_gather" or "reduce_scatter"
+                          issue:Callable=lambda fn, *a, **k: fn(*a, **k),  # how the collective is then called
+                          ):
+    "For the block: call `before` ahead of every FSDP1/FSDP2 all-gather and reduce-scatter, then `issue` it."
+    require(*_COLLECTIVES)   # each checked by `doctor`: a renamed one fails here, by name, not in a step
+    from torch.distributed.fsdp import _flat_param as fp1, _runtime_utils as ru
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg2
+    fsdp1, fsdp2 = _collective_units(view)
+    ag1, rs1, ag2, rs2 = fp1.FlatParamHandle._all_gather_flat_param, ru._reduce_grad, pg2.foreach_all_gather, \
+        pg2.foreach_reduce
+    unit1 = lambda h: fsdp1.get(id(h), ("?", h.flat_param._unpadded_unsharded_size.numel()))
+    units2 = lambda ps: [fsdp2.get(id(p), ("?", "?", p._orig_size.numel())) for p in ps]
+    def all_gather1(handle, *a, **k): before("all_gather", *unit1(handle), ()); return issue(ag1, handle, *a, **k)
+    def reduce1(state, handle, *a, **k):
+        before("reduce_scatter", *unit1(handle), ()); return issue(rs1, state, handle, *a, **k)
+    def all_gather2(ps, *a, **k):
+        us = units2(ps); before("all_gather", us[0][0], sum(u[2] for u in us), ()); return issue(ag2, ps, *a, **k)
+    def reduce2(ps, *a, **k):   # only the parameters that got a gradient on this rank
+        us = units2(ps)
+        before("reduce_scatter", us[0][0], sum(u[2] for u in us), tuple(u[1] for u in us))
+        return issue(rs2, ps, *a, **k)
+    saved = [(fp1.FlatParamHandle, "_all_gather_flat_param", ag1, all_gather1), (ru, "_reduce_grad", rs1, reduce1),
+             (pg2, "foreach_all_gather", ag2, all_gather2), (pg2, "foreach_reduce", rs2, reduce2)]
+    for owner, name, _, new in saved: setattr(owner, name, new)
+    try: yield view
+    finally:
+        for owner, name, old, _ in saved: setattr(owner, name, old)
+
+# %% ../nbs/04a_sharded.ipynb #4c6e2294
+def collective_ranks(view:ShardedView, # the model's `sharded_view`
+                     me:int,           # this rank (global)
+                    )->tuple[tuple[int, ...], list]:
+    "The global ranks that issue this wrapping's FSDP collectives together, and the process groups they run on."
+    import torch.distributed as dist
+    shard, repl = list(view.groups), []
+    for u in view.units:
+        if view.flavour == "fsdp1":   # hybrid: FSDP1 all-reduces gradients across its `_inter_node_pg` (private)
+            require("torch.distributed.fsdp._init_utils:_init_process_group_state_for_hybrid_shard")
+            g = getattr(u.module, "_inter_node_pg", None)
+            if g is not None: repl.append(g)
+        elif u.params:   # FSDP2's sharded parameter is a DTensor: its (public) mesh; dim 0 of a 2-D mesh replicates
+            p = u.params[0]
+            t = p.sharded_param() if p.sharded_param() is not None else getattr(p.module, p.attr, None)
+            mesh = getattr(t, "device_mesh", None)
+            if mesh is not None and mesh.ndim == 2: repl.append(mesh.get_group(0))
+    rows = {r for g in shard for r in dist.get_process_group_ranks(g)} or {me}
+    cols = {r for g in repl for r in dist.get_process_group_ranks(g)} or {me}
+    # torch lays a mesh out as a grid (rank = replica * shard size + shard index): this spans the whole mesh, the
+    # same set on every member, so that all of them (and no other rank) use one channel of the store
+    ranks = tuple(sorted({a + b - me for a in rows for b in cols}))
+    return ranks, list({id(g): g for g in shard + repl}.values())

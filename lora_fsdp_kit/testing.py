@@ -5,7 +5,7 @@
 # %% ../nbs/95_testing.ipynb #t95t03
 from __future__ import annotations
 
-import contextlib, copy, dataclasses, datetime, functools, heapq, itertools, math, time, traceback, warnings
+import contextlib, copy, dataclasses, datetime, functools, heapq, importlib, itertools, math, time, traceback, warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -36,7 +36,7 @@ from .toys import hazard_batch, _build, _data_kind, hazard_loss
 __all__ = ['QKVO', 'case_model', 'case_config', 'case_policy', 'case_wrap', 'training_batch', 'train_steps', 'peft_reference',
            'gather_case', 'gather_cases', 'export_demo', 'profile_strategies', 'strip_lora_fsdp_rank',
            'fsdp1_dtype_rank', 'hazard_case', 'hazard_cases', 'hazard_reference', 'hazard_outcome', 'guard_overhead',
-           'covering_array']
+           'sharded_example', 'covering_array']
 
 # %% ../nbs/95_testing.ipynb #t95t05
 QKVO = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -208,7 +208,7 @@ def gather_case(model:str="llama",          # a tiny model of `lora_fsdp_kit.mod
                    own_storage=all(not t.requires_grad and t.untyped_storage().data_ptr() not in model_mem
                                    for t in got.values()),
                    collectives=c.calls, bytes_gathered=c.bytes, lora_bytes=lora_bytes, predicted_bytes=pb,
-                   shard_world=world, padded_bytes=_dim0_padded(shapes, ref, world),
+                   shard_world=world, padded_bytes=_padded_bytes(eng, shapes, ref, world),
                    n_units=len(eng.units))
         with AllGatherCounter() as c0: got0 = gather_lora(fm, rank0_only=True, adapter_name=adapter_name)
         res.update(rank0_only_ok=_equal(got0, ref) if dist.get_rank() == 0 else got0 == {},
@@ -224,9 +224,13 @@ def gather_case(model:str="llama",          # a tiny model of `lora_fsdp_kit.mod
     return res
 
 # %% ../nbs/95_testing.ipynb #d3a55a01
-def _dim0_padded(shapes:dict, ref:dict, world:int)->int:
-    "LoRA bytes with each tensor's dim 0 padded to a multiple of `world` (what FSDP2's shards hold)."
-    return sum(fsdp2_padded_numel(s, world) * t.element_size() for s, t in zip(shapes.values(), ref.values()))
+def _padded_bytes(eng, shapes:dict, ref:dict, world:int)->int:
+    "LoRA bytes with each tensor padded along its shard dim to a multiple of `world` (what FSDP2's shards hold)."
+    def dim(n):   # the placement the sharded view read (FSDP1's flat pieces: along the flattened tensor, dim 0)
+        layout = eng.owner(n).layout
+        return layout.dim if layout is not None and layout.view == layout.shape else 0
+    return sum(fsdp2_padded_numel(s, world, dim(n)) * t.element_size()
+               for (n, s), t in zip(shapes.items(), ref.values()))
 
 def gather_cases(cases:list[dict])->list[dict]:
     "Rank function: `gather_case(**case)` for each case, in one launch (each 2-rank launch costs seconds)."
@@ -352,14 +356,8 @@ def _lora_after(model:nn.Module)->dict[str, torch.Tensor]:
     # numpy, not tensors: torch sends tensors between processes through shared memory the exiting rank takes along
     return {k: v.float().numpy() for k, v in gather_lora(model, progress=False).items()}
 
-def _hazard_config(spec:WrapConfig|dict)->tuple[WrapConfig, str|None]:
-    "The wrapping and its `conditional` globs; a dict (pending: 10_hazards' and the guard tests' cases) means FSDP1."
-    if isinstance(spec, WrapConfig): return spec, None
-    d = dict(spec); cond = d.pop("conditional", None)
-    return WrapConfig(**{"flavour": "fsdp1", **d}), cond
-
 def hazard_case(name:str,                 # "branch", "branch_drop", "switch" or "llama"
-                spec:WrapConfig|dict,     # the wrapping
+                spec:WrapConfig,          # the wrapping
                 conditional:str|None=None,# name globs of modules not every rank runs (a layer-drop), for the plan
                 same:bool=False,     # every rank gets rank 0's batch
                 guard:bool=False,    # compare ranks with `check_collective_order` (the sequence is recorded anyway)
@@ -372,10 +370,10 @@ def hazard_case(name:str,                 # "branch", "branch_drop", "switch" or
     # barrier on the default group waits for a rank still failing out of the previous case
     dist.barrier()
     pg = dist.new_group(timeout=datetime.timedelta(seconds=wait))
-    cfg, cond = _hazard_config(spec)
-    cond = conditional or cond
+    if not isinstance(spec, WrapConfig): raise TypeError(f"hazard_case: spec must be a WrapConfig, not {type(spec).__name__}")
+    cfg = spec
     res = dict(name=name, spec=spec, same=same, guard=guard, loss=None, lora=None, events=[], error=None,
-               findings=sorted({f.check for f in cfg.plan(_build(name), conditional=cond).check()
+               findings=sorted({f.check for f in cfg.plan(_build(name), conditional=conditional).check()
                                 if f.severity == "error"}),
                seconds=None, guard_seconds=0.0)
     model = _build(name)
@@ -433,11 +431,11 @@ def hazard_outcome(ranks:list[dict],   # one case's result on every rank
 
 # %% ../nbs/95_testing.ipynb #hzovh001
 def guard_overhead(name:str="switch",   # a hazard model
-                   spec:WrapConfig|dict|None=None, # its wrapping (default: LoRA leaves as FSDP1 units)
+                   spec:WrapConfig|None=None,      # its wrapping (default: LoRA leaves as FSDP1 units)
                    steps:int=5,         # timed steps each way (after one warm-up step)
                   )->dict:
     "Inside a rank: seconds per forward+backward with and without the guard on identical data (no divergence)."
-    cfg = _hazard_config(spec)[0] if spec is not None else WrapConfig(flavour="fsdp1", policy="lora", use_orig_params=True)
+    cfg = spec if spec is not None else WrapConfig(flavour="fsdp1", policy="lora", use_orig_params=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = cfg.wrap(_build(name))
@@ -464,6 +462,39 @@ def guard_overhead(name:str="switch",   # a hazard model
     return dict(model=name, collectives=n, off_s=off, on_s=on, per_collective_ms=(on - off) / max(n, 1) * 1e3,
                 ratio=on / off, round_ms=round_ms)
 
+
+# %% ../nbs/95_testing.ipynb #dfa80b8c
+def _torch_fn(path:str):
+    "The object at a 'module:Qual.name' path, as torch holds it now."
+    mod, _, name = path.partition(":")
+    return functools.reduce(getattr, name.split("."), importlib.import_module(mod))
+
+def sharded_example()->dict:
+    "Rank function: FSDP2 with module `0` sharded on dim 1 (view, pieces, cache); the collectives of a step, both flavours."
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, fully_shard
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    from torch.distributed.tensor import Shard
+    from lora_fsdp_kit.sharded import _COLLECTIVES, intercept_collectives, sharded_view, view_rows
+    make = lambda: (torch.manual_seed(0), nn.Sequential(nn.Linear(6, 8), nn.Linear(8, 3)))[1]
+    m = make()
+    full = {n: p.detach().clone() for n, p in m.named_parameters()}
+    fully_shard(m[0], shard_placement_fn=lambda p: Shard(1) if p.ndim == 2 else None)
+    fully_shard(m)
+    view = sharded_view(m)
+    ok = all(torch.equal(p.local(), p.piece_of(full[p.name])) for p in view.by_name.values())
+    m1 = FSDP(make(), auto_wrap_policy=ModuleWrapPolicy({nn.Linear}), device_id=torch.device("cpu"))
+    v1 = sharded_view(m1)
+    m3 = FSDP(m1.module, device_id=torch.device("cpu"))   # wrapped again: a new object, a new view
+    seen, originals = {}, list(map(_torch_fn, _COLLECTIVES))
+    for name, model in (("fsdp2", m), ("fsdp1", m1)):
+        events = seen[name] = []
+        with intercept_collectives(sharded_view(model), lambda *e: events.append(e)):
+            model(torch.ones(2, 6)).sum().backward()
+    restored = list(map(_torch_fn, _COLLECTIVES)) == originals and originals[0].__qualname__.endswith("_flat_param")
+    return dict(rank=dist.get_rank(), repr=repr(view), rows=view_rows(view), pieces_equal=ok, collectives=seen,
+                restored=restored,
+                cached=sharded_view(m) is view and sharded_view(m1) is v1,
+                rebuilt_after_rewrap=sharded_view(m3) is not v1 and sharded_view(m3).model is m3)
 
 # %% ../nbs/95_testing.ipynb #b090bc5f
 def _pairs(idx:tuple[int, ...])->tuple[tuple, ...]:

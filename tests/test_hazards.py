@@ -6,21 +6,21 @@ status names the unit where the ranks parted. The guard runs a whole job (issue 
 rank as long as the FSDP group would and past that names it slow on every rank; a fault injected on either rank
 (before the first collective, between collectives, in the guard's own store write) raises on every rank within
 10 s naming the rank and the cause; it guards the FSDP group only (ranks 0-1 of 3, hybrid meshes); its store keys
-do not grow with steps. Rank functions: `hazard_guard_cases.py`."""
+do not grow with steps. Rank functions: `lora_fsdp_kit.guard_runs` (nbs/95e_guard_runs.ipynb)."""
 import os, sys, tempfile, time
 
 import pytest
 
 from lora_fsdp_kit import hazards as H, testing as T
 from lora_fsdp_kit.launch import launch, LaunchError
+from lora_fsdp_kit.wrap import WrapConfig
+from lora_fsdp_kit import guard_runs as G
 
-sys.path.insert(0, os.path.dirname(__file__))
-import hazard_guard_cases as G  # noqa: E402
 
-L1 = dict(policy="lora", use_orig_params=True)            # LoRA leaves as FSDP1 units (peft's preset)
-LAYER = dict(policy="layer", use_orig_params=True)        # decoder layers (blocks) as FSDP1 units
-F2_LAYER = dict(flavour="fsdp2", targets="**.blocks.*")
-F2_LEAVES = dict(flavour="fsdp2", targets=["**.lora_A.*", "**.lora_B.*", "**.blocks.*"])
+L1 = WrapConfig(flavour="fsdp1", policy="lora", use_orig_params=True)     # LoRA leaves as FSDP1 units (peft's preset)
+LAYER = G.LAYER                                                             # decoder layers (blocks) as FSDP1 units
+F2_LAYER = G.F2_LAYER
+F2_LEAVES = WrapConfig(flavour="fsdp2", targets=["**.lora_A.*", "**.lora_B.*", "**.blocks.*"])
 RIGHT, WRONG = "right", "wrong"
 # (case, what really happens with different data per rank); the expectation is asserted, and compared with the plan
 CASES = [
@@ -29,7 +29,8 @@ CASES = [
     (dict(name="branch", spec=LAYER), RIGHT),              # FSDP1 layer units: the flat parameter runs everywhere
     (dict(name="branch", spec=F2_LAYER), WRONG),           # FSDP2 reduce-scatters only the grads it got
     (dict(name="branch", spec=F2_LEAVES), WRONG),
-    (dict(name="llama", spec=dict(policy="leaves+size", min_num_params=3000, use_orig_params=True)), RIGHT),
+    (dict(name="llama", spec=WrapConfig(flavour="fsdp1", policy="leaves+size", min_num_params=3000,
+                                        use_orig_params=True)), RIGHT),
     (dict(name="switch", spec=LAYER), RIGHT),              # a real transformers MoE, layer units
     (dict(name="switch", spec=L1, same=True), RIGHT),
 ]
@@ -37,7 +38,7 @@ GUARDED = [   # (case, the guard raises)
     (dict(name="branch", spec=L1, guard=True), True),
     (dict(name="branch", spec=F2_LAYER, guard=True), True),
     (dict(name="switch", spec=L1, guard=True), True),      # unguarded, gloo dies: see the notebook
-    (dict(name="branch_drop", spec=dict(LAYER, conditional="**.blocks.1"), guard=True), True),  # a dropped layer
+    (dict(name="branch_drop", spec=LAYER, conditional="**.blocks.1", guard=True), True),  # a dropped layer
     (dict(name="branch", spec=LAYER, guard=True), False),
     (dict(name="switch", spec=L1, same=True, guard=True), False),
     (dict(name="switch", spec=LAYER, guard=True), False),
@@ -78,7 +79,7 @@ def runs(launched):
     return cases, [[r["hazard"][i] for r in res] for i in range(len(cases))], refs
 
 
-def _label(c): return f"{c['name']} {c['spec']} same={c.get('same', False)} guard={c.get('guard', False)}"
+def _label(c): return f"{c['name']} {c['spec'].label} same={c.get('same', False)} guard={c.get('guard', False)}"
 
 
 def test_real_outcomes(runs):
