@@ -101,10 +101,25 @@ def _cmd_plan(a)->int:
     for flag, path in (("--png", a.png), ("--json", a.json)):
         if path is not None: check_output_path(path, what=flag)   # before any work, not a traceback at the end
     from lora_fsdp_kit.viz import plan_command
+    if a.world is not None and not 1 <= a.world <= 1024: raise ValueError(f"--world must be 1-1024, got {a.world}")
+    cfg = wrap_config_of(a)
     report = plan_command(model=a.model, config=a.config, lora_r=a.lora_r, targets=a.lora_targets, png=a.png,
-                          json_path=a.json, wrap=wrap_config_of(a), speak=flag_language)
+                          json_path=a.json, wrap=cfg, speak=flag_language)
     print(report)
-    return report.exit_code   # 1 when the plan has a ✖ error finding: a CI job can gate on it
+    return max(report.exit_code, _world_refusals(report.plan, cfg, a.world))   # 1 on a ✖ error: a CI job gates on it
+
+def _world_refusals(plan, cfg, world:int|None)->int:
+    "With `--world`: print the refusals that depend on the world size, one line each; 1 if there is one."
+    if world is None: return 0
+    from lora_fsdp_kit.checks import uneven_shards
+    from lora_fsdp_kit.shards import shard_group_size
+    k = shard_group_size(world, cfg.hybrid, cfg.shard_size)
+    bad = uneven_shards(plan, k)
+    if bad:
+        p = next(q for u in plan.units for q in u.params if bad[0].message.startswith(f"FSDP2 refuses to shard {q.name} "))
+        print(f"✖ uneven-shard-dim at world {world}: {len(bad)} parameters do not divide over {k} ranks on dim "
+              f"{p.shard_dim} (e.g. {tuple(p.shape)}); fix: {flag_language(bad[0].fix)}")
+    return 1 if bad else 0
 
 def _cmd_doctor(a)->int:
     from lora_fsdp_kit.doctor import doctor
@@ -202,6 +217,8 @@ def _plan_parser(sub):
     pl.add_argument("--lora-r", type=int, default=8, help="LoRA rank (default 8; alpha is twice the rank)")
     pl.add_argument("--lora-targets", default=PLAN_TARGETS, help=f"comma-separated LoRA target modules (default "
                     f"{PLAN_TARGETS}, as demo and fits)")
+    pl.add_argument("--world", type=int, default=None, help="ranks of the job: adds the refusals that depend on it "
+                    "(FSDP2 sharding on a dim > 0 that the shard group does not divide)")
     add_wrap_flags(pl, defaults=dict(flavour="fsdp1"))   # plan's default: FSDP1 (the policies' reference)
     pl.add_argument("--png", default=None, help="write the plan chart here")
     pl.add_argument("--json", default=None, help="write the plan as JSON here")

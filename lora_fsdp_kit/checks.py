@@ -314,7 +314,7 @@ def dora_lora_leaf(plan:Plan):
         yield u.name, ("DoRA reads lora_A/lora_B weights outside their own forward (for the weight norm), where "
                        "FSDP1 with use_orig_params=True shows them as shards: the first forward fails (IndexError)")
 
-# %% ../nbs/03b_checks.ipynb #ec212d5a
+# %% ../nbs/03b_checks.ipynb #a5372f61
 def uneven_shards(plan:Plan,   # an FSDP2 plan (FSDP1 flattens: dim 0, padded)
                   group:int,   # ranks in a shard group
                  )->list[Finding]:

@@ -14,16 +14,15 @@ from torch import nn
 
 from .fits_trace import CATEGORIES, STAGING_BACKENDS, RankTrace, attention_kernel, trace_rank
 from .families import PLAN_TARGETS, experts_implementation, text_model_of
-from .figures import fmt_bytes
+from .figures import fmt_bytes, fmt_count
 from .plan import dtype_itemsize
 from .shards import (chunk_spans, clean_name, flat_spans, fsdp1_align, fsdp1_flat_numels, fsdp2_padded_numel,
                                   piece_length, shard_group_size)
 from .methods import patch_to
-from .wrap import WrapConfig
+from .wrap import _MP, _MP_DTYPE, WrapConfig
 
 # %% auto #0
-__all__ = ['RESERVE', 'RESERVE_WHY', 'StepMemory', 'closed_form', 'FitsError', 'dtype_name', 'config_dtype', 'storage_dtype',
-           'stored_as', 'count_text', 'precision_text', 'predict_step_memory', 'parse_bytes', 'Setting', 'varying',
+__all__ = ['RESERVE', 'RESERVE_WHY', 'StepMemory', 'closed_form', 'FitsError', 'predict_step_memory', 'parse_bytes', 'Setting',
            'settings_table', 'plot_settings', 'largest_fitting', 'fits_report']
 
 # %% ../nbs/11_fits.ipynb #41259d69
@@ -36,7 +35,7 @@ class StepMemory:
     traces: tuple[RankTrace, ...]   # one per distinct local shard layout
     trace_of: tuple[int, ...]       # per predicted rank: the index of the trace it shares
     closed_form: dict = field(default_factory=dict)   # per rank: parameter-side bytes from the plan (see `closed_form`)
-    assumptions: str = ""        # the precision assumed, in words (`precision_text`)
+    assumptions: str = ""        # the precision assumed, in words (`_precision_text`)
 
     def _t(self, i:int)->RankTrace: return self.traces[self.trace_of[i]]
     @property
@@ -174,13 +173,12 @@ def _trace(model, cfg, world, rank, batch, seq, backend, attention)->RankTrace:
         raise FitsError(f"{type(base).__name__}: {why}") from None
 
 # %% ../nbs/11_fits.ipynb #2f0019bc
-_DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-           "fp16": torch.float16, "float16": torch.float16}
-_SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+_DTYPES = {"fp32": torch.float32, "float32": torch.float32, **{k: _MP_DTYPE[v] for k, v in _MP.items()}}  # wrap's names
+_SHORT = {torch.float32: "fp32", **{v: k for k, v in _MP_DTYPE.items()}}
 
-def dtype_name(dt:torch.dtype)->str: return _SHORT.get(dt, str(dt).removeprefix("torch."))
+def _dtype_short(dt:torch.dtype)->str: return _SHORT.get(dt, str(dt).removeprefix("torch."))
 
-def config_dtype(model:nn.Module)->torch.dtype:
+def _config_dtype(model:nn.Module)->torch.dtype:
     "The dtype the model's config.json names (`torch_dtype`/`dtype`), float32 when it names none."
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     c = getattr(base, "config", None)
@@ -188,7 +186,7 @@ def config_dtype(model:nn.Module)->torch.dtype:
     if isinstance(v, str): v = _DTYPES.get(v, getattr(torch, v, None))
     return v if isinstance(v, torch.dtype) and v.is_floating_point else torch.float32
 
-def storage_dtype(value:str|torch.dtype,   # "fp32", "bf16", "fp16", a torch dtype, or `default`'s key word
+def _storage_dtype(value:str|torch.dtype,   # "fp32", "bf16", "fp16", a torch dtype, or `default`'s key word
                   what:str="param_dtype",  # the parameter's name, for the error
                   default:dict|None=None,  # key word -> dtype: {"config": ...} or {"base": ...}
                  )->torch.dtype:
@@ -202,10 +200,10 @@ def storage_dtype(value:str|torch.dtype,   # "fp32", "bf16", "fp16", a torch dty
 def _is_adapter(name:str)->bool: return any(s.startswith("lora_") for s in clean_name(name).split("."))
 
 def _dtypes(model, param_dtype, lora_dtype)->tuple[torch.dtype, torch.dtype]:
-    pdt = storage_dtype(param_dtype, "param_dtype", {"config": config_dtype(model)})
-    return pdt, storage_dtype(lora_dtype, "lora_dtype", {"base": pdt})
+    pdt = _storage_dtype(param_dtype, "param_dtype", {"config": _config_dtype(model)})
+    return pdt, _storage_dtype(lora_dtype, "lora_dtype", {"base": pdt})
 
-def stored_as(model:nn.Module,                 # a peft model on meta
+def _stored_as(model:nn.Module,                 # a peft model on meta
               param_dtype:str|torch.dtype="config", # the frozen base: "config" (config.json's torch_dtype) or a dtype
               lora_dtype:str|torch.dtype="base",    # the adapters: "base" (as `param_dtype`) or a dtype
              )->tuple[nn.Module, torch.dtype, torch.dtype]:
@@ -219,9 +217,8 @@ def stored_as(model:nn.Module,                 # a peft model on meta
         if p.is_floating_point() and p.dtype != want(n): p.data = p.data.to(want(n))
     return model, pdt, ldt
 
-def count_text(n:int)->str: return next((f"{n / s:.2f} {u}" for u, s in (("B", 1e9), ("M", 1e6), ("K", 1e3)) if n >= s), str(n))
 
-def precision_text(model:nn.Module, cfg:WrapConfig, param_dtype:str|torch.dtype="config",
+def _precision_text(model:nn.Module, cfg:WrapConfig, param_dtype:str|torch.dtype="config",
                    lora_dtype:str|torch.dtype="base")->str:
     "What a prediction assumes about precision, in words: storage of the base and of LoRA, compute, reduce."
     pdt, ldt = _dtypes(model, param_dtype, lora_dtype)
@@ -230,10 +227,10 @@ def precision_text(model:nn.Module, cfg:WrapConfig, param_dtype:str|torch.dtype=
     n = [sum(p.numel() for k, p in model.named_parameters() if _is_adapter(k) == a) for a in (False, True)]
     src = "config.json's torch_dtype" if param_dtype == "config" else "param_dtype"
     mp = cfg.mixed_precision
-    comp = (f"computed in {mp} (FSDP mixed precision)" if mp else f"computed in {dtype_name(pdt)}"
-            + (f" and {dtype_name(ldt)}" if ldt != pdt else "") + " (no mixed precision)")
-    return (f"{count_text(n[0])} parameters stored in {dtype_name(pdt)} ({src}), LoRA's {count_text(n[1])} in "
-            f"{dtype_name(ldt)} ({lsrc}), {comp}, gradients reduced in {'fp32' if mp else dtype_name(ldt)}")
+    comp = (f"computed in {mp} (FSDP mixed precision)" if mp else f"computed in {_dtype_short(pdt)}"
+            + (f" and {_dtype_short(ldt)}" if ldt != pdt else "") + " (no mixed precision)")
+    return (f"{fmt_count(n[0])} parameters stored in {_dtype_short(pdt)} ({src}), LoRA's {fmt_count(n[1])} in "
+            f"{_dtype_short(ldt)} ({lsrc}), {comp}, gradients reduced in {'fp32' if mp else _dtype_short(ldt)}")
 
 
 # %% ../nbs/11_fits.ipynb #016fd9f5
@@ -260,8 +257,8 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
                              "(models.model_from_config(..., device='meta')); the trace allocates nothing real")
     if rank is not None and not 0 <= rank < world: raise FitsError(f"rank {rank} is not in a world of {world}")
     cfg = _config(flavour, wrap, mixed_precision, activation_checkpointing)
-    words = precision_text(model, cfg, param_dtype, lora_dtype)
-    model = stored_as(model, param_dtype, lora_dtype)[0]
+    words = _precision_text(model, cfg, param_dtype, lora_dtype)
+    model = _stored_as(model, param_dtype, lora_dtype)[0]
     if attention not in ("auto", "fused", "math"):
         raise FitsError(f"attention must be 'auto', 'fused' or 'math', got {attention!r}")
     if why := _known_failure(model, cfg, world): raise FitsError(why)
@@ -387,7 +384,7 @@ class Setting:
         "What names the setting: its wrap's label (compute dtype or fp32), the storage asked for, batch x seq."
         w = [_WORD.get(t, t) for t in self.wrap.label.split()]
         if not self.wrap.mixed_precision: w.insert(1, "no-mp")
-        pd, ld = (v if isinstance(v, str) else dtype_name(v) for v in (self.param_dtype, self.lora_dtype))
+        pd, ld = (v if isinstance(v, str) else _dtype_short(v) for v in (self.param_dtype, self.lora_dtype))
         return w + [f"store={pd}"] + ([f"lora={ld}"] if ld != "base" else []) + [f"{self.batch}x{self.seq}"]
 
     def row(self, usable:int, shown:Sequence[str]|None=None)->dict:
@@ -399,14 +396,14 @@ class Setting:
                     largest=", ".join(f"{_CAT_SHORT.get(k, k)} {_sb(v)}" for v, k in cats),
                     left=("+" if left >= 0 else "-") + fmt_bytes(abs(left)), verdict="fits" if left >= 0 else "NO")
 
-def varying(settings:Sequence[Setting])->tuple[list[str], list[str]]:
+def _varying(settings:Sequence[Setting])->tuple[list[str], list[str]]:
     "(words every setting shares, words that tell them apart), each in order."
     common = [t for t in settings[0].words if all(t in s.words for s in settings)] if settings else []
     return common, list(dict.fromkeys(t for s in settings for t in s.words if t not in common))
 
 def settings_table(settings:list[Setting], usable:int, width:int=100)->str:
     "The rows `fits` prints, numbered, each at most `width` columns (the setting's words cut first)."
-    common, apart = varying(settings)
+    common, apart = _varying(settings)
     head = dict(n="#", setting="setting", peak="peak/rank", largest="3 largest (at the peak)", left="left/missing",
                 verdict="verdict")
     rows = [dict(s.row(usable, apart), n=str(i + 1)) for i, s in enumerate(settings)]
@@ -425,7 +422,7 @@ def plot_settings(settings:list[Setting], device:int, reserve:int=0):
     fig = new_figure(figsize=(14, 5.5))
     ax_b, ax_t = fig.subplots(1, 2, gridspec_kw=dict(width_ratios=[1.2, 1]))
     worst = [max(s.memory.traces, key=lambda t: t.peak) for s in settings]
-    apart = varying(settings)[1]
+    apart = _varying(settings)[1]
     labels = [" ".join(t for t in s.words if t in apart).replace(" ", "\n", 1) for s in settings]
     _stack(ax_b, labels, [t.by_category for t in worst], scale)
     ax_b.axhline(device / scale, color="k", ls="--", lw=1.5, label=f"device {fmt_bytes(device)}")
@@ -441,7 +438,7 @@ def plot_settings(settings:list[Setting], device:int, reserve:int=0):
     ax_t.legend(fontsize=7, loc="upper right")
     said = {s.memory.assumptions for s in settings}
     fig.suptitle(f"will it fit? world {settings[0].memory.world}, device {fmt_bytes(device)}; every setting: "
-                 f"{' '.join(varying(settings)[0])}" + (f"\n{said.pop()}" if len(said) == 1 else ""), fontsize=10)
+                 f"{' '.join(_varying(settings)[0])}" + (f"\n{said.pop()}" if len(said) == 1 else ""), fontsize=10)
     return fig
 
 # %% ../nbs/11_fits.ipynb #a3f192b8
@@ -480,7 +477,7 @@ def _sweep(text:str|int, what:str, lowest:int=1)->list[int]:
 def _dtype_words(text:str|torch.dtype, what:str, key:str)->list:
     "A comma list of storage dtypes, each checked now (before any model is built)."
     out = [v.strip() for v in text.split(",")] if isinstance(text, str) else [text]
-    for v in out: storage_dtype(v, what, {key: torch.float32})
+    for v in out: _storage_dtype(v, what, {key: torch.float32})
     return out
 
 def _probe(model, cfg, world, batch, seq, pd, ld, backend, attention)->StepMemory:
@@ -503,7 +500,7 @@ def _header(model, config:str, lora_r:int, targets:str, world:int, backend:str, 
     "What the answer is about: the model, its parameters and LoRA's, the job, the device and what the verdict counts."
     n = [sum(p.numel() for k, p in model.named_parameters() if _is_adapter(k) == a) for a in (False, True)]
     size = lambda v, what: ("largest that fits" if search == what else ",".join(map(str, v)))
-    return [f"will it fit? {type(model.get_base_model()).__name__} ({config}): {n[0]:,} parameters ({count_text(n[0])}), "
+    return [f"will it fit? {type(model.get_base_model()).__name__}{f' ({config})' if isinstance(config, str) else ''}: {n[0]:,} parameters ({fmt_count(n[0])}), "
             f"LoRA {n[1]:,} (r={lora_r} on {targets})",
             f"job: world {world} ({backend}), batch {size(batches, 'batch')} x seq {size(seqs, 'seq')} per rank"
             + (f"; every setting: {' '.join(common)}" if common else ""),

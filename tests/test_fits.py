@@ -236,27 +236,35 @@ def test_a_refusal_that_depends_on_the_world_size():
     assert "\n" not in str(e.value)
 
 def _wrap_or_none(row:dict):
-    try: return WrapConfig(**{k: v for k, v in row.items() if k not in ("world", "param_dtype")})
-    except ValueError: return None   # a combination WrapConfig refuses (e.g. shard_dim on FSDP1)
+    try: return WrapConfig(**{k: v for k, v in row.items() if k != "param_dtype"})
+    except ValueError: return None   # a combination WrapConfig refuses (e.g. use_orig_params on FSDP2)
 
 WRAP_DIMS = dict(flavour=["fsdp1", "fsdp2"], policy=["layer", "lora"], use_orig_params=[False, True],
                  mixed_precision=[None, "bf16"], activation_checkpointing=[False, True],
-                 sharding=[None, "SHARD_GRAD_OP", "HYBRID"], param_dtype=["fp32", "bf16"], world=[2, 4])
+                 sharding=[None, "SHARD_GRAD_OP", "HYBRID"], reshard_after_forward=[True, False],
+                 lora_leaves=[True, False], param_dtype=["fp32", "bf16"])
 ROWS = covering_array(WRAP_DIMS, allowed=lambda r: _wrap_or_none(r) is not None and (
-    r["flavour"] == "fsdp1" or not r["use_orig_params"]) and (r["sharding"] != "HYBRID" or r["world"] == 4))
+    r["flavour"] == "fsdp1" or not r["use_orig_params"]))
+# torch's FSDP1 under fake tensors asserts on SHARD_GRAD_OP with use_orig_params ("If skipped using sharded views,
+# the unsharded flat parameter should be allocated") while the real step runs: engineer B's fix in fits_trace (strict:
+# the mark must go when it passes)
+_SGO_ORIG = pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 31: SHARD_GRAD_OP + use_orig_params")
 
-@pytest.mark.parametrize("row", ROWS, ids=lambda r: "-".join(str(v) for v in r.values()))
+@pytest.mark.parametrize("row", [pytest.param(r, marks=_SGO_ORIG) if r["sharding"] == "SHARD_GRAD_OP" and
+                                 r["use_orig_params"] else r for r in ROWS],
+                         ids=lambda r: "-".join(str(v) for v in r.values()))
 def test_every_wrapping_the_plan_accepts_is_predicted(row):
-    "The wrap flags, every pair of their values (a covering array): predicted, or refused in one line as the plan does."
+    """The wrap flags, every pair of their values (a covering array, not the product): predicted (the last rank: it
+    holds the padding), or refused in one line naming the flag, exactly where the plan finds an error."""
     from lora_fsdp_kit.__main__ import flag_language
     from lora_fsdp_kit.fits import _one_line
-    cfg, pm = _wrap_or_none(row), meta_model("llama")
+    cfg, pm, world = _wrap_or_none(row), meta_model("llama"), 4 if row["sharding"] == "HYBRID" else 2
     errors = [f for f in cfg.plan(pm).check() if f.severity == "error"]
-    try: mem = predict_step_memory(pm, world=row["world"], wrap=cfg, seq=16, param_dtype=row["param_dtype"])
+    try: mem = predict_step_memory(pm, world=world, wrap=cfg, seq=16, param_dtype=row["param_dtype"], rank=world - 1)
     except FitsError as e:
         assert errors, f"the plan accepts {cfg.label}, the prediction refuses it: {e}"
         line = _one_line(cfg.label, e, flag_language)
         assert len(line) <= 160 and "; fix: " in line and "--" in line.split("; fix: ")[1], line
         return
     assert not errors, f"the plan refuses {cfg.label} ({errors[0].check}), the prediction does not"
-    assert len(mem.peak_bytes) == row["world"] and all(p > 0 for p in mem.peak_bytes)
+    assert mem.ranks == (world - 1,) and mem.worst > 0
