@@ -1,8 +1,8 @@
 """Every prediction `measure_gather` prints holds against the measurement on real gloo ranks: the bytes all-gathered
 exactly (FSDP1 flat parameters and FSDP2 dims 0 padded to the shard group, also unit by unit), the peak extra memory
 as the bound it prints (measured ≤ predicted) — FSDP1 and FSDP2, LoRA-leaf and decoder-layer units, every strategy,
-uneven sizes (r=1 on 2, 3 and 4 ranks, hidden 64 r=8 at 3 and 4 ranks), every rank, sampled as a pairwise covering array. Issue 19, item 7: FSDP2 `per_unit` with LoRA-leaf
-units ignored the padding (+57 % at 2 ranks, +116 % at 3)."""
+uneven sizes (r=1 on 2, 3 and 4 ranks, hidden 64 r=8 at 3 and 4 ranks), every rank, sampled as a pairwise covering
+array. Issue 19, item 7: FSDP2 `per_unit` with LoRA-leaf units ignored the padding (+57 % at 2 ranks, +116 % at 3)."""
 import os, sys
 
 import pytest
