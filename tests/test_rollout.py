@@ -1,6 +1,7 @@
 """`lora_fsdp_kit.rollout` against a real engine (vLLM's CPU build, float32): each trap of issue 32 is first reproduced
-the naive way, then handled by the kit, and every version trained under FSDP1 and FSDP2 is served as HF transformers +
-peft serve it (identical greedy tokens, |Δlogprob| < 1e-3). Runs where vLLM is installed (`make test-vllm`)."""
+the naive way, then handled by the kit, and every version trained under FSDP1 (here; FSDP2: the chapter's picture) is
+served as HF transformers + peft serve it (identical greedy tokens, |Δlogprob| < 1e-3). Runs where vLLM is installed
+(`make test-vllm`)."""
 import gc, os, tempfile
 
 import pytest
@@ -207,14 +208,16 @@ def test_a_child_process_engine(engine, monkeypatch):
     finally:
         llm.llm_engine.engine_core.shutdown(); del llm; gc.collect()
 
-@pytest.mark.parametrize("flavour", ["fsdp1", "fsdp2"])
+# FSDP2's loop, launched once per version so that training, pushing and generating take turns, is the rollout
+# chapter's picture, which `make test-vllm` runs with the same checks (nbs/13_rollout). Here FSDP1's 5 versions come
+# from one launch (a launch of 2 ranks costs 5-15 s), then each is pushed and served in turn.
+@pytest.mark.parametrize("flavour", ["fsdp1"])
 def test_every_version_is_served_as_trained(engine, flavour):
-    "Issue 32's loop: train on 2 ranks, push, generate, 5 times in turn; merged weights at version 2."
+    "Issue 32's loop: train 5 versions on 2 ranks, push and generate each; merged weights at version 2."
+    from lora_fsdp_kit.launch import launch
     llm, ref, _ = engine
-    records = []
-    def trained():                                     # each version trained when serve_versions asks for it
-        for rec in RR.versions_from_ranks(flavour, versions=5): records.append(rec); yield rec
-    rows = RR.serve_versions(llm, trained(), ref, PROMPTS, name=f"policy-{flavour}")
+    records = launch(RR.train_versions, flavour, versions=5, quiet=True)[0]
+    rows = RR.serve_versions(llm, records, ref, PROMPTS, name=f"policy-{flavour}")
     assert [r["world"] for r in records] == [2] * 5      # real ranks, though this process holds vLLM's own group
     assert len(records) == 5 and all(not torch.equal(a["lora"][k], b["lora"][k]) for a, b in zip(records, records[1:])
                                      for k in a["lora"] if "lora_B" in k)   # each version trained further
@@ -222,6 +225,7 @@ def test_every_version_is_served_as_trained(engine, flavour):
                                                    (3, "lora"), (4, "lora")]
     assert all(r.same_tokens for r in rows), rows
     assert max(r.max_logprob_diff for r in rows) < 1e-3, [r.max_logprob_diff for r in rows]
+    assert all(0 < r.trainer_peak <= r.trainer_bound for r in rows), [(r.trainer_peak, r.trainer_bound) for r in rows]
 
 def test_a_moe_model_is_refused_in_one_line(engine, monkeypatch):
     "vLLM's CPU build runs a MoE model's experts through Triton kernels once LoRA is on: the kit refuses, naming them."
