@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 
 from .figures import fmt_bytes, fmt_count
+from .methods import patch_to
 from .shards import clean_name, join_name   # the kit's one name function
 from .policies import (WrapPolicy, is_lora_name, fsdp1_unit_modules, resolve_targets, _name_pattern,
     _targets_repr, _ignored_sets)
@@ -20,9 +21,8 @@ from .checks import Finding, check_plan   # the checks read a plan, and import n
 from .routing import expert_modules, fused_experts, param_wrappers   # experts: what the forward routes
 
 # %% auto #0
-__all__ = ['tiny_lora_model', 'dtype_itemsize', 'ParamInfo', 'param_info', 'Unit', 'Plan', 'conditional_modules',
-           'mixed_precision_dtype', 'idle_modules', 'plan_fsdp1', 'plan_fsdp2', 'plan_summary', 'plan_text',
-           'plan_html']
+__all__ = ['dtype_itemsize', 'ParamInfo', 'param_info', 'Unit', 'Plan', 'conditional_modules', 'mixed_precision_dtype',
+           'idle_modules', 'plan_fsdp1', 'plan_fsdp2', 'plan_summary', 'plan_text', 'plan_html']
 
 # %% ../nbs/03_plan.ipynb #16a0c149
 def tiny_lora_model(name:str="llama",                  # a `models.tiny_model` name
@@ -176,20 +176,26 @@ class Plan:
     def _repr_html_(self)->str: return plan_html(self)
 
 # %% ../nbs/03_plan.ipynb #3d4be19e
-def _gather_bytes(self:Plan, u:Unit)->int:
+@patch_to(Plan)
+def gather_bytes(self:Plan, u:Unit)->int:
     "Bytes unsharded to collect `u`'s LoRA tensors: FSDP1 its whole flat parameter, FSDP2 only the LoRA ones."
     if not u.n_lora: return 0
     return u.nbytes if self.flavour == "fsdp1" else u.lora_bytes
 
-def _gather_peak_bytes(self:Plan)->int:
+@patch_to(Plan)
+@property
+def gather_peak_bytes(self:Plan)->int:
     "Memory a per-unit LoRA gather needs at its peak (the largest unit gathered, one at a time)."
     return max((self.gather_bytes(u) for u in self.units), default=0)
 
-def _gather_total_bytes(self:Plan)->int:
+@patch_to(Plan)
+@property
+def gather_total_bytes(self:Plan)->int:
     "Bytes moved by a per-unit LoRA gather over all units (each unit once, children not again)."
     return sum(self.gather_bytes(u) for u in self.units)
 
-def _plan_to_dict(self:Plan)->dict:
+@patch_to(Plan)
+def to_dict(self:Plan)->dict:
     "A JSON-safe summary (units, totals, findings) for scripts."
     return dict(flavour=self.flavour, model_class=self.model_class, policy=self.policy,
                 use_orig_params=self.use_orig_params, n_units=len(self.units), numel=self.numel,
@@ -201,9 +207,6 @@ def _plan_to_dict(self:Plan)->dict:
                 idle=[list(c) for c in self.idle], fused=[list(c) for c in self.fused],
                 param_wrappers=[list(c) for c in self.param_wrappers], units=[u.to_dict() for u in self.units],
                 findings=[f.to_dict() for f in self.check()])
-
-Plan.gather_bytes, Plan.to_dict = _gather_bytes, _plan_to_dict
-Plan.gather_peak_bytes, Plan.gather_total_bytes = property(_gather_peak_bytes), property(_gather_total_bytes)
 
 # %% ../nbs/03_plan.ipynb #9b191e32
 def conditional_modules(model:nn.Module,                           # the model to plan
