@@ -5,7 +5,7 @@
 # %% ../nbs/90_cli.ipynb #65c0ba79
 from __future__ import annotations
 
-import argparse, json, os, sys, time
+import argparse, functools, json, os, sys, time
 from pathlib import Path
 from typing import Any
 
@@ -224,10 +224,15 @@ def _plan_parser(sub):
     pl.add_argument("--json", default=None, help="write the plan as JSON here")
     pl.set_defaults(fn=_cmd_plan)
 
+@functools.cache
+def _module_tree(module:str):
+    import ast, importlib.util
+    return ast.parse(Path(importlib.util.find_spec(f"lora_fsdp_kit.{module}").origin).read_text())
+
 def module_constant(module:str, name:str):
     "A constant of a kit module (a literal assignment), read from its source: the help needs no torch import."
-    import ast, importlib.util
-    tree = ast.parse(Path(importlib.util.find_spec(f"lora_fsdp_kit.{module}").origin).read_text())
+    import ast
+    tree = _module_tree(module)
     return next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
                 and any(isinstance(t, ast.Name) and t.id == name for t in n.targets))
 
@@ -264,20 +269,36 @@ def _fits_parser(sub):
     f.add_argument("--png", action="store_true", help="save the chart as fits.png in --out")
     f.add_argument("--out", default=".", help="folder for the PNG (default: here)")
     add_wrap_flags(f, sweep=True, defaults=FITS_DEFAULTS)
-    f.set_defaults(fn=_cmd_fits, precheck=_fits_sizes)
+    f.set_defaults(fn=_cmd_fits, precheck=_fits_args)
 
 # fits' own defaults: decoder-layer units in both flavours (FSDP1 keeps the original parameters, for frozen and
 # trainable tensors in one unit), bf16 compute, checkpointing off and on
 FITS_DEFAULTS = dict(flavour="fsdp2,fsdp1", policy="layer", use_orig_params="on", activation_checkpointing="off,on",
                      mixed_precision="bf16")
 
-def _fits_sizes(a)->int|None:
-    "2 (with the fix on stderr) for a memory size without a unit; `main` asks before it imports anything (torch)."
+def _fits_args(a)->int|None:
+    "2 (one line on stderr) for what the arguments alone refuse; `main` asks before it imports anything (torch)."
     import re
+    units, sizes = module_constant("fits", "_SIZE"), {}
+    words = dict(param_dtype=("config", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16"),
+                 lora_dtype=("base", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16"),
+                 flavour=("fsdp1", "fsdp2"), mixed_precision=("none", "bf16", "bfloat16", "fp16", "float16"))
+    def refuse(text): print(f"fits: error: {text}", file=sys.stderr); return 2
     for flag, text in (("--device-memory", a.device_memory), ("--reserve", a.reserve)):
-        if m := re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*", text):
-            print(f"fits: error: {flag} {m.group(1)}: add a unit, {m.group(1)}GiB or {m.group(1)}GB", file=sys.stderr)
-            return 2
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+        if m and not m.group(2): return refuse(f"{flag} {m.group(1)}: add a unit, {m.group(1)}GiB or {m.group(1)}GB")
+        if not m or m.group(2).lower() not in units:
+            return refuse(f"cannot read {text!r} as a memory size: write e.g. 80GiB or 80GB")
+        sizes[flag] = float(m.group(1)) * units[m.group(2).lower()]
+    if sizes["--reserve"] >= sizes["--device-memory"]:
+        return refuse(f"--reserve {a.reserve} leaves nothing of --device-memory {a.device_memory}")
+    if not 1 <= a.world <= 1024: return refuse(f"--world must be 1-1024, got {a.world}")
+    for flag in ("batch", "seq"):
+        if not all(v.strip().isdigit() and int(v) >= 1 for v in getattr(a, flag).split(",")):
+            return refuse(f"--{flag} takes whole numbers >= 1 (comma-separated), got {getattr(a, flag)!r}")
+    for name, ok in words.items():
+        bad = [v for v in str(getattr(a, name)).split(",") if v.strip().lower() not in ok]
+        if bad: return refuse(f"--{name.replace('_', '-')} takes {', '.join(ok)}; got {bad[0]!r}")
     return None
 
 def _cmd_fits(a)->int:

@@ -162,7 +162,7 @@ def test_cli_bad_input_is_one_line_exit_2():
     for argv, text in ((["--world", "8", "--device-memory", "80 Go"], "cannot read '80 Go'"),
                        (["--world", "0", "--device-memory", "80GiB"], "--world must be 1-1024"),
                        (["--world", "8", "--device-memory", "80GiB", "--mixed-precision", "fp8"],
-                        "mixed_precision must be None, 'bf16' or 'fp16'"),
+                        "--mixed-precision takes none, bf16, bfloat16, fp16, float16; got 'fp8'"),
                        (["--world", "8", "--device-memory", "80GiB", "--activation-checkpointing", "maybe"],
                         "--activation-checkpointing takes on or off")):
         err = io.StringIO()
