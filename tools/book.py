@@ -289,10 +289,10 @@ class Book:
         return self.page(ch.title, body, ch.page, ch.toc, f'<nav class="pager">{prev}{nxt}</nav>')
 
     def contents(self, ch:Chapter)->str:
-        "The chapters listed on the front page, each with its one-line description."
+        "The chapters listed on the front page, each with its one-line description (its links made from the front page)."
         i = slug("Chapters", ch.ids); ch.toc.append((2, i, "Chapters"))
         items = "".join(f'<li><a href="{c.page}">{html.escape(c.title)}</a>'
-                        f'{f"<div class=desc>{self.markdown(c.description, c)}</div>" if c.description else ""}</li>'
+                        f'{f"<div class=desc>{self.markdown(c.description, ch)}</div>" if c.description else ""}</li>'
                         for c in self.chs if c.page != "index.html")
         return f'<div class="md"><h2 id="{i}">Chapters</h2><ol class="contents">{items}</ol></div>'
 
