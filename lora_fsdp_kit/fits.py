@@ -339,8 +339,8 @@ def figure(self:StepMemory, device_memory:int|None=None):
 def _repr_png_(self:StepMemory): return self.figure()._repr_png_()
 
 # %% ../nbs/11_fits.ipynb #1f75943f
-_SIZE = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
-         "tib": 2**40}
+_SIZE = {"b": 1, "kb": 1_000, "mb": 1_000_000, "gb": 1_000_000_000, "tb": 1_000_000_000_000, "kib": 1_024,
+         "mib": 1_048_576, "gib": 1_073_741_824, "tib": 1_099_511_627_776}   # literals: the CLI reads them unimported
 RESERVE = "2GiB"   # `fits --reserve`'s default; where it comes from: RESERVE_WHY
 RESERVE_WHY = ("what a device holds beyond the step's tensors, an estimate: the CUDA context (0.3-0.6 GiB with "
                "torch's kernels loaded), NCCL's buffers (4 MiB per channel and peer, about 0.3 GiB at 8 ranks) and "
@@ -362,6 +362,20 @@ _CAT_SHORT = {"sharded parameters": "shards", "unsharded parameters": "gathered"
               "acts", "temporaries": "temps", "all-gather buffers": "ag bufs", "reduce-scatter buffers": "rs bufs",
               "backend staging": "staging", "inputs": "inputs", "other": "other"}
 _WORD = {"mixed_precision=bf16": "bf16", "mixed_precision=fp16": "fp16"}
+
+_SAID = {"no-mp": "no mixed precision", "bf16": "bf16 compute", "fp16": "fp16 compute", "ac": "activation checkpointing",
+         "orig": "use_orig_params", "store=config": "base stored in config.json's dtype", "store=fp32": "base stored in fp32",
+         "store=bf16": "base stored in bf16", "store=fp16": "base stored in fp16"}
+
+def _in_words(words:Sequence[str])->str:
+    "A setting's short words (`Setting.words`) as a phrase: 'FSDP2 on layer units, bf16 compute, batch 4 x seq 4096'."
+    def one(w:str)->str:
+        if ":" in w and w.split(":")[0] in ("fsdp1", "fsdp2"): return f"{w.split(':')[0].upper()} on {w.split(':')[1]} units"
+        if w.startswith("lora="): return f"LoRA stored in {w[5:]}"
+        b, x, s = w.partition("x")
+        if x and (b.isdigit() or b == "?") and (s.isdigit() or s == "?"): return f"batch {b} x seq {s}"
+        return _SAID.get(w, w)
+    return ", ".join(one(w) for w in words)
 
 def _sb(n:int)->str:
     "Bytes in at most 5 characters: 30.1G, 512M, 1.5K."
@@ -438,7 +452,7 @@ def plot_settings(settings:list[Setting], device:int, reserve:int=0):
     ax_t.legend(fontsize=7, loc="upper right")
     said = {s.memory.assumptions for s in settings}
     fig.suptitle(f"will it fit? world {settings[0].memory.world}, device {fmt_bytes(device)}; every setting: "
-                 f"{' '.join(_varying(settings)[0])}" + (f"\n{said.pop()}" if len(said) == 1 else ""), fontsize=10)
+                 f"{_in_words(_varying(settings)[0])}" + (f"\n{said.pop()}" if len(said) == 1 else ""), fontsize=10)
     return fig
 
 # %% ../nbs/11_fits.ipynb #a3f192b8
@@ -503,7 +517,7 @@ def _header(model, config:str, lora_r:int, targets:str, world:int, backend:str, 
     return [f"will it fit? {type(model.get_base_model()).__name__}{f' ({config})' if isinstance(config, str) else ''}: {n[0]:,} parameters ({fmt_count(n[0])}), "
             f"LoRA {n[1]:,} (r={lora_r} on {targets})",
             f"job: world {world} ({backend}), batch {size(batches, 'batch')} x seq {size(seqs, 'seq')} per rank"
-            + (f"; every setting: {' '.join(common)}" if common else ""),
+            + (f"; every setting: {_in_words(common)}" if common else ""),
             f"device {fmt_bytes(device)} - reserve {fmt_bytes(reserve)} = {fmt_bytes(device - reserve)} for the step's "
             "tensors (what the verdict counts: torch's allocator)"]
 
