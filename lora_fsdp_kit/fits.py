@@ -5,7 +5,7 @@
 # %% ../nbs/11_fits.ipynb #2898ea87
 from __future__ import annotations
 
-import copy, dataclasses, math, time, types
+import copy, dataclasses, math, time, types, weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -53,6 +53,12 @@ class StepMemory:
                 for j, t in enumerate(self.traces)}
     @property
     def worst(self)->int: return max(self.peak_bytes)
+    @property
+    def worst_peak_bytes(self)->list[int]:
+        "Per rank, the worst peak that can happen (gloo: a rank may still hold the last all-gather output)."
+        return [getattr(self._t(i), "worst_peak", self._t(i).peak) for i in range(len(self.ranks))]
+    @property
+    def worst_case(self)->int: return max(self.worst_peak_bytes)
 
     def _summary(self)->list[str]:
         shared = "; ".join(f"rank {r} traced for {_ranks_text(rs)}" for r, rs in self.traced_ranks.items())
@@ -212,10 +218,16 @@ def _stored_as(model:nn.Module,                 # a peft model on meta
     want = lambda n: ldt if _is_adapter(n) else pdt
     ps = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
     if all(p.dtype == want(n) for n, p in ps): return model, pdt, ldt
-    model = copy.deepcopy(model)
-    for n, p in model.named_parameters():   # each tied parameter once: the tie stays
+    key = (id(model), pdt, ldt)   # one copy per model and dtypes: every setting and --max-batch probe shares it
+    if (hit := _STORED.get(key)) and hit[0]() is model: return hit[1], pdt, ldt
+    for k in [k for k, (r, _) in _STORED.items() if r() is None]: del _STORED[k]
+    copied = copy.deepcopy(model)
+    for n, p in copied.named_parameters():   # each tied parameter once: the tie stays
         if p.is_floating_point() and p.dtype != want(n): p.data = p.data.to(want(n))
-    return model, pdt, ldt
+    _STORED[key] = (weakref.ref(model), copied)
+    return copied, pdt, ldt
+
+_STORED: dict = {}   # (id(model), dtypes) -> (a weak reference to the model, its stored copy)
 
 
 def _precision_text(model:nn.Module, cfg:WrapConfig, param_dtype:str|torch.dtype="config",
@@ -403,7 +415,7 @@ class Setting:
 
     def row(self, usable:int, shown:Sequence[str]|None=None)->dict:
         "The table's row: the setting's words (those in `shown`), the worst rank's peak, its 3 largest categories..."
-        w, i = self.memory.worst, self.memory.peak_bytes.index(self.memory.worst)
+        w, i = self.memory.worst_case, self.memory.peak_bytes.index(self.memory.worst)   # the verdict: the worst case
         cats = sorted(((v, k) for k, v in self.memory.by_category[i].items() if v), reverse=True)[:3]
         left = usable - w
         return dict(setting=" ".join(t for t in self.words if shown is None or t in shown), peak=fmt_bytes(w),
@@ -526,6 +538,9 @@ def _details(s:Setting, usable:int)->list[str]:
     m = s.memory; i = m.peak_bytes.index(m.worst)
     out = [f"  peak in {m.peak_module[i] or '<root>'} ({m.peak_phase[i]}), rank {m.ranks[i]}:"]
     out += [f"    {k:<24}{fmt_bytes(v):>12}" for k, v in sorted(m.by_category[i].items(), key=lambda kv: -kv[1]) if v]
+    if m.worst_case > m.worst:
+        out.append(f"  worst case {fmt_bytes(m.worst_case)} (the verdict's): a rank may still hold the last all-gather "
+                   f"output at its peak; the usual peak is {fmt_bytes(m.worst)}")
     if len(set(m.peak_bytes)) > 1:
         by = {}
         for r, p in zip(m.ranks, m.peak_bytes): by.setdefault(p, []).append(r)
@@ -608,7 +623,7 @@ def fits_report(config:str,                 # a model's config.json (or its fold
                 mems = {}
                 def peak(n): 
                     bb, ss = (n, s) if search == "batch" else (b, n)
-                    mems[n] = _probe(model, c, world, bb, ss, pd, ld, backend, attention); return mems[n].worst
+                    mems[n] = _probe(model, c, world, bb, ss, pd, ld, backend, attention); return mems[n].worst_case
                 best, seen = largest_fitting(peak, usable)
                 v = max(best, 1); found[len(done)] = (best, seen)
                 done.append(Setting(c, *((v, s) if search == "batch" else (b, v)), mems[v], pd, ld))
@@ -619,4 +634,4 @@ def fits_report(config:str,                 # a model's config.json (or its fold
     if done and png:
         os.makedirs(out, exist_ok=True)
         path = os.path.join(out, "fits.png"); plot_settings(done, device, res).savefig(path, dpi=100); print("saved", path)
-    return 0 if done and not failed and all(s.memory.worst <= usable for s in done) else 1
+    return 0 if done and not failed and all(s.memory.worst_case <= usable for s in done) else 1

@@ -199,7 +199,7 @@ def test_max_batch_the_peak_at_n_fits_and_at_n_plus_1_does_not():
     """A device sized from a trace (batch 2's peak, plus 1 byte): the search answers 2, with that very peak, and a
     peak at 3 beyond the device; exit 0; the header counts the real model's parameters; every row is <= 100 columns."""
     case = next(c for c in CASES[2] if c[0] == "llama")
-    peak2 = predicted(2, case).worst
+    peak2 = predicted(2, case).worst_case   # the verdict counts the worst case (gloo: a late-freed all-gather output)
     rc, out, err = _report(config="llama", world=2, device_memory=peak2 + 1, reserve=0, wraps=[wrap(*case[1:])],
                            seq=str(SEQ), backend="gloo", max_batch=True, verbose=True)
     assert rc == 0, out + err
