@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from lora_fsdp_kit.sharded import sharded_view, view_rows
+from lora_fsdp_kit.sharded import sharded_view
 from lora_fsdp_kit.shards import fsdp1_padded_numel, fsdp2_padded_numel, shard_group
 
 class Toy(nn.Module):
@@ -93,22 +93,3 @@ def layouts_cases(cases:list[dict])->list[dict]:
     "Rank function: `layouts_case(**case)` for each case that fits this world size."
     w = dist.get_world_size()
     return [layouts_case(**c) for c in cases if not c.get("hybrid") or (w % 2 == 0 and w >= 4)]
-
-def view_example()->dict:
-    "Rank function for the notebook: FSDP2 with module `0` sharded on dim 1; the view, its pieces and its cache."
-    from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor import Shard
-    torch.manual_seed(0)
-    m = nn.Sequential(nn.Linear(6, 8), nn.Linear(8, 3))
-    full = {n: p.detach().clone() for n, p in m.named_parameters()}
-    fully_shard(m[0], shard_placement_fn=lambda p: Shard(1) if p.ndim == 2 else None)
-    fully_shard(m)
-    view = sharded_view(m)
-    ok = all(torch.equal(p.local(), p.piece_of(full[p.name])) for p in view.by_name.values())
-    m2 = wrap_toy("fsdp1")
-    v2 = sharded_view(m2)
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    m3 = FSDP(m2.module, device_id=torch.device("cpu"))   # wrapped again: a new object, a new view
-    return dict(rank=dist.get_rank(), repr=repr(view), rows=view_rows(view), pieces_equal=ok,
-                cached=sharded_view(m) is view and sharded_view(m2) is v2,
-                rebuilt_after_rewrap=sharded_view(m3) is not v2 and sharded_view(m3).model is m3)
