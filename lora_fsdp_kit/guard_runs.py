@@ -63,7 +63,7 @@ def _wrap(name:str, cfg:WrapConfig, ranks:list[int], pg, hybrid:bool):
         kw = dict(mesh=DeviceMesh.from_group(pg, "cpu")) if cfg.flavour == "fsdp2" else dict(process_group=pg)
         return cfg.wrap(model, **kw)
 
-# %% ../nbs/95e_guard_runs.ipynb #a51e26d5
+# %% ../nbs/95e_guard_runs.ipynb #96cda267
 def guard_case(name:str="branch",        # a hazard model of `testing` ("branch", "switch")
                spec:WrapConfig=LAYER,    # its wrapping
                same:bool=True,           # every rank gets rank 0's batch (else its own: diverges on divergent wrappings)
