@@ -14,10 +14,12 @@ Output (`--out`, default bench/out/device_check/): `device_check.json` (platform
 `device_check.png` (per-unit peak memory and bytes, measured vs predicted, one row per world size and flavour).
 Exit status 1 if a run failed or a measured byte count strays more than 5 % from the plan's prediction.
 
-Memory of a training step (issue 17), on a GPU or NPU only: for 6 configurations (Llama FSDP2 fp32 and bf16 with
-activation checkpointing, FSDP1 with LoRA-leaf units and with decoder-layer units in bf16, a Qwen3 MoE and the
-Qwen3-Omni thinker in bf16), each rank trains a tiny LoRA model 2 steps on its device and reads the allocator's
-`max_memory_allocated` over the second (less what the device held before the case); `lora_fsdp_kit.fits` predicts the
+Memory of a training step (issues 17 and 31), on a GPU or NPU only: for 8 configurations (Llama FSDP2 fp32 and bf16
+with activation checkpointing, FSDP1 with LoRA-leaf units and with decoder-layer units in bf16, a Qwen3 MoE and the
+Qwen3-Omni thinker in bf16, and fp32 master weights with bf16 compute on a bf16 config under FSDP2 and FSDP1), each
+rank trains a tiny LoRA model 2 steps on its device and reads the allocator's `max_memory_allocated` over the second
+(less what the device held before the case), and beside it `max_memory_reserved` (what the allocator took from the
+device: cached blocks and fragmentation, which the prediction does not count); `lora_fsdp_kit.fits` predicts the
 same step on one CPU, with the attention kernel the device runs (`fits_trace.attention_kernel`: CUDA runs float32 with
 grouped-query heads on the math kernel), recorded per row as `attention`. A prediction more than 5 % off is a problem
 (exit 1). On the CPU this part says there is no device and is skipped (the CPU's proof is tests/test_fits.py, against
@@ -108,15 +110,23 @@ def run_rank(layers:int, hidden:int)->dict:
 
 MEMORY_TOLERANCE = 0.05   # predicted step peak vs max_memory_allocated
 MOE_BF16 = dict(experts_implementation="grouped_mm")
-MEMORY_CASES = [   # (name, tiny model, config overrides, WrapConfig fields)
-    ("llama fsdp2 fp32", "llama", {}, dict(flavour="fsdp2")),
-    ("llama fsdp2 bf16 ac", "llama", {}, dict(flavour="fsdp2", mixed_precision="bf16", activation_checkpointing=True)),
-    ("llama fsdp1 lora fp32", "llama", {}, dict(flavour="fsdp1")),
+BF16_CONFIG = dict(dtype="bfloat16")   # a config.json whose torch_dtype is bfloat16
+STORAGE = {"config": None, "fp32": torch.float32, "bf16": torch.bfloat16}
+MEMORY_CASES = [   # (name, tiny model, config overrides, WrapConfig fields, param_dtype: the storage `fits` is told)
+    ("llama fsdp2 fp32", "llama", {}, dict(flavour="fsdp2"), "config"),
+    ("llama fsdp2 bf16 ac", "llama", {}, dict(flavour="fsdp2", mixed_precision="bf16", activation_checkpointing=True),
+     "config"),
+    ("llama fsdp1 lora fp32", "llama", {}, dict(flavour="fsdp1"), "config"),
     ("qwen2 fsdp1 layer orig bf16", "qwen2", {}, dict(flavour="fsdp1", policy="layer", use_orig_params=True,
-                                                      mixed_precision="bf16")),
-    ("qwen3_moe fsdp2 bf16", "qwen3_moe", MOE_BF16, dict(flavour="fsdp2", mixed_precision="bf16")),
+                                                      mixed_precision="bf16"), "config"),
+    ("qwen3_moe fsdp2 bf16", "qwen3_moe", MOE_BF16, dict(flavour="fsdp2", mixed_precision="bf16"), "config"),
     ("qwen3_omni_thinker fsdp2 bf16 ac", "qwen3_omni_thinker", MOE_BF16,
-     dict(flavour="fsdp2", mixed_precision="bf16", activation_checkpointing=True)),
+     dict(flavour="fsdp2", mixed_precision="bf16", activation_checkpointing=True), "config"),
+    # fp32 master weights with bf16 compute on a config that says bf16 (the usual FSDP setup, an RL actor's default):
+    # the ranks build the model in fp32 whatever the config says, and `fits` is told param_dtype="fp32"
+    ("llama fsdp2 fp32 master bf16", "llama", BF16_CONFIG, dict(flavour="fsdp2", mixed_precision="bf16"), "fp32"),
+    ("qwen2 fsdp1 layer orig fp32 master bf16", "qwen2", BF16_CONFIG, dict(flavour="fsdp1", policy="layer",
+                                                    use_orig_params=True, mixed_precision="bf16"), "fp32"),
 ]
 
 def memory_rank(batch:int, seq:int)->list[dict]:
@@ -130,12 +140,14 @@ def memory_rank(batch:int, seq:int)->list[dict]:
     for dt in (torch.float32, torch.bfloat16):
         a = torch.ones(64, 64, device=dev, dtype=dt, requires_grad=True); (a @ a).sum().backward()
     del a; plat.synchronize()
-    for name, model, over, wrap in MEMORY_CASES:
+    reserved = lambda: int(getattr(plat.device_module, "memory_reserved", lambda: 0)())
+    for name, model, over, wrap, param_dtype in MEMORY_CASES:
         row = dict(case=name, rank=dist.get_rank())
         try:
             gc.collect(); plat.empty_cache(); plat.synchronize()
-            held = plat.memory_allocated()   # what earlier cases left behind on the device
-            pm = add_lora(model_from_config(dict(shipped_config(model), **over), device=dev), r=8)
+            held, held_reserved = plat.memory_allocated(), reserved()   # what earlier cases left behind
+            pm = add_lora(model_from_config(dict(shipped_config(model), **over), device=dev,
+                                            dtype=STORAGE[param_dtype]), r=8)
             fm = WrapConfig(**wrap).wrap(pm)
             opt = torch.optim.AdamW([p for p in fm.parameters() if p.requires_grad], lr=1e-4)
             vocab = pm.get_input_embeddings().num_embeddings
@@ -144,7 +156,10 @@ def memory_rank(batch:int, seq:int)->list[dict]:
                 ids = torch.randint(0, vocab, (batch, seq), device=dev)
                 fm(input_ids=ids, labels=ids).loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
             plat.synchronize()
-            row.update(peak=plat.max_memory_allocated() - held, held=held)
+            # the allocator's reserved peak beside it: what the device really gave (blocks cached, fragmentation)
+            max_reserved = int(getattr(plat.device_module, "max_memory_reserved", lambda: 0)())
+            row.update(peak=plat.max_memory_allocated() - held, held=held, reserved=max_reserved - held_reserved,
+                       held_reserved=held_reserved)
             del fm, pm, opt
         except Exception as e: row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
         rows.append(row)
@@ -156,13 +171,13 @@ def predict_memory(world:int, batch:int, seq:int)->tuple[dict, dict]:
     from lora_fsdp_kit.fits_trace import attention_kernel
     from lora_fsdp_kit.wrap import WrapConfig
     out, kernels, backend = {}, {}, get_platform().dist_backend
-    for name, model, over, wrap in MEMORY_CASES:
+    for name, model, over, wrap, param_dtype in MEMORY_CASES:
         pm = add_lora(model_from_config(dict(shipped_config(model), **over), device="meta"), r=8)
         # the kernel the prediction traced (what `attention="auto"` picks): "math" where CUDA has no fused kernel
         kernels[name] = attention_kernel(pm, WrapConfig(**wrap), backend)
         try:
             pred = predict_step_memory(pm, world=world, wrap=WrapConfig(**wrap), batch=batch, seq=seq,
-                                       backend=backend, attention=kernels[name])
+                                       backend=backend, attention=kernels[name], param_dtype=param_dtype)
             out[name] = pred.peak_bytes; print(f"predicted {name}: {pred.label}, {kernels[name]} attention")
         except FitsError as e: out[name] = str(e)
     return out, kernels
@@ -197,7 +212,8 @@ def memory_check(plat, worlds:list[int], batch:int, seq:int, timeout:float)->tup
         print(f"\n== memory, world size {w} (batch {batch} x seq {seq})")
         for r in got:
             p = r["predicted"]; p = p[r["rank"]] if isinstance(p, list) else None
-            print(f"{r['case']:<34} rank {r['rank']}  max_memory_allocated {fmt_bytes(r.get('peak')):>12}  "
+            print(f"{r['case']:<40} rank {r['rank']}  max_memory_allocated {fmt_bytes(r.get('peak')):>12}  "
+                  f"max_memory_reserved {fmt_bytes(r.get('reserved')):>12}  "
                   f"predicted {fmt_bytes(p):>12} ({r['attention']} attention)  "
                   + (f"{p / r['peak'] - 1:+.2%}" if p and r.get("peak") else r.get("error", "")))
     return rows, probs

@@ -1,16 +1,20 @@
-"""Speed and accuracy of `lora_fsdp_kit.fits` (issue 17), measured side by side in one run.
+"""Speed and accuracy of `lora_fsdp_kit.fits` (issues 17 and 31), measured side by side in one run.
 
-Speed (`--speed`, the default): predict a Llama-3-8B-shaped LoRA step at world 8 (FSDP2, bf16 mixed precision,
-batch 1 x 512 tokens) and the default-size Qwen3-Omni thinker (18.6 B, its shipped config, bf16, `grouped_mm` experts)
-at world 8; per model: wall seconds, traces, peak RSS of this process, and a cProfile of the first by cumulative time
-(what takes the time, with `--profile`). Targets: 8B <= 60 s, thinker <= 5 min, RSS <= 2 GB. The machine is shared: the load average is
-printed beside each figure.
+Speed (`--speed`, the default), every figure twice, beside each other: the full trace (every decoder layer,
+`trace_rank(layers="all")`) and the reduced one (4 and 5 layers extended to L, the default), with the equality of
+their answers (every setting's per-rank peak, worst peak and categories, to the byte):
+- the default `fits` table (the command line, its default settings) for a Llama-3-8B shape at world 8, 80 GiB;
+- a 70B shape (80 layers, hidden 8192, 8 KV heads) at world 64, per setting (FSDP2 bf16; FSDP2 bf16 checkpointed);
+- `fits --max-batch` on the 8B at world 8 (FSDP2 bf16 checkpointed, seq 4096);
+each in a fresh process, so its peak RSS is its own. Goals (issue 31): table <= 20 s, 70B <= 60 s per setting,
+--max-batch <= 60 s, RSS <= 2 GB. `--profile` prints a cProfile of the reduced 8B setting. The machine is shared:
+the load average is printed beside each figure.
 
 Accuracy (`--matrix`): the full matrix the test samples -- 4 architectures (Llama, Qwen2, Qwen3-MoE, Qwen3-Omni thinker)
 x FSDP1/FSDP2 x activation checkpointing on/off x fp32/bf16 at worlds 2 and 3 -- each real gloo rank's peak
 (`lora_fsdp_kit.steppeak`, the CPU allocator's running total) beside the prediction; exit 1 when any is > 1 % off.
 
-    python bench/fits.py [--speed] [--matrix] [--batch 2 --seq 256] [--out bench/out/fits]
+    python bench/fits.py [--speed] [--only table,70b,max_batch] [--matrix] [--batch 2 --seq 256] [--out bench/out/fits]
 """
 import argparse, cProfile, io, json, os, pstats, resource, sys, time
 
@@ -20,40 +24,72 @@ LLAMA3_8B = dict(model_type="llama", architectures=["LlamaForCausalLM"], vocab_s
                  head_dim=128, max_position_embeddings=8192, rope_theta=500000.0, tie_word_embeddings=False,
                  dtype="bfloat16")
 
+LLAMA_70B = dict(LLAMA3_8B, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+                 num_key_value_heads=8)
+
 def rss_mib()->float: return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 def load()->str: return "load %.1f %.1f %.1f" % os.getloadavg()
 
-def thinker_config()->dict:
-    "The default-size Qwen3-Omni thinker alone: the shipped full config's thinker part, as its own model."
-    from lora_fsdp_kit.models import shipped_config
-    d = dict(shipped_config("qwen3_omni_default")["thinker_config"])
-    d.update(architectures=["Qwen3OmniMoeThinkerForConditionalGeneration"], dtype="bfloat16")
-    return d
+def _answer(traces)->list:
+    "What two runs must agree on, to the byte: per trace the command made, the peak, worst peak and categories."
+    return [(t.peak, t.worst_peak, sorted(t.by_category.items()), t.sharded_bytes, t.optimizer_bytes) for t in traces]
 
-def speed(name:str, cfg:dict, world:int, profile:bool)->dict:
+def job(what:str, layers:str, out:str):
+    "Child process: one measured job, with the trace's `layers` mode; its seconds, answer and peak RSS to `out`."
+    import functools, pickle, contextlib, io as _io, tempfile
+    import lora_fsdp_kit.fits as F
+    from lora_fsdp_kit.fits_trace import trace_rank
+    seen = []   # every trace the command makes, in order
+    def traced(*args, **kw):
+        seen.append(trace_rank(*args, layers=layers, **kw)); return seen[-1]
+    F.trace_rank = traced
+    cfg_path = os.path.join(tempfile.mkdtemp(), "config.json")
+    with open(cfg_path, "w") as f: json.dump(LLAMA_70B if what.startswith("70b") else LLAMA3_8B, f)
+    t0 = time.perf_counter()
+    if what == "table":
+        argv = ["fits", "--config", cfg_path, "--world", "8", "--device-memory", "80GiB"]
+    elif what == "max_batch":
+        argv = ["fits", "--config", cfg_path, "--world", "8", "--device-memory", "80GiB", "--mixed-precision", "bf16",
+                "--activation-checkpointing", "on", "--seq", "4096", "--max-batch"]
+    else:   # 70b, one setting
+        ac = what.endswith("ac")
+        argv = ["fits", "--config", cfg_path, "--world", "64", "--device-memory", "141GiB", "--mixed-precision",
+                "bf16", "--activation-checkpointing", "on" if ac else "off", "--seq", "4096"]
+    from lora_fsdp_kit.__main__ import main
+    buf = _io.StringIO()
+    with contextlib.redirect_stdout(buf): rc = main(argv)
+    secs = time.perf_counter() - t0
+    with open(out, "wb") as f:
+        pickle.dump(dict(what=what, layers=layers, seconds=secs, rc=rc, rss_mib=rss_mib(), answer=_answer(seen),
+                         traces=len(seen), text=buf.getvalue(), load=load()), f)
+
+def side_by_side(what:str)->dict:
+    "The job twice, each in a fresh process: every layer traced, then the reduced trace."
+    import pickle, subprocess, tempfile
+    res = {}
+    for layers in ("all", "auto"):
+        out = os.path.join(tempfile.mkdtemp(), "r.pkl")
+        subprocess.run([sys.executable, __file__, "--job", what, "--layers", layers, "--job-out", out], check=True)
+        with open(out, "rb") as f: res[layers] = pickle.load(f)
+    a, b = res["all"], res["auto"]
+    row = dict(job=what, traces=b["traces"], full_s=round(a["seconds"], 1), reduced_s=round(b["seconds"], 1),
+               speedup=round(a["seconds"] / b["seconds"], 1), full_rss_mib=round(a["rss_mib"]),
+               reduced_rss_mib=round(b["rss_mib"]), equal=a["answer"] == b["answer"], rc=(a["rc"], b["rc"]),
+               load=b["load"], table=b["text"])
+    print(f"{what:<10} {row['traces']:>3} traces  full {row['full_s']:>7.1f} s  reduced {row['reduced_s']:>6.1f} s "
+          f"(x{row['speedup']})  RSS full {row['full_rss_mib']:>5} MiB, reduced {row['reduced_rss_mib']:>5} MiB  "
+          f"answers equal to the byte: {row['equal']}  {row['load']}", flush=True)
+    return row
+
+def profile_reduced()->str:
     from lora_fsdp_kit.fits import predict_step_memory
     from lora_fsdp_kit.models import add_lora, model_from_config
-    from lora_fsdp_kit.figures import fmt_bytes
-    t0 = time.perf_counter()
-    pm = add_lora(model_from_config(cfg, device="meta"), r=8)
-    t_build = time.perf_counter() - t0
-    prof = cProfile.Profile() if profile else None
-    t0 = time.perf_counter()
-    if prof: prof.enable()
-    m = predict_step_memory(pm, world=world, mixed_precision="bf16", batch=1, seq=512)
-    if prof: prof.disable()
-    secs = time.perf_counter() - t0
-    row = dict(model=name, world=world, build_s=round(t_build, 1), predict_s=round(secs, 1), traces=len(m.traces),
-               traced=m.traced_ranks, worst=m.worst, worst_text=fmt_bytes(m.worst), module=m.peak_module[0],
-               phase=m.peak_phase[0], rss_mib=round(rss_mib()), load=load(),
-               by_category={k: v for k, v in m.by_category[0].items() if v})
-    print(f"{name}: world {world}, {len(m.traces)} trace(s) {m.traced_ranks if len(m.traces) < 4 else ''}: "
-          f"predict {secs:.1f} s (build {t_build:.1f} s), worst peak {fmt_bytes(m.worst)} in {m.peak_module[0]} "
-          f"({m.peak_phase[0]}), peak RSS {rss_mib():.0f} MiB, {load()}", flush=True)
-    if prof:
-        s = io.StringIO(); pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(25)
-        row["profile"] = s.getvalue(); print(s.getvalue()[:6000])
-    return row
+    pm = add_lora(model_from_config(LLAMA3_8B, device="meta"), r=8)
+    prof = cProfile.Profile(); prof.enable()
+    predict_step_memory(pm, world=8, mixed_precision="bf16", batch=1, seq=512)
+    prof.disable()
+    s = io.StringIO(); pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(25)
+    return s.getvalue()
 
 def matrix(batch:int, seq:int)->list[dict]:
     from lora_fsdp_kit.launch import launch
@@ -98,22 +134,24 @@ def main(argv=None)->int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--speed", action="store_true"); ap.add_argument("--matrix", action="store_true")
     ap.add_argument("--batch", type=int, default=2); ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--only", default=None, help="speed: 'llama3_8b' or 'thinker'")
-    ap.add_argument("--profile", action="store_true", help="speed: cProfile each prediction (slows it ~1.5x)")
+    ap.add_argument("--only", default="table,70b,70b_ac,max_batch", help="speed: comma-separated jobs")
+    ap.add_argument("--profile", action="store_true", help="speed: cProfile the reduced 8B prediction")
+    ap.add_argument("--job", help=argparse.SUPPRESS); ap.add_argument("--layers", help=argparse.SUPPRESS)
+    ap.add_argument("--job-out", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=OUT)
     a = ap.parse_args(argv)
+    if a.job: job(a.job, a.layers, a.job_out); return 0
     if not (a.speed or a.matrix): a.speed = True
     res, bad = {}, []
     if a.speed:
-        res["speed"] = []
-        if a.only in (None, "llama3_8b"): res["speed"].append(speed("Llama-3-8B-shaped", LLAMA3_8B, 8, a.profile))
-        if a.only in (None, "thinker"): res["speed"].append(speed("Qwen3-Omni thinker (default size)",
-                                                                  thinker_config(), 8, a.profile))
+        res["speed"] = [side_by_side(w) for w in a.only.split(",") if w]
+        bad += [r for r in res["speed"] if not r["equal"]]
+        if a.profile: res["profile"] = profile_reduced(); print(res["profile"][:6000])
     if a.matrix:
         res["matrix"] = matrix(a.batch, a.seq)
-        bad = [r for r in res["matrix"] if not isinstance(r["predicted"], list)
+        off = [r for r in res["matrix"] if not isinstance(r["predicted"], list)
                or any(d is None or abs(d) > 0.01 for d in r["deviation"])]
-        print(f"matrix: {len(res['matrix'])} configurations, {len(bad)} off by more than 1 %")
+        print(f"matrix: {len(res['matrix'])} configurations, {len(off)} off by more than 1 %"); bad += off
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "fits.json"), "w") as f: json.dump(res, f, indent=1, default=str)
     print("saved", os.path.join(a.out, "fits.json"))

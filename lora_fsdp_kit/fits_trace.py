@@ -5,7 +5,7 @@
 # %% ../nbs/11a_fits_trace.ipynb #879c119f
 from __future__ import annotations
 
-import contextlib, copy, functools, gc, logging, math, sys, time, warnings
+import contextlib, copy, dataclasses, functools, gc, logging, math, re, sys, time, warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -13,12 +13,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .families import attention_heads
+from .families import attention_heads, layer_class_names, text_config
 from .shards import chunk_spans, clean_name, piece_length, shard_group_size
 from .wrap import WrapConfig
 
 # %% auto #0
-__all__ = ['CATEGORIES', 'STAGING_BACKENDS', 'fake_world', 'RankTrace', 'attention_kernel', 'tie_keeping_init', 'trace_rank']
+__all__ = ['CATEGORIES', 'STAGING_BACKENDS', 'REDUCED_H', 'fake_world', 'RankTrace', 'attention_kernel', 'tie_keeping_init',
+           'decoder_layers', 'why_not_reduced', 'trace_rank']
 
 # %% ../nbs/11a_fits_trace.ipynb #9e5fcb84
 CATEGORIES = ("sharded parameters", "unsharded parameters", "buffers", "gradients", "unsharded gradients",
@@ -39,13 +40,27 @@ STAGING_BACKENDS = ("gloo",)
 # %% ../nbs/11a_fits_trace.ipynb #a45d4075
 class _StepPeak:
     "Mixin for torch's trackers: the peak of one recorded window, where it happened, and a timeline."
-    def _init_step(self, staging:bool, cuda:bool=False):
+    def _init_step(self, staging:bool, cuda:bool=False, layers:dict|None=None, h:int=0):
         self.recording, self.staging, self.peak, self.peak_snap, self.peak_at = False, staging, 0, {}, ("", "")
         self.cuda = cuda   # add the temporaries CUDA kernels allocate inside themselves
         self.timeline: list[tuple[int, int]] = []   # (op index, live bytes)
-        self.n_ops = 0
+        self.n_ops, self.max_gather, self._last = 0, 0, ({}, ("", ""))
+        # a reduced trace (`trace_rank(layers=...)`): id(decoder layer) -> its index; every op keyed by where it runs
+        self.layer_index, self.h = layers or {}, h
+        self.keyed: list|None = [] if layers else None   # (key, live bytes, (categories, where)), every op
+        self._new_iteration()
+
+    def _new_iteration(self): self.segment, self.seen, self.counters = ("start",), {}, {}
 
     def _total(self)->int: return sum(s.get("Total", 0) for s in self._curr_mem_snap.values())
+
+    def _snap(self, extra:int=0, category:str="")->dict:
+        snap = {}
+        for dev in self._curr_mem_snap.values():
+            for k, v in dev.items():
+                if k != "Total": snap[str(getattr(k, "value", k))] = snap.get(str(getattr(k, "value", k)), 0) + v
+        if extra: snap[category] = snap.get(category, 0) + extra
+        return snap
 
     def _where(self)->tuple[str, str]:
         parents = [p for p in self._mod_tracker.parents if p != "Global"]
@@ -58,14 +73,12 @@ class _StepPeak:
         if not self.recording: return
         total = self._total() + extra
         self.n_ops += 1
-        if not self.timeline or self.timeline[-1][1] != total: self.timeline.append((self.n_ops, total))
-        if total > self.peak:
-            snap = {}
-            for dev in self._curr_mem_snap.values():
-                for k, v in dev.items():
-                    if k != "Total": snap[str(getattr(k, "value", k))] = snap.get(str(getattr(k, "value", k)), 0) + v
-            if extra: snap[category] = snap.get(category, 0) + extra
-            self.peak, self.peak_snap, self.peak_at = total, snap, self._where()
+        changed = not self.timeline or self.timeline[-1][1] != total
+        if changed: self.timeline.append((self.n_ops, total))
+        if self.keyed is not None:   # an unchanged total has the categories of the op before
+            if changed or extra: self._last = (self._snap(extra, category), self._where())
+            self.keyed.append((self._key(), total, self._last))
+        if total > self.peak: self.peak, self.peak_snap, self.peak_at = total, self._snap(extra, category), self._where()
 
     def _update_peak_stats(self, peak_state):   # torch calls this after every op: one global peak, no per-module copies
         self._note()
@@ -73,8 +86,9 @@ class _StepPeak:
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         res = super().__torch_dispatch__(func, types, args, kwargs)
         if self.recording and res is not NotImplemented:
-            n = _staging_bytes(func, args) if self.staging else 0
-            if n: self._note(n)
+            n = _staging_bytes(func, args)
+            self.max_gather = max(self.max_gather, n if func in _GATHERS else 0)
+            if n and self.staging: self._note(n)
             n = _cuda_temp_bytes(func, args) if self.cuda else 0
             if n: self._note(n, "Temp")
         return res
@@ -86,6 +100,8 @@ def _cuda_temp_bytes(func, args)->int:
     # where the softmax is big: the math attention kernel's B x H x L x L scores
     if func is torch.ops.aten._softmax_backward_data.default: return args[0].numel() * args[0].element_size()
     return 0
+
+_GATHERS = (torch.ops.c10d._allgather_base_.default, torch.ops.c10d.allgather_.default)
 
 def _staging_bytes(func, args)->int:
     "Bytes gloo copies a collective through: the output of an all-gather, the input of a reduce-scatter."
@@ -108,9 +124,7 @@ def _tracker_class(flavour:str):
             # Omni thinker's audio and vision towers, on a text batch) has no unsharded parameter at all
             inner = FSDPMemTracker._fsdp_param_group_post_backward(self, fsdp_mod, orig)
             def guarded(*args, **kwargs):
-                group = fsdp_mod._get_fsdp_state()._fsdp_param_group
-                ran = group is None or all(hasattr(p, "_unsharded_param") for p in group.fsdp_params)
-                return (inner if ran else orig)(*args, **kwargs)
+                return (inner if _fsdp2_unit_ran(fsdp_mod) else orig)(*args, **kwargs)
             return guarded
         return type("FSDP2StepTracker", (_StepPeak, FSDPMemTracker),
                     dict(_fsdp_param_group_post_backward=_fsdp_param_group_post_backward))
@@ -129,22 +143,51 @@ def _tracker_class(flavour:str):
     return type("FSDP1StepTracker", (_StepPeak, MemTracker),
                 dict(_track_module_params_and_buffers=_track_module_params_and_buffers))
 
-# %% ../nbs/11a_fits_trace.ipynb #e56162ac
+# %% ../nbs/11a_fits_trace.ipynb #c228fee0
+# FSDP's private state: every read of it in this module is in this cell (issue 30 moves them to one registry).
+# FSDP1: FullyShardedDataParallel._handle, FlatParamHandle.flat_param, FlatParameter._numels_with_padding,
+# ._is_padding_mask, ._local_shard; torch.distributed.fsdp._flat_param._same_storage and ._data_ptr_allocated (patched
+# under fake tensors). FSDP2: FSDPModule._get_fsdp_state()._fsdp_param_group, .fsdp_params, FSDPParam._unsharded_param.
+# DTensor._local_tensor. (torch's trackers' own internals are read by the subclasses in "The tracker".)
+def _fsdp1_flat_params(wrapped:nn.Module)->list:
+    "FSDP1: every unit's FlatParameter."
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    return [m._handle.flat_param for m in wrapped.modules() if isinstance(m, FSDP) and m._handle is not None]
+
+def _flat_layout(fp)->tuple[list, list]:
+    "A FlatParameter's pieces, padding included, and which of them are padding."
+    return fp._numels_with_padding, fp._is_padding_mask
+
+def _flat_local_shard(fp)->torch.Tensor:
+    "This rank's shard of a FlatParameter (set at FSDP1's lazy init, the first forward)."
+    return fp._local_shard
+
+def _fsdp2_unit_ran(fsdp_mod:nn.Module)->bool:
+    "FSDP2: whether every parameter of this unit was unsharded in this step (a unit no batch reaches never is)."
+    group = fsdp_mod._get_fsdp_state()._fsdp_param_group
+    return group is None or all(hasattr(p, "_unsharded_param") for p in group.fsdp_params)
+
+def _local(t:torch.Tensor)->torch.Tensor:
+    from torch.distributed.tensor import DTensor
+    return t._local_tensor if isinstance(t, DTensor) else t
+
 @contextlib.contextmanager
 def _fsdp1_under_fake_tensors():
     "FSDP1 tells a resharded flat parameter by its data pointer; fake tensors have none: compare storages instead."
     from torch._subclasses.fake_tensor import FakeTensor
     import torch.distributed.fsdp._flat_param as flat
-    from torch.distributed.tensor import DTensor
-    local = lambda t: t._local_tensor if isinstance(t, DTensor) else t
-    same, had = flat._same_storage, "data_ptr" in FakeTensor.__dict__
-    flat._same_storage = lambda a, b: local(a).untyped_storage()._cdata == local(b).untyped_storage()._cdata
+    same, alloc, had = flat._same_storage, flat._data_ptr_allocated, "data_ptr" in FakeTensor.__dict__
+    flat._same_storage = lambda a, b: _local(a).untyped_storage()._cdata == _local(b).untyped_storage()._cdata
+    # SHARD_GRAD_OP with use_orig_params asks whether the unsharded flat parameter is allocated by its data pointer
+    flat._data_ptr_allocated = lambda t: (_local(t).untyped_storage().nbytes() > 0 if isinstance(_local(t), FakeTensor)
+                                          else alloc(t))
     FakeTensor.data_ptr = lambda self: self.untyped_storage()._cdata + self.storage_offset() * self.element_size()
     try: yield
     finally:
-        flat._same_storage = same
+        flat._same_storage, flat._data_ptr_allocated = same, alloc
         if not had: del FakeTensor.data_ptr
 
+# %% ../nbs/11a_fits_trace.ipynb #e56162ac
 @contextlib.contextmanager
 def _cpu_rng_states():
     "A job on the CPU keeps checkpointing's saved RNG states in its own memory: make them tensors the trace sees."
@@ -211,6 +254,11 @@ class RankTrace:
     sharded_bytes: int              # the rank's parameter shards, read from the wrapped model
     optimizer_bytes: int            # AdamW's state after the step, read from the optimizer
     seconds: float
+    worst_peak: int = -1            # the highest peak a run can have (gloo: a late-freed all-gather); -1: `peak`
+    traced_layers: tuple = ()       # a reduced trace: (2h, 2h+1, the model's decoder layers); () when all were traced
+
+    def __post_init__(self):
+        if self.worst_peak < 0: object.__setattr__(self, "worst_peak", self.peak)
 
 def _mesh(cfg:WrapConfig, world:int):
     "The DeviceMesh the wrap shards over, built outside fake mode (`DeviceMesh` reads its ranks with `.tolist()`)."
@@ -230,14 +278,10 @@ def _signatures(wrapped:nn.Module, cfg:WrapConfig, world:int)->tuple:
                 for pl in p.placements[-1:] if isinstance(pl, Shard)]
         return tuple(tuple(chunk_spans(n, k)[r % k][1] for (n,) in dims) for r in range(world))
     if not cfg.use_orig_params: return tuple(() for _ in range(world))   # equal padded shards of flat parameters
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     spans = []
-    for m in wrapped.modules():
-        h = getattr(m, "_handle", None) if isinstance(m, FSDP) else None
-        if h is None: continue
-        fp, o = h.flat_param, 0
-        numels, pad = fp._numels_with_padding, fp._is_padding_mask
-        c = math.ceil(sum(numels) / k)
+    for fp in _fsdp1_flat_params(wrapped):
+        numels, pad = _flat_layout(fp)
+        o, c = 0, math.ceil(sum(numels) / k)
         for n, is_pad in zip(numels, pad):
             if not is_pad: spans.append((o, o + n, c))
             o += n
@@ -282,9 +326,7 @@ def _storage_bytes(tensors)->int:
 def _sharded_bytes(wrapped:nn.Module, cfg:WrapConfig)->int:
     "Bytes of this rank's parameter shards (FSDP2: padded local tensors; FSDP1: each flat parameter's local shard)."
     if cfg.flavour == "fsdp2": return _storage_bytes(wrapped.parameters())
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    return _storage_bytes(m._handle.flat_param._local_shard for m in wrapped.modules()
-                          if isinstance(m, FSDP) and m._handle is not None)
+    return _storage_bytes(_flat_local_shard(fp) for fp in _fsdp1_flat_params(wrapped))
 
 # %% ../nbs/11a_fits_trace.ipynb #b1c2d3e4
 def tie_keeping_init(device:str="cpu")->Callable[[nn.Module], None]:
@@ -304,16 +346,161 @@ def tie_keeping_init(device:str="cpu")->Callable[[nn.Module], None]:
     return init
 
 
+# %% ../nbs/11a_fits_trace.ipynb #31150658
+def _key(self)->tuple:
+    "Where the op runs: its segment of the step (which decoder layer's boundary came last) and its index in it."
+    seg = ("optimizer step",) if self._in_opt else self.segment
+    c = self.counters.get(seg, 0); self.counters[seg] = c + 1
+    return seg, c
+
+def _event(self, module:nn.Module, what:str):
+    "A decoder layer starts or ends its forward or backward: a new segment, named from the nearer end of the stack."
+    j = self.layer_index.get(id(module))
+    if j is None: return
+    n = len(self.layer_index)
+    seg = (what, j if j < self.h else j - n)   # layers 0..h-1 from the first, the rest from the last (-1, -2...)
+    occ = self.seen.get(seg, 0); self.seen[seg] = occ + 1
+    self.segment = seg + (occ,)
+
+def _layer_hooks(self)->tuple:
+    "ModTracker's four user hooks, marking the decoder layers' boundaries (FSDP2's tracker leaves them free)."
+    return (lambda m, a: self._event(m, "fw-pre"), lambda m, a, o: self._event(m, "fw-post"),
+            lambda m, a: self._event(m, "bw-pre"), lambda m, a: self._event(m, "bw-post"))
+
+def _pre_fw_hook(self, module, inputs):   # FSDP1's tracker (MemTracker) registers these four itself
+    self._event(module, "fw-pre"); return super(_StepPeak, self)._pre_fw_hook(module, inputs)
+def _post_fw_hook(self, module, inputs, outputs):
+    r = super(_StepPeak, self)._post_fw_hook(module, inputs, outputs); self._event(module, "fw-post"); return r
+def _pre_bw_hook(self, module, args):
+    self._event(module, "bw-pre"); return super(_StepPeak, self)._pre_bw_hook(module, args)
+def _post_bw_hook(self, module, args):
+    r = super(_StepPeak, self)._post_bw_hook(module, args); self._event(module, "bw-post"); return r
+
+for _f in (_key, _event, _layer_hooks, _pre_fw_hook, _post_fw_hook, _pre_bw_hook, _post_bw_hook):
+    setattr(_StepPeak, _f.__name__, _f)
+
+# %% ../nbs/11a_fits_trace.ipynb #a5e3c8d2
+REDUCED_H = 2   # a reduced trace runs 2h and 2h+1 decoder layers: h counted from each end of the stack
+
+def decoder_layers(model:nn.Module)->tuple[nn.Module, str, str]|None:
+    "(parent, attribute, clean name) of the ModuleList of the text model's decoder layers; None when there is none."
+    names, n = set(layer_class_names(model)), getattr(text_config(model), "num_hidden_layers", None)
+    best = None
+    for path, m in model.named_modules():
+        if isinstance(m, nn.ModuleList) and len(m) == n and all(type(c).__name__ in names for c in m):
+            size = sum(p.numel() for p in m.parameters())
+            if best is None or size > best[0]: best = (size, path)
+    if best is None: return None
+    parent, _, attr = best[1].rpartition(".")
+    return model.get_submodule(parent), attr, clean_name(best[1])
+
+def _layer_signature(layer:nn.Module)->tuple:
+    return (tuple((n, tuple(p.shape), p.dtype, p.requires_grad) for n, p in layer.named_parameters()),
+            tuple((n, tuple(b.shape), b.dtype) for n, b in layer.named_buffers()),
+            tuple((n, type(m).__name__, m.training) for n, m in layer.named_modules()))
+
+def why_not_reduced(model:nn.Module, # a peft model on the meta device
+                    cfg:WrapConfig,  # how it is sharded
+                   )->str|None:      # None: `trace_rank` may trace 2h and 2h+1 layers for all of them
+    "Why a trace of this model and wrapping must run every decoder layer, in a few words; None if it need not."
+    import weakref
+    key = (id(model), repr(cfg))
+    if key not in _WHY or _WHY[key][0]() is not model: _WHY[key] = (weakref.ref(model), _why_not(model, cfg))
+    return _WHY[key][1]
+
+_WHY: dict = {}   # (id(model), repr(cfg)) -> (weakref to the model, the answer): the plan is read once per pair
+
+def _why_not(model:nn.Module, cfg:WrapConfig)->str|None:
+    found = decoder_layers(model)
+    if found is None: return "no list of num_hidden_layers decoder layers"
+    parent, attr, path = found
+    layers = getattr(parent, attr)
+    if len(layers) <= 2 * REDUCED_H + 1: return f"{len(layers)} layers: no fewer to trace"
+    first = _layer_signature(layers[0])
+    if any(_layer_signature(l) != first for l in layers): return "the decoder layers differ (shapes, modules or mode)"
+    t = text_config(model)
+    if len(set(getattr(t, "layer_types", None) or [])) > 1: return "the layers' types differ (layer_types)"
+    if getattr(t, "mlp_only_layers", None): return "some layers have no experts (mlp_only_layers)"
+    pre = path + "."
+    for u in cfg.plan(model).units:   # each unit inside one layer, or outside every layer: its shards do not move
+        idx = {p.name[len(pre):].split(".")[0] if p.name.startswith(pre) else None for p in u.params}
+        if len(idx) > 1 or (idx - {None} and not u.name.startswith(pre)):
+            return f"unit {u.name or '<root>'!r} holds parameters of several layers"
+    return None
+
+_REDUCED: dict = {}   # (id(model), n) -> (weakref to the model, its copy with n decoder layers)
+
+def _reduced_model(model:nn.Module, n:int)->nn.Module:
+    "A copy of `model` with its first `n` decoder layers (the config says n), kept while `model` lives."
+    import weakref
+    key = (id(model), n)
+    if key in _REDUCED and _REDUCED[key][0]() is model: return _REDUCED[key][1]
+    parent, attr, _ = decoder_layers(model)
+    full, t = getattr(parent, attr), text_config(model)
+    saved = {a: getattr(t, a) for a in ("num_hidden_layers", "layer_types") if getattr(t, a, None) is not None}
+    try:   # swap the list for a short one while copying: the other layers are never copied
+        setattr(parent, attr, nn.ModuleList(list(full)[:n]))
+        t.num_hidden_layers = n
+        if "layer_types" in saved: t.layer_types = list(saved["layer_types"])[:n]
+        out = copy.deepcopy(model)
+    finally:
+        setattr(parent, attr, full)
+        for a, v in saved.items(): setattr(t, a, v)
+    for k in [k for k, (ref, _) in _REDUCED.items() if ref() is None]: del _REDUCED[k]
+    _REDUCED[key] = (weakref.ref(model), out)
+    return out
+
+# %% ../nbs/11a_fits_trace.ipynb #0190871a
+class _NotReduced(Exception): "The reduced traces do not line up: `trace_rank` traces every layer instead."
+
+def _combine(small:tuple, large:tuple, n_layers:int, prefix:str)->RankTrace:
+    "The full model's trace from traces of 2h and 2h+1 layers: every op's bytes extended along the layer count."
+    (n1, t1, k1), (n2, t2, k2) = small, large
+    k2 = [r for r in k2 if not (len(r[0][0]) == 3 and r[0][0][1] == -REDUCED_H - 1)]   # the extra middle layer
+    count = lambda keyed: {seg: c + 1 for (seg, c), _, _ in keyed}
+    c1, c2 = count(k1), count(k2)
+    if set(c1) != set(c2): raise _NotReduced(f"segments differ: {sorted(set(c1) ^ set(c2), key=str)[:3]}")
+    grows = {s for s in c1 if c1[s] != c2[s]}   # ops per layer outside any layer (AdamW's loop over parameters)
+    def index(keyed):   # a segment that grows with the layers counts by its highest op
+        d = {}
+        for (seg, c), total, rest in keyed:
+            key = (seg, -1) if seg in grows else (seg, c)
+            if key not in d or total > d[key][0]: d[key] = (total, rest)
+        return d
+    d1, d2 = index(k1), index(k2)
+    x = n_layers - n1
+    ext = lambda a, b: a + x * (b - a)
+    best, timeline = None, []
+    for i, ((seg, c), total, _) in enumerate(k1):
+        k = (seg, -1) if seg in grows else (seg, c)
+        (a, ra), (b, rb) = d1[k], d2[k]
+        if not timeline or timeline[-1][1] != total + x * (b - a): timeline.append((i + 1, total + x * (b - a)))
+        if best is None or ext(a, b) > best[0]: best = (ext(a, b), ra, rb)
+    v, (sa, (mod, phase)), (sb, _) = best
+    ca, cb = _categories(sa, t1.sharded_bytes), _categories(sb, t2.sharded_bytes)
+    cats = {k: ext(ca[k], cb[k]) for k in CATEGORIES}
+    if min(cats.values()) < 0 or sum(cats.values()) != v: raise _NotReduced("the categories do not extend")
+    if mod.startswith(prefix):   # a layer counted from the last keeps its place from the end
+        j, dot, tail = mod[len(prefix):].partition(".")
+        if j.isdigit() and int(j) >= REDUCED_H: mod = f"{prefix}{int(j) - n1 + n_layers}{dot}{tail}"
+    extra = max(t1.worst_peak - t1.peak, t2.worst_peak - t2.peak)
+    return RankTrace(t1.rank, v, cats, mod, phase, tuple(timeline), t1.signatures, ext(t1.sharded_bytes,
+                     t2.sharded_bytes), ext(t1.optimizer_bytes, t2.optimizer_bytes), t1.seconds + t2.seconds,
+                     worst_peak=v + extra, traced_layers=(n1, n2, n_layers))
+
 # %% ../nbs/11a_fits_trace.ipynb #bbce2873
-def trace_rank(model:nn.Module,      # a peft model on the meta device (copied, never changed)
-               cfg:WrapConfig,       # how it is sharded
-               world:int,            # ranks
-               rank:int,             # the rank to trace
-               batch:int=1, seq:int=512,
-               backend:str="nccl",   # the job's backend: "gloo" adds its staging copies of collectives
-               attention:str="fused",# the attention kernel: "fused" or "math" (`attention_kernel`)
-              )->RankTrace:
-    "Two training steps of `rank` of a `world`-rank job under fake tensors; the peak of the second."
+def _categories(snap:dict, sharded:int)->dict:
+    "torch's categories at a peak as the kit's (FSDP1: its one kind of parameter split into the known shards, the rest)."
+    cats = {}
+    for k, v in snap.items():
+        c = _TORCH_CATEGORY.get(k, k); cats[c] = cats.get(c, 0) + v
+    if "parameters" in cats:
+        p = cats.pop("parameters")
+        cats["sharded parameters"], cats["unsharded parameters"] = min(sharded, p), max(p - sharded, 0)
+    return {c: cats.get(c, 0) for c in CATEGORIES}
+
+def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=None)->tuple[RankTrace, list|None]:
+    "One traced step of `model` as it is; with `prefix` (its decoder layers' name + '.') every op keyed too."
     from torch._subclasses.fake_tensor import FakeTensorMode
     t0 = time.perf_counter()
     vocab = model.get_input_embeddings().num_embeddings
@@ -328,23 +515,47 @@ def trace_rank(model:nn.Module,      # a peft model on the meta device (copied, 
                 wrapped = cfg.wrap(m, mesh=mesh if cfg.hybrid else None, device_id=torch.device("cpu"),
                                    param_init_fn=tie_keeping_init())
         sig = _signatures(wrapped, cfg, world)
+        layers = None
+        if prefix is not None:   # each decoder layer itself (wrappers share its clean name and come first)
+            by_index = {int(clean_name(n)[len(prefix):]): mod for n, mod in wrapped.named_modules()
+                        if re.fullmatch(re.escape(prefix) + r"\d+", clean_name(n))}
+            layers = {id(mod): j for j, mod in by_index.items()}
         with fake:
             opt = torch.optim.AdamW([p for p in wrapped.parameters() if p.requires_grad], lr=1e-4)
             cls = _tracker_class(cfg.flavour)
             tr = cls(wrapped, opt) if cfg.flavour == "fsdp2" else cls()
             if cfg.flavour == "fsdp1": tr.track_external(wrapped, opt)
-            tr._init_step(staging=backend in STAGING_BACKENDS, cuda=backend == "nccl")
+            tr._init_step(staging=backend in STAGING_BACKENDS, cuda=backend == "nccl", layers=layers, h=REDUCED_H)
             with tr, _attention(attention), (_cpu_rng_states() if backend in STAGING_BACKENDS
                                              else contextlib.nullcontext()):
+                if layers and cfg.flavour == "fsdp2": tr._mod_tracker.register_user_hooks(*tr._layer_hooks())
                 for i in range(2):
-                    tr.reset_mod_stats(); tr.recording = i == 1
+                    tr.reset_mod_stats(); tr._new_iteration(); tr.recording = i == 1
                     _step(wrapped, opt, batch, seq, vocab)
     sharded, opt_bytes = _sharded_bytes(wrapped, cfg), _storage_bytes(v for s in opt.state.values() for v in s.values())
-    cats = {}
-    for k, v in tr.peak_snap.items():
-        c = _TORCH_CATEGORY.get(k, k); cats[c] = cats.get(c, 0) + v
-    if "parameters" in cats:   # FSDP1: torch's tracker has one kind of parameter; the shards are known
-        p = cats.pop("parameters")
-        cats["sharded parameters"], cats["unsharded parameters"] = min(sharded, p), max(p - sharded, 0)
-    return RankTrace(rank, tr.peak, {c: cats.get(c, 0) for c in CATEGORIES}, *tr.peak_at, tuple(tr.timeline), sig,
-                     sharded, opt_bytes, time.perf_counter() - t0)
+    # gloo: a rank may still hold the previous unit's all-gather output at its peak (its worker frees it late)
+    worst = tr.peak + (tr.max_gather if backend in STAGING_BACKENDS else 0)
+    return RankTrace(rank, tr.peak, _categories(tr.peak_snap, sharded), *tr.peak_at, tuple(tr.timeline), sig,
+                     sharded, opt_bytes, time.perf_counter() - t0, worst_peak=worst), tr.keyed
+
+# %% ../nbs/11a_fits_trace.ipynb #da184200
+def trace_rank(model:nn.Module,      # a peft model on the meta device (copied, never changed)
+               cfg:WrapConfig,       # how it is sharded
+               world:int,            # ranks
+               rank:int,             # the rank to trace
+               batch:int=1, seq:int=512,
+               backend:str="nccl",   # the job's backend: "gloo" adds its staging copies of collectives
+               attention:str="fused",# the attention kernel: "fused" or "math" (`attention_kernel`)
+               layers:str="auto",    # "auto": trace 2h and 2h+1 decoder layers when `why_not_reduced` allows; "all"
+              )->RankTrace:
+    "Two training steps of `rank` of a `world`-rank job under fake tensors; the peak of the second."
+    if layers not in ("auto", "all"): raise ValueError(f"layers must be 'auto' or 'all', got {layers!r}")
+    if layers == "auto" and why_not_reduced(model, cfg) is None:
+        t0, (_, _, path) = time.perf_counter(), decoder_layers(model)
+        n = len(getattr(*decoder_layers(model)[:2]))
+        try:
+            got = [(k,) + _trace_once(_reduced_model(model, k), cfg, world, rank, batch, seq, backend, attention,
+                                      path + ".") for k in (2 * REDUCED_H, 2 * REDUCED_H + 1)]
+            return dataclasses.replace(_combine(*got, n, path + "."), seconds=time.perf_counter() - t0)
+        except _NotReduced: pass   # every layer, below
+    return _trace_once(model, cfg, world, rank, batch, seq, backend, attention)[0]

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 # %% auto #0
-__all__ = ['allocator_peak', 'counting_every_thread', 'allocator_total', 'measure_step', 'measure_steps']
+__all__ = ['allocator_peak', 'counting_every_thread', 'allocator_total', 'case_model', 'measure_step', 'measure_steps']
 
 # %% ../nbs/95d_steppeak.ipynb #c19d8a27
 def _events(prof)->list:
@@ -84,10 +84,23 @@ def allocator_total()->int:
     return a.total_allocated - a.alloc_size
 
 # %% ../nbs/95d_steppeak.ipynb #c4be47f3
-def _build(case:dict):
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+def case_model(case:dict, device:str="cpu"):
+    "The case's LoRA model on `device`: a zoo config (`model`) or any config dict (`config`), stored as it says."
     from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
-    cfg = dict(shipped_config(case["model"]), **case.get("overrides", {}))
-    return add_lora(model_from_config(cfg, device="cpu"), r=case.get("r", 8))
+    cfg = dict(case["config"] if "config" in case else shipped_config(case["model"]), **case.get("overrides", {}))
+    kw = {k: case[k] for k in ("dropout",) if k in case}
+    if "targets" in case: kw["target_modules"] = tuple(case["targets"])
+    pm = add_lora(model_from_config(cfg, device=device), r=case.get("r", 8), **kw)
+    base = _DTYPES.get(case.get("param_dtype"))   # storage as a job sets it: the base, then the adapters
+    lora = _DTYPES.get(case.get("lora_dtype")) or base
+    for n, p in pm.named_parameters():
+        want = lora if "lora_" in n else base
+        if want is not None and p.is_floating_point() and p.dtype != want: p.data = p.data.to(want)
+    return pm.train(case["train"]) if "train" in case else pm
+
+def _build(case:dict): return case_model(case, "cpu")
 
 def _train_step(fm, opt, case:dict):
     "The step fits predicts: loss of the batch on its own tokens, backward, AdamW step, gradients freed."

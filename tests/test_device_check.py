@@ -2,10 +2,12 @@
 measures every gather strategy on FSDP1 and FSDP2 and writes a JSON whose per-unit bytes equal the plan's
 prediction and whose totals are consistent with its units, and a PNG with one row per flavour; its checks flag a
 measured byte count that strays from the plan. Its training-step memory part says on the CPU that there is no device
-and skips; its check flags a prediction more than 5 % off `max_memory_allocated`."""
+and skips; its check flags a prediction more than 5 % off `max_memory_allocated`; its cases include fp32 master weights
+with bf16 compute (a bf16 config, predicted with param_dtype="fp32"), and it reports `max_memory_reserved` beside."""
 import json, os, subprocess, sys
 
 import pytest
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
@@ -77,7 +79,7 @@ def test_memory_part_skips_on_the_cpu_and_says_so(run):
 
 def test_memory_problems_flag_a_prediction_off_by_more_than_5_percent():
     name = DC.MEMORY_CASES[0][0]
-    assert len(DC.MEMORY_CASES) == 6
+    assert len(DC.MEMORY_CASES) == 8
     ok = dict(case=name, rank=1, peak=1000)
     assert DC.memory_problems([ok], {name: [0, 1040]}) == []
     p, = DC.memory_problems([ok], {name: [0, 1100]})
@@ -91,9 +93,9 @@ def test_memory_predictions_record_the_attention_kernel(monkeypatch):
     "On NCCL the two float32 Llama cases are predicted with the math kernel CUDA runs them on, the rest fused."
     import types
     import lora_fsdp_kit.fits as F
-    seen = {}
-    def fake_predict(pm, *, attention, **kw):
-        seen[len(seen)] = attention
+    seen, told = {}, {}
+    def fake_predict(pm, *, attention, param_dtype, **kw):
+        seen[len(seen)], told[len(told)] = attention, param_dtype
         return types.SimpleNamespace(peak_bytes=[1], label="stub")
     monkeypatch.setattr(F, "predict_step_memory", fake_predict)
     monkeypatch.setattr(DC, "get_platform", lambda: types.SimpleNamespace(dist_backend="nccl"))
@@ -106,3 +108,11 @@ def test_memory_predictions_record_the_attention_kernel(monkeypatch):
     assert list(kernels) == [n for n, *_ in DC.MEMORY_CASES] and list(seen.values()) == list(kernels.values())
     assert {n for n, k in kernels.items() if k == "math"} == {"llama fsdp2 fp32", "llama fsdp1 lora fp32"}
     assert set(kernels.values()) == {"math", "fused"} and all(v == [1] for v in pred.values())
+    # fp32 master weights with bf16 compute: a bf16 config, predicted with param_dtype="fp32" (the ranks build fp32)
+    master = {n for n, _, over, wrap, pdt in DC.MEMORY_CASES if pdt == "fp32"}
+    assert {n for n, *_ in DC.MEMORY_CASES if "fp32 master" in n} == master and len(master) == 2
+    assert all(over.get("dtype") == "bfloat16" and wrap["mixed_precision"] == "bf16"
+               for n, _, over, wrap, _ in DC.MEMORY_CASES if n in master)
+    assert {w["flavour"] for n, _, _, w, _ in DC.MEMORY_CASES if n in master} == {"fsdp1", "fsdp2"}
+    assert [told[i] for i, n in enumerate(kernels)] == [p for n, *_, p in DC.MEMORY_CASES]
+    assert DC.STORAGE["fp32"] is torch.float32
