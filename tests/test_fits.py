@@ -245,14 +245,7 @@ WRAP_DIMS = dict(flavour=["fsdp1", "fsdp2"], policy=["layer", "lora"], use_orig_
                  lora_leaves=[True, False], param_dtype=["fp32", "bf16"])
 ROWS = covering_array(WRAP_DIMS, allowed=lambda r: _wrap_or_none(r) is not None and (
     r["flavour"] == "fsdp1" or not r["use_orig_params"]))
-# torch's FSDP1 under fake tensors asserts on SHARD_GRAD_OP with use_orig_params ("If skipped using sharded views,
-# the unsharded flat parameter should be allocated") while the real step runs: engineer B's fix in fits_trace (strict:
-# the mark must go when it passes)
-_SGO_ORIG = pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 31: SHARD_GRAD_OP + use_orig_params")
-
-@pytest.mark.parametrize("row", [pytest.param(r, marks=_SGO_ORIG) if r["sharding"] == "SHARD_GRAD_OP" and
-                                 r["use_orig_params"] else r for r in ROWS],
-                         ids=lambda r: "-".join(str(v) for v in r.values()))
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: "-".join(str(v) for v in r.values()))
 def test_every_wrapping_the_plan_accepts_is_predicted(row):
     """The wrap flags, every pair of their values (a covering array, not the product): predicted (the last rank: it
     holds the padding), or refused in one line naming the flag, exactly where the plan finds an error."""
