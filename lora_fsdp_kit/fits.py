@@ -430,8 +430,8 @@ def _varying(settings:Sequence[Setting])->tuple[list[str], list[str]]:
 def settings_table(settings:list[Setting], usable:int, width:int=100)->str:
     "The rows `fits` prints, numbered, each at most `width` columns (the setting's words cut first)."
     common, apart = _varying(settings)
-    head = dict(n="#", setting="setting", peak="peak/rank", largest="3 largest (at the peak)", left="left/missing",
-                verdict="verdict")
+    head = dict(n="#", setting="setting", peak="peak/rank", largest="3 largest (at the peak)", left="left",
+                verdict="verdict")   # left: what remains of the device less the reserve; -: what is missing
     rows = [dict(s.row(usable, apart), n=str(i + 1)) for i, s in enumerate(settings)]
     w = {k: max(len(r[k]) for r in rows + [head]) for k in head}
     w["setting"] = min(w["setting"], width - sum(v for k, v in w.items() if k != "setting") - 2 * (len(head) - 1))
