@@ -32,17 +32,14 @@ from .packing import (PackPlan, TensorShards, output_buffer, pack, pack_plan, re
                                    tensor_shards, unpack)
 
 # %% auto #0
-__all__ = ['OwnedParam', 'GatherUnit', 'unwrapped_name', 'MissingLoraError', 'GatherEngine', 'Fsdp1GatherEngine',
-           'Fsdp2GatherEngine', 'packed_jobs', 'run_packed', 'gather_packed', 'fsdp_flavour', 'gather_engine',
-           'gather_lora', 'check_collected', 'plain_name', 'iter_merged_weights']
+__all__ = ['unwrapped_name', 'MissingLoraError', 'GatherEngine', 'Fsdp1GatherEngine', 'Fsdp2GatherEngine', 'packed_jobs',
+           'run_packed', 'gather_packed', 'fsdp_flavour', 'gather_engine', 'gather_lora', 'check_collected',
+           'plain_name', 'iter_merged_weights']
 
 # %% ../nbs/05_gather.ipynb #175d535a
 def unwrapped_name(*parts:str)->str:
     "Join module/parameter name parts and drop FSDP, checkpoint and `torch.compile` wrapper segments."
     return clean_name(join_name(*parts))
-
-OwnedParam = ShardedParam   # one original parameter as the FSDP unit that shards it sees it
-GatherUnit = ShardedUnit    # an FSDP unit and the parameters it owns (`gather_bytes`: one all-gather of it)
 
 # %% ../nbs/05_gather.ipynb #70feb6aa
 class MissingLoraError(RuntimeError):
@@ -55,28 +52,28 @@ class GatherEngine:
     def __init__(self, model:nn.Module):
         self.model = model
         self.view: ShardedView = sharded_view(model)
-        self.units: list[GatherUnit] = self.find_units()
-        self.by_name: dict[str, OwnedParam] = self.view.by_name
-        self.unit_of: dict[str, GatherUnit] = {p.name: u for u in self.units for p in u.params}
+        self.units: list[ShardedUnit] = self.find_units()
+        self.by_name: dict[str, ShardedParam] = self.view.by_name
+        self.unit_of: dict[str, ShardedUnit] = {p.name: u for u in self.units for p in u.params}
         # tied (shared) parameters: a second name for a parameter some unit already owns -> (its record, that name)
-        self.aliases: dict[str, tuple[OwnedParam, str]] = self.view.aliases
+        self.aliases: dict[str, tuple[ShardedParam, str]] = self.view.aliases
         self._memo: dict = {}   # derived once per engine (the engine is cached on the view): names, order, layers
 
-    def find_units(self)->list[GatherUnit]:
+    def find_units(self)->list[ShardedUnit]:
         "The units, in FSDP's order (a subclass may filter them)."
         return list(self.view.units)
     def shards(self, names:list[str])->list[TensorShards]:
         "Where the pieces of each of `names` lie, and this rank's piece of the master weights (no tied second names)."
         return [tensor_shards(self.by_name[n]) for n in names if n not in self.aliases]
     @contextlib.contextmanager
-    def unsharded(self, unit:GatherUnit, rank0_only:bool=False)->Iterator[dict[str, torch.Tensor]]:
+    def unsharded(self, unit:ShardedUnit, rank0_only:bool=False)->Iterator[dict[str, torch.Tensor]]:
         "Unshard `unit` alone (never its children); yield its own parameters, full, by unwrapped name."
         raise NotImplementedError
     @contextlib.contextmanager
     def all_unsharded(self)->Iterator[dict[str, torch.Tensor]]:
         "Unshard the whole model at once (the baseline); yield every parameter, full."
         raise NotImplementedError
-    def full_lora(self, unit:GatherUnit, names:list[str], rank0_only:bool=False)->Iterator[tuple[str, torch.Tensor]]:
+    def full_lora(self, unit:ShardedUnit, names:list[str], rank0_only:bool=False)->Iterator[tuple[str, torch.Tensor]]:
         "Yield (name, full copy) for `names` owned by `unit`: one packed collective of their bytes (None: not kept"
         # never `unsharded(unit)`: with decoder layers as units that would move the whole layer for its LoRA rows
         keep = not rank0_only or dist.get_rank() == 0
@@ -100,8 +97,8 @@ def peft_model(self)->PeftModel:
     return self.memo("peft_model", find)
 
 @patch_to(GatherEngine)
-def owner(self, name:str)->OwnedParam:
-    "The `OwnedParam` for a parameter name, tied second names included."
+def owner(self, name:str)->ShardedParam:
+    "The `ShardedParam` for a parameter name, tied second names included."
     return self.view.param(name)
 
 @patch_to(GatherEngine)
@@ -120,7 +117,7 @@ def param_order(self)->list[str]:
     return list(self.memo("param_order", order))
 
 @patch_to(GatherEngine)
-def lora_units(self, names)->list[tuple[GatherUnit, list[str]]]:
+def lora_units(self, names)->list[tuple[ShardedUnit, list[str]]]:
     "The units that own at least one of `names`, in unit order, each with the names it owns."
     want = set(names)
     res = [(u, [n for n in u.param_names if n in want]) for u in self.units]

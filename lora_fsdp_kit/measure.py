@@ -13,7 +13,8 @@ import torch
 import torch.distributed as dist
 
 from .methods import patch_to
-from .gather import GatherEngine, GatherUnit, _own_cpu_copy, check_collected, gather_engine
+from .sharded import ShardedUnit
+from .gather import GatherEngine, _own_cpu_copy, check_collected, gather_engine
 from .packing import evenly
 from .memory import AllGatherCounter, MemoryMeter
 from .votes import CHECK_BYTES
@@ -117,7 +118,7 @@ def _repr_html_(self):
 # %% ../nbs/06a_measure.ipynb #de4f625d
 def gather_whole(engine:GatherEngine, names:list[str], on_unit)->dict[str, torch.Tensor]:
     "The baseline: unshard the entire model at once, copy the LoRA tensors out."
-    whole = GatherUnit("<whole model>", None, tuple(engine.by_name.values()), sum(u.gather_bytes for u in engine.units))
+    whole = ShardedUnit("<whole model>", None, tuple(engine.by_name.values()), sum(u.gather_bytes for u in engine.units))
     with on_unit(whole), engine.all_unsharded() as full:
         return {n: _own_cpu_copy(full[n]) for n in names}
 
@@ -137,7 +138,7 @@ def gather_lora_only(engine:GatherEngine, names:list[str], on_unit)->dict[str, t
 
 def gather_packed_lora(engine:GatherEngine, names:list[str], on_unit)->dict[str, torch.Tensor]:
     "What `gather_lora` does: every rank's LoRA pieces in one packed collective (per shard group); LoRA bytes only."
-    with on_unit(GatherUnit("<packed LoRA>", None, (), 0)): return engine.collect(names)
+    with on_unit(ShardedUnit("<packed LoRA>", None, (), 0)): return engine.collect(names)
 
 GATHER_STRATEGIES: dict[str, Callable] = {"whole": gather_whole, "per_unit": gather_per_unit,
                                           "lora_only": gather_lora_only, "packed": gather_packed_lora}
@@ -319,7 +320,7 @@ def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft mo
     counter = AllGatherCounter(on_collective=lambda n: meter.note())
 
     @contextlib.contextmanager
-    def on_unit(u:GatherUnit):
+    def on_unit(u:ShardedUnit):
         b0, c0, t0 = counter.bytes, counter.calls, time.perf_counter()
         meter.reset_peak()
         try: yield

@@ -5,13 +5,15 @@
 # %% ../nbs/04b_votes.ipynb #vt000004
 from __future__ import annotations
 
-import contextlib, datetime, logging, re, signal, threading, time, zlib
+import contextlib, datetime, logging, re, threading, time, zlib
+from signal import SIGINT, getsignal, signal as set_handler   # `signal` is a RankVote method here
 from typing import Callable
 
 import torch
 import torch.distributed as dist
 
 from .doctor import internal
+from .methods import patch_to
 
 # %% auto #0
 __all__ = ['CHECK_BYTES', 'CALLS', 'cause', 'RankVote', 'Heartbeat', 'pulse_key', 'heartbeat', 'RankFailure', 'failure_message',
@@ -58,7 +60,8 @@ class RankVote:
         k = "/".join(map(str, (self.prefix, *parts))); self.keys.add(k); return k
 
 # %% ../nbs/04b_votes.ipynb #vt000007
-def _vote_post(self:RankVote, stage:str, err:BaseException|None=None):
+@patch_to(RankVote)
+def post(self:RankVote, stage:str, err:BaseException|None=None):
     "Say that this rank reached `stage`, and whether it failed there (`err`); once per stage."
     if stage in self.posted: return
     self.posted[stage] = None if err is None else cause(err)
@@ -72,14 +75,16 @@ def _vote_post(self:RankVote, stage:str, err:BaseException|None=None):
     if self.store.add(self._key(stage, "arrived"), 1) >= self.world or err is not None:
         self.store.set(self._key(stage, "done"), "1")
 
-def _vote_causes(self:RankVote)->dict[int, str]:
+@patch_to(RankVote)
+def causes(self:RankVote)->dict[int, str]:
     "{rank: cause} of every rank that posted a failure so far (and `failed_at`: the stage each was at)."
     keys = {r: self._key("cause", r) for r in range(self.world)}
     posts = {r: self.store.get(k).decode().split("\n", 1) for r, k in keys.items() if self.store.check([k])}
     self.failed_at = {r: at for r, (at, _) in posts.items()}
     return {r: why for r, (_, why) in posts.items()}
 
-def _vote_failures(self:RankVote, stage:str)->dict[int, str]:
+@patch_to(RankVote)
+def failures(self:RankVote, stage:str)->dict[int, str]:
     "{rank: cause} once every rank posted `stage`, or as soon as one failed or died ({-1: ...}: one never came)."
     if not self.on:
         self.failed_at = {0: s for s, c in self.posted.items() if c}
@@ -90,8 +95,6 @@ def _vote_failures(self:RankVote, stage:str)->dict[int, str]:
                      lambda: [r for r in range(self.world) if not self.store.check([self._key(stage, "at", r)])])
     if late: return late
     return self.causes() if self.store.add(failed, 0) else {}
-
-RankVote.post, RankVote.causes, RankVote.failures = _vote_post, _vote_causes, _vote_failures
 
 # %% ../nbs/04b_votes.ipynb #hb000002
 class Heartbeat(threading.Thread):
@@ -121,7 +124,8 @@ def heartbeat(store, members:str, rank:int)->Heartbeat:
         hb = _BEATS[key] = Heartbeat(store, key); hb.start()
     return hb
 
-def _vote_dead(self:RankVote, ranks:list[int])->dict[int, str]:
+@patch_to(RankVote)
+def dead(self:RankVote, ranks:list[int])->dict[int, str]:
     "{rank: why} for the ranks among `ranks` whose heartbeat has not moved for `dead_after` s (none yet: not judged)."
     now, dead = time.monotonic(), {}
     for r in ranks:
@@ -135,7 +139,8 @@ def _vote_dead(self:RankVote, ranks:list[int])->dict[int, str]:
     return dead
 
 # %% ../nbs/04b_votes.ipynb #hb000003
-def _vote_poll(self:RankVote, ready:Callable[[], bool],  # True once the wait is over
+@patch_to(RankVote)
+def poll(self:RankVote, ready:Callable[[], bool],  # True once the wait is over
                what:str,                                 # what the others must do, e.g. "reach 'written'"
                missing:Callable[[], list[int]],          # the ranks still waited for
                limit:float|None=None,                    # seconds (default: the vote's `wait`)
@@ -155,8 +160,6 @@ def _vote_poll(self:RankVote, ready:Callable[[], bool],  # True once the wait is
                 _log.warning(f"{self.name}: rank {self.rank} has waited {now - t0:.0f} s for rank(s) {gone} to {what}")
         time.sleep(nap); nap = min(2 * nap, 0.02)
     return {}
-
-RankVote.dead, RankVote.poll = _vote_dead, _vote_poll
 
 # %% ../nbs/04b_votes.ipynb #vt000014
 class RankFailure(RuntimeError):
@@ -182,7 +185,8 @@ def failure_message(what:str,              # the function that failed, e.g. "loa
     return msg
 
 # %% ../nbs/04b_votes.ipynb #vt000015
-def _vote_raise(self:RankVote, stage:str, bad:dict[int, str], err:BaseException|None=None, *,
+@patch_to(RankVote)
+def fail(self:RankVote, stage:str, bad:dict[int, str], err:BaseException|None=None, *,
                 error:type[RankFailure]=RankFailure,    # what every rank raises when a rank failed
                 what:str|None=None,                     # the function named in the message (default: the vote's name)
                 doing:str|dict|None=None,               # what it was doing, or {stage: what} (default: the stage)
@@ -195,7 +199,8 @@ def _vote_raise(self:RankVote, stage:str, bad:dict[int, str], err:BaseException|
     doing = doing.get(at, at) if isinstance(doing, dict) else doing or at   # the stage where the first rank failed
     raise error(failure_message(what or self.name, bad, doing, note), bad) from err
 
-def _vote_agree(self:RankVote, stage:str,
+@patch_to(RankVote)
+def agree(self:RankVote, stage:str,
                 err:BaseException|None=None,            # this rank's failure at `stage`, if any
                 **raise_kw,                             # as for `fail`: error, what, doing, on_fail
                ):
@@ -203,8 +208,9 @@ def _vote_agree(self:RankVote, stage:str,
     self.post(stage, err)
     if bad := self.failures(stage): self.fail(stage, bad, err, **raise_kw)
 
+@patch_to(RankVote)
 @contextlib.contextmanager
-def _vote_step(self:RankVote, stage:str, **agree_kw):
+def step(self:RankVote, stage:str, **agree_kw):
     "A `with` block as one stage: an exception inside it is this rank's failure; Ctrl-C is posted, then goes on up."
     try: yield
     except Exception as e: err = e
@@ -212,27 +218,27 @@ def _vote_step(self:RankVote, stage:str, **agree_kw):
     else: err = None
     self.agree(stage, err, **agree_kw)
 
-RankVote.fail, RankVote.agree, RankVote.step = _vote_raise, _vote_agree, _vote_step
-
 # %% ../nbs/04b_votes.ipynb #dc000002
 @contextlib.contextmanager
 def sigint_held():
     "Hold Ctrl-C (SIGINT) back inside the block and deliver it after: a few copies or a store call are not cut short."
     if threading.current_thread() is not threading.main_thread(): yield; return
-    got, old = [], signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, lambda *a: got.append(a))
+    got, old = [], getsignal(SIGINT)
+    set_handler(SIGINT, lambda *a: got.append(a))
     try: yield
     finally:
-        signal.signal(signal.SIGINT, old)
+        set_handler(SIGINT, old)
         if got and callable(old): old(*got[0])
 
-def _vote_settle(self:RankVote, stage:str, word:str)->str:
+@patch_to(RankVote)
+def settle(self:RankVote, stage:str, word:str)->str:
     "Propose `word` ('commit' or 'abort') as the outcome of `stage`; the word every rank follows (the first written)."
     if not self.on: self.decision = word; return word
     with sigint_held(): self.decision = self.store.compare_set(self._key(stage, "decision"), "", word).decode()
     return self.decision
 
-def _vote_decide(self:RankVote, stage:str, err:BaseException|None=None, **raise_kw):
+@patch_to(RankVote)
+def decide(self:RankVote, stage:str, err:BaseException|None=None, **raise_kw):
     "Like `agree`, but all or nothing: returns only if every rank commits; a rank interrupted before the word aborts all."
     self.post(stage, err)
     try: bad = self.failures(stage)
@@ -244,20 +250,21 @@ def _vote_decide(self:RankVote, stage:str, err:BaseException|None=None, **raise_
     if self.settle(stage, "abort" if bad else "commit") == "abort":
         self.fail(stage, bad, err, **raise_kw)
 
-RankVote.settle, RankVote.decide = _vote_settle, _vote_decide
-
 # %% ../nbs/04b_votes.ipynb #vt000020
-def _vote_signal(self:RankVote, what:str):
+@patch_to(RankVote)
+def signal(self:RankVote, what:str):
     "Tell the others that `what` is done (e.g. rank 0 removed the temporary folder)."
     if self.on: self.store.set(self._key(what), "1")
 
-def _vote_wait_for(self:RankVote, what:str, seconds:float|None=None, source:int=0)->bool:
+@patch_to(RankVote)
+def wait_for(self:RankVote, what:str, seconds:float|None=None, source:int=0)->bool:
     "Wait (at most `seconds`, default `wait`) for rank `source`'s `signal(what)`; False if it never came or died."
     if not self.on: return True
     key = self._key(what)
     return not self.poll(lambda: self.store.check([key]), f"signal {what!r}", lambda: [source], seconds)
 
-def _vote_close(self:RankVote):
+@patch_to(RankVote)
+def close(self:RankVote):
     "The last rank to close deletes every key the vote used, whatever stage each rank reached."
     if not self.on or getattr(self, "closed", False): return
     self.closed = True
@@ -273,16 +280,17 @@ def _vote_close(self:RankVote):
         try: self.store.delete_key(k)
         except Exception: pass   # a store without deletion (FileStore before torch 2.x): keys stay, few and small
 
-RankVote.signal, RankVote.wait_for, RankVote.close = _vote_signal, _vote_wait_for, _vote_close
-def _vote_exit(self:RankVote, typ, exc, tb):
+@patch_to(RankVote)
+def __enter__(self): return self
+
+@patch_to(RankVote)
+def __exit__(self:RankVote, typ, exc, tb):
     "Leaving a `with` block: a failure not yet posted (Ctrl-C while waiting, say) is posted, then the vote closes."
     # (a stream closed by its caller, GeneratorExit, has told its peers already, or may not: see `_stop_peers`)
     if exc is not None and not isinstance(exc, (RankFailure, GeneratorExit)) and not any(self.posted.values()):
         try: self.post("interrupted", exc)
         except Exception: pass   # the store is gone: the others find out at their own timeout
     if self.posted: self.close()   # a vote that only ever `check`ed wrote no key: nothing to clean
-
-RankVote.__enter__, RankVote.__exit__ = lambda self: self, _vote_exit
 
 # %% ../nbs/04b_votes.ipynb #vt000024
 _set_pg_timeout = internal("torch.distributed.distributed_c10d:_set_pg_timeout",
@@ -335,7 +343,8 @@ def mismatches()->int:
     "How many times this process's ranks were found at different calls (`CallMismatch`): a stream stops after one."
     return _MISMATCHES[0]
 
-def _vote_check(self:RankVote, stage:str,
+@patch_to(RankVote)
+def check(self:RankVote, stage:str,
                 err:BaseException|None=None,   # this rank's failure at `stage`, if any
                 **agree_kw,                    # as for `agree`, used when a rank failed
                ):
@@ -353,7 +362,8 @@ def _vote_check(self:RankVote, stage:str,
     if not isinstance(err, (Exception, type(None))): self.post(stage, err); raise err   # Ctrl-C: said, then on up
     self.agree(stage, err, **agree_kw)
 
-def _vote_mismatch(self:RankVote, tag:list[int]):
+@patch_to(RankVote)
+def mismatch(self:RankVote, tag:list[int]):
     "Ranks' tags differ: learn every rank's (one all-gather; every rank is here) and raise `CallMismatch` naming them."
     _MISMATCHES[0] += 1
     rows = torch.empty(self.world * len(tag), dtype=torch.int64, device=_device())
@@ -364,5 +374,3 @@ def _vote_mismatch(self:RankVote, tag:list[int]):
                        f"exchanged: " + "; ".join(f"rank(s) {rs} at {t}" for t, rs in at.items())
                        + ". Every rank must make the same kit calls in the same order: a retry or an abandoned "
                        "stream on one rank breaks it", {r: _tag_text(row) for r, row in enumerate(rows)})
-
-RankVote.check, RankVote.mismatch = _vote_check, _vote_mismatch
