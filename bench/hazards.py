@@ -19,15 +19,14 @@ def main(argv=None):
     ap.add_argument("--store-steps", type=int, default=1000)
     a = ap.parse_args(argv)
     from lora_fsdp_kit import guard_runs as G
-    from lora_fsdp_kit import testing as T
     from lora_fsdp_kit.launch import launch
     from lora_fsdp_kit.wrap import WrapConfig
     for name, spec in [("switch", WrapConfig(flavour="fsdp1", policy="lora", use_orig_params=True)),
                        ("switch", WrapConfig(flavour="fsdp1", policy="layer", use_orig_params=True)),
                        ("llama", WrapConfig(flavour="fsdp2", targets="**.layers.*"))]:
         t0 = time.perf_counter()
-        r = launch(T.guard_overhead, name, spec, a.steps, quiet=True, timeout=600)[0]
-        print(f"{name:7s} {str(spec):55s} {r['collectives']:4d} collectives: {r['off_s']*1e3:8.1f} ms -> "
+        r = launch(G.guard_overhead, name, spec, a.steps, quiet=True, timeout=600)[0]
+        print(f"{name:7s} {spec.label:40s} {r['collectives']:4d} collectives: {r['off_s']*1e3:8.1f} ms -> "
               f"{r['on_s']*1e3:8.1f} ms per step (x{r['ratio']:.2f}, {r['per_collective_ms']:.2f} ms per collective)"
               f"; one store round {r['round_ms']:.2f} ms  [{time.perf_counter() - t0:.0f} s]")
     t0 = time.perf_counter()

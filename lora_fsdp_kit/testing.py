@@ -18,7 +18,6 @@ from safetensors.torch import save_file
 
 from .export import load_lora, peft_model_of, save_lora
 from .gather import gather_engine, gather_lora, iter_merged_weights
-from .hazards import check_collective_order
 from .measure import measure_gather, predict
 from .measure_streams import measure_save, measure_stream
 from .memory import AllGatherCounter
@@ -30,13 +29,11 @@ from .plan import plan_fsdp1, plan_fsdp2, tiny_lora_model
 from .policies import layer_wrap_policy, lora_wrap_policy, resolve_layer_classes
 from .strip import _layer_classes, route_forward, strip_submodules
 from .wrap import WrapConfig, wrap_fsdp1, wrap_fsdp2
-from .toys import hazard_batch, _build, _data_kind, hazard_loss
 
 # %% auto #0
 __all__ = ['QKVO', 'case_model', 'case_config', 'case_policy', 'case_wrap', 'training_batch', 'train_steps', 'peft_reference',
            'gather_case', 'gather_cases', 'export_demo', 'profile_strategies', 'strip_lora_fsdp_rank',
-           'fsdp1_dtype_rank', 'hazard_case', 'hazard_cases', 'hazard_reference', 'hazard_outcome', 'guard_overhead',
-           'sharded_example', 'covering_array']
+           'fsdp1_dtype_rank', 'sharded_example', 'covering_array']
 
 # %% ../nbs/95_testing.ipynb #t95t05
 QKVO = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -349,119 +346,6 @@ def fsdp1_dtype_rank()->dict:
             except (ValueError, RuntimeError) as e:
                 out[(case, when)] = f"refused: {str(e).splitlines()[0]}"
     return out
-
-# %% ../nbs/95_testing.ipynb #hzx00008
-def _lora_after(model:nn.Module)->dict[str, torch.Tensor]:
-    "The full LoRA tensors of a wrapped model (peft's adapter state-dict keys, as numpy arrays), via the kit's gather."
-    # numpy, not tensors: torch sends tensors between processes through shared memory the exiting rank takes along
-    return {k: v.float().numpy() for k, v in gather_lora(model, progress=False).items()}
-
-def hazard_case(name:str,                 # "branch", "branch_drop", "switch" or "llama"
-                spec:WrapConfig,          # the wrapping
-                conditional:str|None=None,# name globs of modules not every rank runs (a layer-drop), for the plan
-                same:bool=False,     # every rank gets rank 0's batch
-                guard:bool=False,    # compare ranks with `check_collective_order` (the sequence is recorded anyway)
-                lr:float=0.5,        # SGD learning rate (large, so a wrong gradient shows after one step)
-                wait:float=20.0,     # seconds a collective (and the guard) may wait before failing
-               )->dict:
-    "Inside a rank: one SGD step of `name` wrapped as `spec` on this rank's data; loss, LoRA after it, collectives."
-    rank = dist.get_rank()
-    # a fresh group with a short timeout per case: a mismatching case fails instead of hanging the rest; the
-    # barrier on the default group waits for a rank still failing out of the previous case
-    dist.barrier()
-    pg = dist.new_group(timeout=datetime.timedelta(seconds=wait))
-    if not isinstance(spec, WrapConfig): raise TypeError(f"hazard_case: spec must be a WrapConfig, not {type(spec).__name__}")
-    cfg = spec
-    res = dict(name=name, spec=spec, same=same, guard=guard, loss=None, lora=None, events=[], error=None,
-               findings=sorted({f.check for f in cfg.plan(_build(name), conditional=conditional).check()
-                                if f.severity == "error"}),
-               seconds=None, guard_seconds=0.0)
-    model = _build(name)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        kw = (dict(mesh=DeviceMesh.from_group(pg, get_platform().torch_device().type))
-              if cfg.flavour == "fsdp2" else dict(process_group=pg))
-        model = cfg.wrap(model, **kw)
-    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
-    ids = hazard_batch(_data_kind(name), rank, same)
-    g = check_collective_order(model, compare=guard is True, timeout=wait)
-    try:
-        t0 = time.perf_counter()
-        with g:
-            loss = hazard_loss(model, name, ids)
-            loss.backward()
-        res["seconds"] = time.perf_counter() - t0
-        opt.step()
-        res["loss"], res["lora"] = loss.item(), _lora_after(model)
-    except Exception as e: res["error"] = f"{type(e).__name__}: {e}"[:600]
-    res["events"], res["guard_seconds"] = [e.key() for e in g.events], g.seconds
-    return res
-
-# %% ../nbs/95_testing.ipynb #ecd7ebc0
-def hazard_cases(cases:Sequence[dict])->list[dict]:
-    "Inside a rank: `hazard_case(**c)` for each case, in order (one launch for many cases)."
-    return [hazard_case(**c) for c in cases]
-
-def hazard_reference(name:str,            # the hazard model
-                     world:int=2,         # how many ranks' batches make the step
-                     same:bool=False,     # every rank gets rank 0's batch
-                     lr:float=0.5,        # as in `hazard_case`
-                    )->dict:
-    "The same step in one process without FSDP: each rank's loss and the LoRA after averaging their gradients."
-    model = _build(name)
-    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
-    losses = [hazard_loss(model, name, b) for b in (hazard_batch(_data_kind(name), r, same) for r in range(world))]
-    torch.stack(losses).mean().backward()   # FSDP averages the ranks' gradients
-    opt.step()
-    return dict(losses=[l.item() for l in losses], lora={k: v.detach().clone()
-                                                         for k, v in get_peft_model_state_dict(model).items()})
-
-def hazard_outcome(ranks:list[dict],   # one case's result on every rank
-                   ref:dict,           # `hazard_reference` of the same model and data
-                   atol:float=1e-5,
-                  )->str:
-    "What really happened: 'error' (a rank failed), 'wrong' (ran, but loss or LoRA differ from the reference), 'right'."
-    if any(r["error"] for r in ranks): return "error"
-    for rank, r in enumerate(ranks):
-        if abs(r["loss"] - ref["losses"][rank]) > atol: return "wrong"
-        if set(r["lora"]) != set(ref["lora"]): return "wrong"
-        if any(not torch.allclose(torch.as_tensor(r["lora"][k]), ref["lora"][k].float(), atol=atol)
-               for k in ref["lora"]): return "wrong"
-    return "right"
-
-# %% ../nbs/95_testing.ipynb #hzovh001
-def guard_overhead(name:str="switch",   # a hazard model
-                   spec:WrapConfig|None=None,      # its wrapping (default: LoRA leaves as FSDP1 units)
-                   steps:int=5,         # timed steps each way (after one warm-up step)
-                  )->dict:
-    "Inside a rank: seconds per forward+backward with and without the guard on identical data (no divergence)."
-    cfg = spec if spec is not None else WrapConfig(flavour="fsdp1", policy="lora", use_orig_params=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = cfg.wrap(_build(name))
-    ids = hazard_batch(_data_kind(name), 0, same=True)
-    def step(guard):
-        with (check_collective_order(model, step=i) if guard else contextlib.nullcontext()) as g:
-            hazard_loss(model, name, ids).backward()
-        return g
-    times = {False: [], True: []}
-    n = 0
-    for i in range(1 + steps):
-        for guard in (False, True):
-            dist.barrier(); t0 = time.perf_counter(); g = step(guard); t = time.perf_counter() - t0
-            if i: times[guard].append(t)
-            if guard: n = len(g.events)
-    off, on = sorted(times[False])[steps // 2], sorted(times[True])[steps // 2]   # medians
-    # the guard's own cost per collective, apart from the model's compute: one store round (publish, read the others)
-    g = check_collective_order(model, step=-1)
-    g.rank, g.world, g.prefix = dist.get_rank(), dist.get_world_size(), "lfk_order/round_trip"
-    g.store = dist.distributed_c10d._get_default_store()
-    dist.barrier(); t0 = time.perf_counter()
-    for i in range(200): g._agree(i, "x")
-    round_ms = (time.perf_counter() - t0) / 200 * 1e3
-    return dict(model=name, collectives=n, off_s=off, on_s=on, per_collective_ms=(on - off) / max(n, 1) * 1e3,
-                ratio=on / off, round_ms=round_ms)
-
 
 # %% ../nbs/95_testing.ipynb #dfa80b8c
 def _torch_fn(path:str):

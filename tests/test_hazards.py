@@ -11,7 +11,7 @@ import os, sys, tempfile, time
 
 import pytest
 
-from lora_fsdp_kit import hazards as H, testing as T
+from lora_fsdp_kit import hazards as H
 from lora_fsdp_kit.launch import launch, LaunchError
 from lora_fsdp_kit.wrap import WrapConfig
 from lora_fsdp_kit import guard_runs as G
@@ -75,7 +75,7 @@ def runs(launched):
     refs = {}
     for c in cases:
         k = (c["name"], c.get("same", False))
-        if k not in refs and c["name"] != "branch_drop": refs[k] = T.hazard_reference(*k[:1], same=k[1])
+        if k not in refs and c["name"] != "branch_drop": refs[k] = G.hazard_reference(*k[:1], same=k[1])
     return cases, [[r["hazard"][i] for r in res] for i in range(len(cases))], refs
 
 
@@ -85,7 +85,7 @@ def _label(c): return f"{c['name']} {c['spec'].label} same={c.get('same', False)
 def test_real_outcomes(runs):
     cases, ranks, refs = runs
     for (c, want), rk in zip(CASES, ranks):
-        assert T.hazard_outcome(rk, refs[(c["name"], c.get("same", False))]) == want, _label(c)
+        assert G.hazard_outcome(rk, refs[(c["name"], c.get("same", False))]) == want, _label(c)
 
 
 def test_finding_fires_exactly_where_the_run_goes_wrong(runs):
@@ -107,7 +107,7 @@ def test_guard_raises_on_every_rank_where_ranks_part(runs):
         errs = [r["error"] for r in rk]
         if not raises:
             assert errs == [None, None], (_label(c), errs)
-            assert T.hazard_outcome(rk, refs[(c["name"], c.get("same", False))]) == RIGHT, _label(c)
+            assert G.hazard_outcome(rk, refs[(c["name"], c.get("same", False))]) == RIGHT, _label(c)
             continue
         assert all(e and e.startswith("CollectiveOrderError: step 0: ranks part at FSDP collective #") for e in errs), errs
         assert errs[0] == errs[1], errs                                     # the same divergence named on both
@@ -140,7 +140,7 @@ def test_hang_is_killed_at_the_timeout_and_the_status_names_the_unit(monkeypatch
     # 10 s (it was 20): 5 s was enough for the ranks to reach the hang on a quiet machine, not at load 10 (measured);
     # their collectives would wait 600 s
     with pytest.raises(LaunchError) as e:
-        launch(T.hazard_case, "branch_drop", LAYER, guard="record", wait=600, quiet=True, timeout=10)
+        launch(G.hazard_case, "branch_drop", LAYER, guard="record", wait=600, quiet=True, timeout=10)
     assert time.perf_counter() - t0 < 75   # the timeout counts from when every rank has joined
     text = str(e.value) + "".join(open(os.path.join(status, f)).read() for f in os.listdir(status))
     assert "did not finish within 10" in str(e.value) or "timed out" in str(e.value).lower(), str(e.value)
