@@ -18,13 +18,11 @@ from .families import FAMILIES, lora_layer_names
 from .figures import fmt_bytes, fmt_count
 
 # %% auto #0
-__all__ = ['CONFIG_DIR', 'TINY_MODELS', 'FULL_SIZE_CONFIGS', 'model_names', 'shipped_config', 'tiny_model', 'model_from_config',
-           'submodule', 'add_lora', 'build_for_plan', 'ChildSummary', 'ModelSummary', 'summarize_model',
-           'shipped_model_problems']
+__all__ = ['TINY_MODELS', 'FULL_SIZE_CONFIGS', 'model_names', 'tiny_model', 'model_from_config', 'submodule', 'add_lora',
+           'build_for_plan', 'ChildSummary', 'ModelSummary', 'summarize_model', 'shipped_model_problems']
 
 # %% ../nbs/02_models.ipynb #f68690be
-# works installed, editable, and in the notebook
-CONFIG_DIR = Path(str(importlib.resources.files("lora_fsdp_kit")/"configs"))
+from .config_files import CONFIG_DIR, config_problem, read_config, shipped_config   # read without torch
 
 TINY_MODELS: dict[str, str] = {f.name: f.about for f in FAMILIES}   # name -> what it is: the family table's zoo
 
@@ -37,35 +35,16 @@ def model_names()->list[str]:
     "Names `tiny_model` accepts."
     return list(TINY_MODELS)
 
-def shipped_config(name:str)->dict:
-    "The JSON dict of a config shipped with the kit (a tiny model or a full-size default)."
-    path = CONFIG_DIR/f"{name}.json"
-    if not path.is_file():
-        known = sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
-        raise ValueError(f"no shipped config named {name!r}; available: {', '.join(known)}")
-    return json.loads(path.read_text())
-
 # %% ../nbs/02_models.ipynb #b403321b
 def _as_config(cfg:Any):
     "A transformers `PretrainedConfig` from a config object, a dict with `model_type`, a path, or a shipped name."
     from transformers import AutoConfig, PretrainedConfig
     if isinstance(cfg, PretrainedConfig): return cfg
     from transformers import CONFIG_MAPPING
-    src = "config dict"
-    if isinstance(cfg, (str, Path)):
-        p = Path(cfg)
-        if p.is_dir(): p = p/"config.json"
-        if p.is_file():
-            src = str(p)
-            try: cfg = json.loads(p.read_text())
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{p} is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
-            except UnicodeDecodeError as e: raise ValueError(f"{p} is not a JSON text file ({e.reason})") from None
-        elif isinstance(cfg, str) and "/" not in cfg and not cfg.endswith(".json"): cfg = shipped_config(cfg)
-        else: raise FileNotFoundError(f"no config file at {str(cfg)!r}")
+    cfg, src = read_config(cfg) if isinstance(cfg, (str, Path, dict)) else (cfg, "config")
     if not isinstance(cfg, dict):
-        raise TypeError(f"expected a config, a dict, a path or a name, got {type(cfg).__name__}"
-                        + (f" in {src}" if src != "config dict" else ""))
+        raise TypeError(f"expected a config, a dict, a path or a name, got {type(cfg).__name__}")
+    if src != "config dict" and (why := config_problem(cfg, src)): raise ValueError(why)   # a file or a name
     if "model_type" not in cfg: raise ValueError(f"{src} has no 'model_type' (keys: {', '.join(sorted(cfg)[:12])})")
     cfg = dict(cfg)
     mt = cfg.pop("model_type")
@@ -204,6 +183,7 @@ def add_lora(model:nn.Module,                       # a transformers model (real
              autocast_adapter_dtype:bool=True,      # peft's default: fp32 adapters on a bf16/fp16 base
              target_parameters:Iterable[str]|None=None,  # parameter names (suffixes), e.g. fused MoE experts' 3-D
                                                     # "mlp.experts.gate_up_proj": peft's `ParamWrapper`
+             strict:bool=False,                     # every name of a target list must match (a typo is an error)
             ):                                      # a peft `PeftModel`
     "Apply peft LoRA to `model` (optionally only inside `modules`); the adapters are seeded."
     from peft import LoraConfig, get_peft_model
@@ -215,13 +195,16 @@ def add_lora(model:nn.Module,                       # a transformers model (real
     hits = _match_names(model, target_modules, scopes)
     tparams = _target_params(model, target_parameters, scopes) if target_parameters is not None else []
     wrapped = sorted({n.rsplit(".", 1)[0] for n in tparams})
-    if not hits and not (wrapped and not target_modules):
+    idle = [t for t in target_modules if not _match_names(model, [t], scopes)] if strict and hits and \
+           not isinstance(target_modules, str) else []
+    if idle or (not hits and not (wrapped and not target_modules)):
         pool = _match_names(model, [""], scopes) if scopes else [n for n, _ in model.named_modules() if n]
         adaptable = set(lora_layer_names(model))   # the layer types peft adapts (GPT-2's Conv1D too): the families' table
         leaves = sorted({n.rsplit(".", 1)[-1] for n in pool if n in adaptable})
         where = f" inside {', '.join(scopes)}" if scopes else ""
-        raise ValueError(f"target_modules={target_modules!r} match no module{where} of {type(model).__name__}; "
-                         f"linear/embedding/conv leaf names there: {', '.join(leaves) or '(none)'}")
+        raise ValueError(f"target_modules={idle or target_modules!r} match no module{where} of "
+                         f"{type(model).__name__}; linear/embedding/conv leaf names there: "
+                         f"{', '.join(leaves) or '(none)'}")
     # peft gets the exact module names: a regex target is not safe to hand over. On MoE model types
     # (qwen3_moe, qwen3_omni_moe, ...) peft 0.21 converts the config for transformers 5's fused experts and, on the
     # way, reduces a regex to the *leaf names* it matched — `thinker\..*q_proj` silently becomes `{"q_proj"}` and
@@ -270,7 +253,7 @@ def build_for_plan(model:str|None=None,        # a zoo name or a shipped full-si
     else: m = model_from_config(config)
     scope = text_model_of(m)   # LoRA on the thinker of an Omni model
     return add_lora(m, r=lora_r, alpha=2 * lora_r, target_modules=[t for t in targets.split(",") if t],
-                           modules=scope)
+                    modules=scope, strict=targets != PLAN_TARGETS)   # targets the user named must each match
 
 
 # %% ../nbs/02_models.ipynb #91684db9
