@@ -1,5 +1,5 @@
 """`fits` beyond the zoo (issue 31). (1) The reduced trace (4 and 5 decoder layers, extended to L) equals the full
-trace to the byte -- peak, worst peak, every category, shard and optimizer bytes, the peak's module and phase -- over a
+trace to the byte -- peak, worst peak, every category, shard and optimizer bytes, which ranks share a trace -- over a
 covering array of wrappings x models x worlds x backends. (2) On real gloo ranks (the CPU allocator's running total,
 `lora_fsdp_kit.steppeak`), each rank's peak lies between the prediction's `peak` (-1 %) and its `worst_peak` (+1 %),
 for configurations the zoo matrix of tests/test_fits.py does not hold: FSDP1 SHARD_GRAD_OP with use_orig_params (it
@@ -33,30 +33,32 @@ ROWS = covering_array(dict(wrap=list(WRAPS), model=["llama", "qwen3_moe"], world
                       allowed=lambda r: "hybrid" not in r["wrap"] or r["world"] == 4)
 
 @functools.cache
-def eight_layers(name:str):
+def six_layers(name:str):
     return add_lora(model_from_config(dict(shipped_config(name), num_hidden_layers=6, **(MOE if "moe" in name else {})),
                                       device="meta"), r=8)
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: "-".join(map(str, r.values())))
 def test_reduced_trace_equals_the_full_trace(row):
-    pm, cfg = eight_layers(row["model"]), WRAPS[row["wrap"]]
+    pm, cfg = six_layers(row["model"]), WRAPS[row["wrap"]]
     assert why_not_reduced(pm, cfg) is None
     args = (pm, cfg, row["world"], row["world"] - 1, 1, 16, row["backend"])
     full, red = trace_rank(*args, layers="all"), trace_rank(*args)
     assert red.traced_layers == (4, 5, 6) and full.traced_layers == ()
-    for f in ("peak", "worst_peak", "by_category", "sharded_bytes", "optimizer_bytes", "module", "phase"):
+    # (the peak's module is not compared: where several ops tie for the peak -- each checkpointed layer's backward
+    # holds the same bytes -- the two traces may name different ones)
+    for f in ("peak", "worst_peak", "by_category", "sharded_bytes", "optimizer_bytes"):
         assert getattr(red, f) == getattr(full, f), (f, getattr(red, f), getattr(full, f))
     classes = lambda sig: [[sig[a] == sig[b] for b in range(len(sig))] for a in range(len(sig))]
     assert classes(red.signatures) == classes(full.signatures)   # the same ranks share a trace
     assert max(b for _, b in red.timeline) == red.peak
 
 def test_what_is_traced_whole_says_why():
-    pm = eight_layers("llama")
-    assert why_not_reduced(pm, WrapConfig(flavour="fsdp1", policy="root")) == \
-        "unit '<root>' holds parameters of several layers"
+    pm = six_layers("llama")
+    root = WrapConfig(flavour="fsdp1", policy="root", use_orig_params=True)
+    assert why_not_reduced(pm, root) == "unit '<root>' holds parameters of several layers"
     two = add_lora(model_from_config(shipped_config("llama"), device="meta"))
     assert why_not_reduced(two, WrapConfig()) == "2 layers: no fewer to trace"
-    t = trace_rank(pm, WrapConfig(flavour="fsdp1", policy="root"), 2, 0, 1, 16)
+    t = trace_rank(pm, root, 2, 0, 1, 16)
     assert t.traced_layers == ()
 
 # ---------------------------------------------------------------- (2) real ranks, beyond the zoo
