@@ -11,7 +11,7 @@ from typing import Any
 
 # %% auto #0
 __all__ = ['FLAG_WORDS', 'FITS_DEFAULTS', 'render_readme', 'flag_language', 'wrap_fields', 'add_wrap_flags', 'wrap_configs_of',
-           'wrap_config_of', 'module_constant', 'parser', 'main']
+           'wrap_config_of', 'module_constant', 'did_you_mean', 'unknown_input', 'parser', 'main']
 
 # %% ../nbs/90_cli.ipynb #5c72cea4
 def _readme_block(text:str, lang:str="")->str: return f"```{lang}\n{text.rstrip()}\n```"
@@ -86,7 +86,7 @@ FLAG_WORDS = (("lora_wrap_policy(min_num_params>0) / lora_leaves=False", "--min-
               ("lora_leaves=False", "--no-lora-leaves"), ("use_orig_params=True", "--use-orig-params"),
               ("use_orig_params=False", "no --use-orig-params"), ("min_num_params=", "--min-num-params "),
               ("min_num_params > 0", "--min-num-params > 0"), ("min_num_params>0", "--min-num-params > 0"),
-              ("shard_dim=0", "--shard-dim 0"))
+              ("shard_dim=0", "--shard-dim 0"), ("target_modules=", "--lora-targets "))
 
 def flag_language(text:str)->str:
     "`text` with the library's spellings of the plan settings replaced by the flags that set them (quotes kept)."
@@ -261,7 +261,7 @@ def _fits_parser(sub):
     f.add_argument("--lora-r", type=int, default=8, help="LoRA rank (default 8)")
     f.add_argument("--lora-targets", default=PLAN_TARGETS, help=f"comma-separated LoRA target modules (default "
                    f"{PLAN_TARGETS})")   # --targets is WrapConfig's: the modules FSDP2 shards
-    f.add_argument("--backend", default="nccl", help="nccl/hccl (device buffers only) or gloo (a CPU job)")
+    f.add_argument("--backend", default="nccl", choices=("nccl", "hccl", "gloo"), help="nccl/hccl (device buffers only) or gloo (a CPU job)")
     f.add_argument("--attention", default="auto", choices=("auto", "fused", "math"),
                    help="attention kernel: auto (CUDA runs fp32 with grouped-query heads unfused), fused or math")
     f.add_argument("-v", "--verbose", action="store_true", help="every category, the module and phase of each peak, "
@@ -279,7 +279,7 @@ FITS_DEFAULTS = dict(flavour="fsdp2,fsdp1", policy="layer", use_orig_params="on"
 def _fits_args(a)->int|None:
     "2 (one line on stderr) for what the arguments alone refuse; `main` asks before it imports anything (torch)."
     import re
-    units, sizes = module_constant("fits", "_SIZE"), {}
+    units, sizes = module_constant("figures", "_SIZE"), {}   # parse_bytes' table: importing figures (matplotlib) costs 1 CPU-s
     words = dict(param_dtype=("config", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16"),
                  lora_dtype=("base", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16"),
                  flavour=("fsdp1", "fsdp2"), mixed_precision=("none", "bf16", "bfloat16", "fp16", "float16"))
@@ -290,6 +290,7 @@ def _fits_args(a)->int|None:
         if not m or m.group(2).lower() not in units:
             return refuse(f"cannot read {text!r} as a memory size: write e.g. 80GiB or 80GB")
         sizes[flag] = float(m.group(1)) * units[m.group(2).lower()]
+    if sizes["--device-memory"] <= 0: return refuse(f"--device-memory {a.device_memory}: a device has more than 0 bytes")
     if sizes["--reserve"] >= sizes["--device-memory"]:
         return refuse(f"--reserve {a.reserve} leaves nothing of --device-memory {a.device_memory}")
     if not 1 <= a.world <= 1024: return refuse(f"--world must be 1-1024, got {a.world}")
@@ -308,17 +309,75 @@ def _cmd_fits(a)->int:
     import dataclasses   # FSDP2 always keeps the original parameters: one row, whatever --use-orig-params says
     wraps = list(dict.fromkeys(dataclasses.replace(w, use_orig_params=False) if w.flavour == "fsdp2" else w
                                for w in wraps))
-    from lora_fsdp_kit.fits import fits_report
+    from lora_fsdp_kit.fits_report import fits_report
     return fits_report(a.config, a.world, a.device_memory, wraps, batch=a.batch, seq=a.seq, lora_r=a.lora_r,
                        targets=a.lora_targets, backend=a.backend, attention=a.attention, param_dtype=a.param_dtype,
                        lora_dtype=a.lora_dtype, reserve=a.reserve, max_batch=a.max_batch, max_seq=a.max_seq,
                        verbose=a.verbose, speak=flag_language, png=a.png, out=a.out)
 
 
+# %% ../nbs/90_cli.ipynb #15365ff1
+import difflib, re
+
+def did_you_mean(word:str, choices)->str:
+    "`'; did you mean X?'` for the nearest of `choices` to `word`, or `''` when none is near."
+    near = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {near[0]}?" if near else ""
+
+def _prog()->str:
+    "How the user called the kit: `lfk` (the installed script) or `python -m lora_fsdp_kit`."
+    return "lfk" if Path(sys.argv[0]).name.startswith("lfk") else "python -m lora_fsdp_kit"
+
+class _Parser(argparse.ArgumentParser):
+    "argparse, in one line that names the nearest choice when a value is not one of them (`--backend glo`)."
+    def error(self, message:str):
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m: message += did_you_mean(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")   # one line, not the usage
+
+def _commands(p:argparse.ArgumentParser)->dict[str, argparse.ArgumentParser]:
+    "The sub-commands' parsers, by name (the developers' `readme` is not offered)."
+    return next(a.choices for a in p._actions if isinstance(a, argparse._SubParsersAction))
+
+# %% ../nbs/90_cli.ipynb #05f85932
+def unknown_input(p:argparse.ArgumentParser,  # the whole parser
+                  argv:list[str],             # the arguments as typed
+                 )->str|None:                 # one line naming the first unknown command or flag, or None
+    "A mistyped command or flag, with the nearest one it knows (argparse says only 'unrecognized arguments')."
+    subs = _commands(p)
+    cmd = next((t for t in argv if not t.startswith("-")), None)
+    if cmd is None: return None                                   # --help, or nothing: argparse answers
+    shown = [s for s in subs if s != "readme"]
+    if cmd not in subs: return f"unknown command {cmd!r}{did_you_mean(cmd, shown)} (commands: {', '.join(shown)})"
+    known = [k for k in subs[cmd]._option_string_actions if k.startswith("--")]
+    for t in argv[argv.index(cmd) + 1:]:
+        flag = t.split("=", 1)[0]
+        if flag == "--": break
+        if not flag.startswith("--") or any(k.startswith(flag) for k in known): continue   # argparse's prefixes too
+        return f"{cmd}: unknown flag {flag}{did_you_mean(flag, known)}"
+    return None
+
+# %% ../nbs/90_cli.ipynb #cfa5fe81
+def _input_problem(a:argparse.Namespace)->str|None:
+    "What the arguments alone refuse, before any import: an unknown model name, an unusable --config."
+    from lora_fsdp_kit.config_files import config_problem, read_config, shipped_names
+    names = shipped_names()
+    if getattr(a, "model", None) is not None and a.model not in names:
+        return f"unknown model {a.model!r}{did_you_mean(a.model, names)} (available: {', '.join(names)})"
+    if getattr(a, "config", None) is not None:
+        try: d, src = read_config(a.config)
+        except (ValueError, TypeError, FileNotFoundError) as e: return str(e)
+        return config_problem(d, src)
+    return None
+
+def _from_transformers(e:BaseException)->bool:
+    "An error raised by transformers or huggingface_hub while it read a config (their validation is no ValueError)."
+    return type(e).__module__.split(".")[0] in ("transformers", "huggingface_hub")
+
 # %% ../nbs/90_cli.ipynb #442db780
 def parser()->argparse.ArgumentParser:
     "The argument parser of `python -m lora_fsdp_kit`."
-    p = argparse.ArgumentParser(prog="python -m lora_fsdp_kit",
+    p = _Parser(prog=_prog(),
                                 description="See which FSDP units a LoRA model gets, what per-unit gathers cost, "
                                             "and which known failure a configuration would hit.",
                                 epilog="exit codes: 0 done; 1 a rank failed or a result is wrong; 2 bad input "
@@ -352,8 +411,17 @@ def parser()->argparse.ArgumentParser:
 def main(argv:list[str]|None=None)->int:
     "Entry point of `python -m lora_fsdp_kit` and the `lfk` script; bad input is one line on stderr and exit code 2."
     argv = sys.argv[1:] if argv is None else list(argv)
-    a = parser().parse_args(argv)
+    try: return _run_command(argv)
+    except KeyboardInterrupt:   # at any moment, imports included: one line, the shell's code for Ctrl-C
+        print("interrupted", file=sys.stderr)
+        return 130
+
+def _run_command(argv:list[str])->int:
+    p = parser()
+    if why := unknown_input(p, argv): print(f"{p.prog}: error: {why}", file=sys.stderr); return 2
+    a = p.parse_args(argv)
     if (check := getattr(a, "precheck", None)) and (code := check(a)) is not None: return code   # before imports
+    if why := _input_problem(a): print(f"error: {why}", file=sys.stderr); return 2
     from lora_fsdp_kit.platform import PlatformError, load_plugins
     from lora_fsdp_kit.launch import LaunchError
     try:
@@ -365,9 +433,11 @@ def main(argv:list[str]|None=None)->int:
     except (ValueError, TypeError, OSError, PlatformError) as e:   # the kit's errors for bad input, and paths
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except Exception as e:
+        if not (getattr(a, "config", None) and _from_transformers(e)): raise   # a bug: its traceback is the report
+        print(f"error: {a.config}: transformers cannot build it: {type(e).__name__}: {str(e).splitlines()[0]}",
+              file=sys.stderr)
+        return 2
 
 # %% ../nbs/90_cli.ipynb #5fbe88fb
 #| eval: false
