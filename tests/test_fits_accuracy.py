@@ -5,7 +5,8 @@ covering array of wrappings x models x worlds x backends. (2) On real gloo ranks
 for configurations the zoo matrix of tests/test_fits.py does not hold: FSDP1 SHARD_GRAD_OP with use_orig_params (it
 raised an AssertionError in the trace), fp32 master weights with bf16 compute under FSDP1 and FSDP2, a bf16 base with
 fp32 LoRA, LoRA dropout in train mode, and models built in-process from small transformers configs: GPT-2 (Conv1D,
-tied embeddings) and Phi-3 (fused qkv). Known misses are strict xfails with their measured figures."""
+tied embeddings) and Phi-3 (fused qkv); at world 2 also within 1 % of the usual peak. Measured (2026-12-02): every
+rank of the 8 cases within 0.004 % of `peak`; `worst_peak` 4-10 % above. Known misses would be strict xfails."""
 import functools, multiprocessing, threading, time
 
 import pytest
@@ -130,4 +131,6 @@ def test_real_ranks_within_the_predicted_range(real, name):
         assert t.peak * 0.99 <= g <= t.worst_peak * 1.01, (
             f"rank {r}: measured {g:,}, predicted {t.peak:,} ({t.peak / g - 1:+.3%}) to {t.worst_peak:,} "
             f"({t.worst_peak / g - 1:+.3%}), {pred.label}")
+        # the late-freed all-gather was seen at worlds 3-4 only: at world 2 the usual peak holds to 1 %
+        if len(got) == 2: assert abs(t.peak / g - 1) <= 0.01, f"rank {r}: {t.peak / g - 1:+.3%}, {pred.label}"
         assert sum(t.by_category.values()) == t.peak
