@@ -325,7 +325,7 @@ class DetectionReport:
         bold = ' style="font-weight:bold"'
         body = "".join(
             f"<tr{bold if p.name == self.name and p.available else ''}>"
-            f"<td>{e(p.name)}</td><td>{e(p.checked)}</td><td>{'✅ available' if p.available else '—'}</td>"
+            f"<td>{e(p.name)}</td><td>{e(p.checked)}</td><td>{'✓ available' if p.available else '—'}</td>"
             f"<td>{e(p.reason)}</td><td style='text-align:right'>{p.seconds*1e3:.1f}</td></tr>" for p in self.probes)
         plug = f"<br>plugins: {e(', '.join(self.plugins))}" if self.plugins else ""
         return (f"<div><b>platform: {e(self.name)}</b> (by {e(self.source)}){plug}<table>"

@@ -181,3 +181,21 @@ def test_book_in_chromium(real_book):
         finally:
             browser.close()
     assert not errors, f"console errors: {errors[:20]}"
+
+CORE_FONTS = Path("/usr/share/fonts/truetype/dejavu")   # Debian's fonts-dejavu-core, which `make chromium` installs
+
+def test_every_glyph_has_a_font():
+    "Every character of the notebooks (sources, outputs), the README and the library is in the installed fonts."
+    files = [CORE_FONTS/f"{n}.ttf" for n in ("DejaVuSans", "DejaVuSans-Bold", "DejaVuSansMono", "DejaVuSansMono-Bold")]
+    if not all(f.exists() for f in files):
+        if os.environ.get("CI") == "true": pytest.fail(f"fonts-dejavu-core is not installed: {CORE_FONTS}")
+        pytest.skip(f"fonts-dejavu-core is not installed ({CORE_FONTS})")
+    from matplotlib import ft2font
+    cover = set().union(*(ft2font.FT2Font(str(f)).get_charmap() for f in files))
+    missing = {}
+    texts = [(p.name, p.read_text()) for p in [*(ROOT/"lora_fsdp_kit").glob("*.py"), ROOT/"README.md"]]
+    texts += [(p.name, p.read_text()) for p in (ROOT/"nbs").glob("*.ipynb")]   # JSON keeps non-ASCII as it is
+    for name, text in texts:
+        for ch in set(text):
+            if ord(ch) > 127 and ord(ch) not in cover and ch not in "\ufe0f\u200b": missing.setdefault(ch, name)
+    assert not missing, f"characters no installed font draws (an empty box in the book): {missing}"
