@@ -38,7 +38,7 @@ def new_figure(figsize:tuple[float, float]=(9.0, 5.0),  # inches; 9 inches at th
     return KitFigure(figsize=figsize, layout=layout, **kwargs)
 
 # %% auto #0
-__all__ = ['KitFigure', 'new_figure', 'fmt_count', 'fmt_bytes', 'byte_axis']
+__all__ = ['KitFigure', 'new_figure', 'fmt_count', 'fmt_bytes', 'parse_bytes', 'byte_axis']
 
 # %% ../nbs/00a_figures.ipynb #8f981af8
 def fmt_count(n:int)->str:
@@ -55,6 +55,21 @@ def fmt_bytes(n:int|float|None,   # bytes (None: unknown)
     for div, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
         if abs(n) >= div: return f"{n/div:{'g' if compact else '.2f'}} {unit}"
     return f"{n:{'g' if compact else '.0f'}} B"
+
+# %% ../nbs/00a_figures.ipynb #1f7a86d9
+_SIZE = {"b": 1, "kb": 1_000, "mb": 1_000_000, "gb": 1_000_000_000, "tb": 1_000_000_000_000, "kib": 1_024,
+         "mib": 1_048_576, "gib": 1_073_741_824, "tib": 1_099_511_627_776}
+
+def parse_bytes(text:str|int,   # "80GiB", "80 GB", "1.5TiB", or an int of bytes
+               )->int:
+    "A memory size as users write it -> bytes; a number without a unit is refused (ValueError), with the fix."
+    import re
+    if isinstance(text, int) and not isinstance(text, bool): return text
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    if m and not m.group(2): raise ValueError(f"{m.group(1)}: add a unit, {m.group(1)}GiB or {m.group(1)}GB")
+    if not m or m.group(2).lower() not in _SIZE:
+        raise ValueError(f"cannot read {text!r} as a memory size: write e.g. 80GiB or 80GB")
+    return int(float(m.group(1)) * _SIZE[m.group(2).lower()])
 
 # %% ../nbs/00a_figures.ipynb #ca700781
 def byte_axis(axis,          # `ax.xaxis` or `ax.yaxis`, already on a log scale

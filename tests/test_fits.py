@@ -1,7 +1,8 @@
 """The predicted peak of a LoRA training step (`lora_fsdp_kit.fits`: one process, fake tensors, a fake process group)
 is within 1 % of every real gloo rank's measured peak (`lora_fsdp_kit.steppeak`: the CPU allocator's own running total
 on real ranks, every thread counted; the two share no code), across 4 architectures of the zoo x FSDP1/FSDP2 x
-activation checkpointing x fp32/bf16 at worlds 2 and 3, and a Llama with tied embeddings under FSDP1; the plan's closed
+activation checkpointing x fp32/bf16 x worlds 2 and 3 (every pair of values, a covering array), and a Llama with tied
+embeddings under FSDP1; the plan's closed
 form gives the parameter-side bytes of every trace to the byte; what the trace cannot get is said in one line; and a
 prediction leaves no global state behind. The full 64-configuration matrix runs in `bench/fits.py --matrix`."""
 import contextlib, functools, io, multiprocessing, threading, time
@@ -26,13 +27,15 @@ def wrap(flavour:str, ac:bool, bf16:bool)->WrapConfig:
     kw = dict(policy="layer", use_orig_params=True) if flavour == "fsdp1" and bf16 else {}
     return WrapConfig(flavour=flavour, activation_checkpointing=ac, mixed_precision="bf16" if bf16 else None, **kw)
 
-# Every architecture meets both flavours, checkpointing on and off, fp32 and bf16 at each world; world 3 gets the
-# complement of world 2, so each flavour also meets both settings of the others.
-W2 = [(m, f, ac, bf) for i, m in enumerate(ARCH) for f, (ac, bf) in
-      zip(("fsdp1", "fsdp2"), [((i + j) % 2 == 1, (i // 2 + j) % 2 == 1) for j in range(2)])]
-CASES = {2: W2, 3: [(m, f, not ac, not bf) for m, f, ac, bf in W2]}
+# Every value of every factor, and every pair of values of two factors (architecture, flavour, checkpointing, bf16,
+# world), appears at least once: a covering array, not the product. FSDP1 with bf16 (use_orig_params: every rank its
+# own trace) only at world 2, where two ranks already differ; world 3 meets FSDP1 in fp32 and FSDP2 in both.
+from lora_fsdp_kit.testing import covering_array
+DIMS = dict(model=list(ARCH), flavour=["fsdp1", "fsdp2"], ac=[False, True], bf16=[False, True], world=[2, 3])
+_ROWS = covering_array(DIMS, allowed=lambda r: not (r["flavour"] == "fsdp1" and r["bf16"] and r["world"] == 3))
+CASES = {w: [(r["model"], r["flavour"], r["ac"], r["bf16"]) for r in _ROWS if r["world"] == w] for w in (2, 3)}
 # and a Llama with tied embeddings ("+tied"): FSDP1 materialises a meta model unit by unit, where a tie is easily lost
-TIED = [(3, ("llama+tied", "fsdp1", False, False)), (3, ("llama+tied", "fsdp1", False, True))]
+TIED = [(2, ("llama+tied", "fsdp1", False, False)), (2, ("llama+tied", "fsdp1", False, True))]
 ALL = [(w, c) for w in CASES for c in CASES[w]] + TIED
 
 def overrides(name:str)->dict:
@@ -93,15 +96,13 @@ def real():
     return out
 
 def test_matrix_covers_every_factor():
-    for m in ARCH:
-        for w in CASES:
-            got = {(f, ac, bf) for mm, f, ac, bf in CASES[w] if mm == m}
-            assert {f for f, _, _ in got} == {"fsdp1", "fsdp2"}
-            assert {ac for _, ac, _ in got} == {False, True} and {bf for _, _, bf in got} == {False, True}
-        both = {(f, ac, bf) for w in CASES for mm, f, ac, bf in CASES[w] if mm == m}
-        for f in ("fsdp1", "fsdp2"):
-            assert {(ac, bf) for ff, ac, bf in both if ff == f} in ({(False, False), (True, True)},
-                                                                    {(False, True), (True, False)})
+    "Every value, and every pair of values of two factors, is in the matrix (what the covering array promises)."
+    import itertools
+    rows = [dict(zip(DIMS, (*c, w))) for w in CASES for c in CASES[w]]
+    for (d1, v1), (d2, v2) in itertools.combinations(list(DIMS.items()), 2):
+        for x, y in itertools.product(v1, v2):
+            assert any(r[d1] == x and r[d2] == y for r in rows), (d1, x, d2, y)
+    assert any(c[1] == "fsdp1" and c[3] for c in CASES[2])   # FSDP1 with use_orig_params: ranks that differ
 
 @pytest.mark.parametrize("world,case", ALL, ids=lambda v: "-".join(map(str, v)) if isinstance(v, tuple) else f"w{v}")
 def test_prediction_within_1_percent_of_every_real_rank(real, world, case):
@@ -139,6 +140,20 @@ def test_closed_form_agrees_with_the_trace(world, case):
         assert t.by_category["unsharded parameters"] in sums, (t.by_category, sorted(cf["unsharded"].values()))
     assert any(under) == (case[0] == "qwen3_omni_thinker")
 
+def test_closed_form_follows_fsdp1_alignment_under_mixed_precision():
+    """FSDP1 with use_orig_params aligns each tensor to 16 bytes of the dtype it unshards to: 8 elements under bf16. A
+    LoRA tensor of 3 elements (r=3 on the shared expert's 1-wide gate) shows it; the closed form follows the trace."""
+    from lora_fsdp_kit.fits_trace import trace_rank
+    odd = add_lora(model_from_config(dict(shipped_config("qwen2_moe"), **MOE), device="meta"),
+                   r=3, target_modules=("q_proj", "shared_expert_gate"))
+    sharded = {}
+    for mp in (None, "bf16"):
+        cfg = WrapConfig(flavour="fsdp1", policy="layer", use_orig_params=True, mixed_precision=mp)
+        t, cf = trace_rank(odd, cfg, 3, 2, batch=1, seq=8), closed_form(odd, cfg, 3, 2)
+        assert (t.sharded_bytes, t.optimizer_bytes) == (cf["sharded"], cf["optimizer"]), (mp, t.sharded_bytes, cf)
+        sharded[mp] = t.sharded_bytes
+    assert sharded["bf16"] > sharded[None], sharded   # more alignment padding under bf16
+
 def test_what_cannot_be_predicted_is_one_line():
     grouped = add_lora(model_from_config(shipped_config("qwen3_moe"), device="meta"))   # grouped_mm, fp32
     with pytest.raises(FitsError, match="no float32 meta kernel") as e: predict_step_memory(grouped, world=2, seq=8)
@@ -170,7 +185,7 @@ def test_cli_bad_input_is_one_line_exit_2():
         assert rc == 2 and text in err.getvalue() and err.getvalue().count("\n") == 1, err.getvalue()
 
 # ---- the answer users read: precision as they set it, the wrap flags, the rows, the gate, the largest batch ----
-from lora_fsdp_kit.fits import fits_report
+from lora_fsdp_kit.fits_report import fits_report
 from lora_fsdp_kit.figures import fmt_bytes
 from lora_fsdp_kit.shards import clean_name
 from lora_fsdp_kit.testing import covering_array
@@ -250,7 +265,7 @@ def test_every_wrapping_the_plan_accepts_is_predicted(row):
     """The wrap flags, every pair of their values (a covering array, not the product): predicted (the last rank: it
     holds the padding), or refused in one line naming the flag, exactly where the plan finds an error."""
     from lora_fsdp_kit.__main__ import flag_language
-    from lora_fsdp_kit.fits import _one_line
+    from lora_fsdp_kit.fits_report import _one_line
     cfg, pm, world = _wrap_or_none(row), meta_model("llama"), 4 if row["sharding"] == "HYBRID" else 2
     errors = [f for f in cfg.plan(pm).check() if f.severity == "error"]
     try: mem = predict_step_memory(pm, world=world, wrap=cfg, seq=16, param_dtype=row["param_dtype"], rank=world - 1)
