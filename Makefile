@@ -179,3 +179,10 @@ test-vllm: export LFK_REQUIRE_VLLM = 1
 test-vllm: $(STAMP_VLLM)
 	$(VENV_VLLM)/bin/nbdev_test --flags vllm --path nbs/13_rollout.ipynb
 	$(PY_VLLM) -m pytest -q tests/test_rollout.py
+
+# The explorer as a web app (Voilà, the `explore` extra): prints its URL, serves until Ctrl-C.
+# `make explore MODEL=qwen3_omni_default` or `make explore CONFIG=path/to/config.json`.
+.PHONY: explore
+explore: $(STAMP)
+	@$(PY) -c "import voila" 2>/dev/null || $(call INSTALL,$(PY),voila)
+	$(PY) -c "from lora_fsdp_kit.explore import serve; serve(config='$(CONFIG)' or None, model='$(MODEL)' or None)"
