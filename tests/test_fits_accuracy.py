@@ -22,8 +22,8 @@ from lora_fsdp_kit.wrap import WrapConfig
 
 # ---------------------------------------------------------------- (1) reduced trace == full trace, to the byte
 MOE = dict(experts_implementation="batched_mm")
-WRAPS = {"fsdp2": WrapConfig(flavour="fsdp2"),
-         "fsdp2 ac bf16": WrapConfig(flavour="fsdp2", activation_checkpointing=True, mixed_precision="bf16"),
+# (plain FSDP2 is "fsdp2 hybrid" less the hybrid mesh: a row of its own would prove nothing more)
+WRAPS = {"fsdp2 ac bf16": WrapConfig(flavour="fsdp2", activation_checkpointing=True, mixed_precision="bf16"),
          "fsdp2 no-reshard fp16": WrapConfig(flavour="fsdp2", reshard_after_forward=False, mixed_precision="fp16"),
          "fsdp2 hybrid": WrapConfig(flavour="fsdp2", sharding="HYBRID", shard_size=2),
          "fsdp1 lora": WrapConfig(flavour="fsdp1"),
@@ -35,8 +35,9 @@ ROWS = covering_array(dict(wrap=list(WRAPS), model=["llama", "qwen3_moe"], world
 
 @functools.cache
 def six_layers(name:str):
-    return add_lora(model_from_config(dict(shipped_config(name), num_hidden_layers=6, **(MOE if "moe" in name else {})),
-                                      device="meta"), r=8)
+    "The fewest layers the reduction extends (traces 4 and 5, extends to 6); LoRA on q_proj only: ~1/3 fewer ops."
+    cfg = dict(shipped_config(name), num_hidden_layers=6, **(MOE if "moe" in name else {}))
+    return add_lora(model_from_config(cfg, device="meta"), r=8, target_modules=("q_proj",))
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: "-".join(map(str, r.values())))
 def test_reduced_trace_equals_the_full_trace(row):
