@@ -259,7 +259,7 @@ def _repr_mimebundle_(self:PlanExplorer, **kw):
     if self.plan is not None: b["image/png"] = base64.b64encode(self.chart.value).decode()
     return b
 
-# %% ../nbs/04c_explore.ipynb #5ca04ed7
+# %% ../nbs/04c_explore.ipynb #22adeab5
 AHEAD_DELAY_S = 1.0     # seconds between showing an answer and computing its neighbours
 AHEAD_FIRST_DELAY_S = 6.0   # the same after the panel's first answer: the page is drawn first, undisturbed
 
