@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/lib/chromium/chromium"          # Debian's binary (/usr/bin/chromium is a wrapper script)
 SHOTS = ROOT/"tests"/"browser_screenshots"       # gitignored: look at them after a run
-README_SHOT = ROOT/"nbs"/"images"/"explore_app.png"   # the README's and 04c_explore's picture of the app
+README_SHOT = ROOT/"nbs"/"images"/"explore_app.png"   # the README's and 14_explore's picture of the app
 
 def _missing()->str|None:
     "Why the browser test cannot run here (None: it can)."
