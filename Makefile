@@ -184,5 +184,5 @@ test-vllm: $(STAMP_VLLM)
 # `make explore MODEL=qwen3_omni_default` or `make explore CONFIG=path/to/config.json`.
 .PHONY: explore
 explore: $(STAMP)
-	@$(PY) -c "import voila" 2>/dev/null || $(call INSTALL,$(PY),voila)
-	$(PY) -c "from lora_fsdp_kit.explore import serve; serve(config='$(CONFIG)' or None, model='$(MODEL)' or None)"
+	@$(PY) -c "import voila" 2>/dev/null || $(call INSTALL,$(PY),-C editable_mode=compat -e ".[explore]")
+	$(VENV)/bin/lfk explore $(if $(MODEL),--model $(MODEL)) $(if $(CONFIG),--config $(CONFIG))

@@ -22,6 +22,7 @@ py_versions = '3.10 3.11 3.12 3.13'.split()
 requirements = shlex.split(cfg.get('requirements', ''))
 dev_requirements = shlex.split(cfg.get('dev_requirements', ''))
 npu_requirements = shlex.split(cfg.get('npu_requirements', ''))
+explore_requirements = shlex.split(cfg.get('explore_requirements', ''))
 min_python = cfg['min_python']
 lic = licenses.get(cfg['license'].lower(), (cfg['license'], None))
 
@@ -38,7 +39,7 @@ setuptools.setup(
     include_package_data = True,
     package_data = {cfg['lib_path']: ['configs/*.json']},
     install_requires = requirements,
-    extras_require = {'dev': dev_requirements, 'npu': npu_requirements},
+    extras_require = {'dev': dev_requirements, 'npu': npu_requirements, 'explore': explore_requirements},
     dependency_links = cfg.get('dep_links','').split(),
     python_requires  = '>=' + cfg['min_python'],
     long_description = open('README.md', encoding='utf-8').read(),
