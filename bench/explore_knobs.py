@@ -60,8 +60,8 @@ def fits_knobs(ex)->None:
     t = timed(lambda: setattr(ex.tabs, "selected_index", 3))
     print(f"  first trace (tab opened): {t:.2f} s  {f.seconds}")
     steps = [("batch 2", f.batch, 2), ("seq 4096", f.seq, 4096), ("precision fp32, bf16 compute", f.precision,
-             "fp32, bf16 compute"), ("checkpointing off", f.checkpointing, False), ("checkpointing on", f.checkpointing,
-             True), ("device 40 GiB", f.device_gib, 40), ("batch 2 (seen before)", f.batch, 2)]
+             "fp32, bf16 compute"), ("checkpointing off", f.checkpointing, False), ("checkpointing on (a trace seen before)", f.checkpointing,
+             True), ("device 40 GiB", f.device_gib, 40)]
     ts = []
     for name, w, v in steps:
         t = timed(lambda: setattr(w, "value", v)); ts.append(t)
