@@ -409,9 +409,12 @@ def serve(config:str|None=None,   # a config.json (or its folder) to explore
           port:int|None=None,     # the port (None: 8866, or the next free one)
          )->None:                 # returns when the server stops (Ctrl-C)
     "Serve the explorer as a web app with Voilà: print its URL, serve until Ctrl-C."
-    import importlib.util, re
+    import importlib.util, re, threading
     if importlib.util.find_spec("voila") is None:
         raise ModuleNotFoundError("the explorer app needs Voilà: pip install 'lora_fsdp_kit[explore]'")
+    def stop(signum, frame): raise SystemExit(128 + signum)   # SIGTERM (kill, timeout): the finally stops Voilà
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, stop) if main else None
     with tempfile.TemporaryDirectory() as d:
         cmd, env = app_command(d, config, model, port)
         proc = subprocess.Popen(cmd, cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -428,3 +431,4 @@ def serve(config:str|None=None,   # a config.json (or its folder) to explore
                 os.killpg(proc.pid, signal.SIGINT)
                 try: proc.wait(10)
                 except subprocess.TimeoutExpired: os.killpg(proc.pid, signal.SIGKILL); proc.wait()
+            if main: signal.signal(signal.SIGTERM, old)
