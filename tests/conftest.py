@@ -6,8 +6,8 @@ beside them are high and vary, the CPU-seconds much less). `~`: not measured alo
 in the last suite run (the median ratio of the files measured; test_gather's also x 0.4, its covering array's saving;
 test_fits_accuracy, new, its owner's estimate).
 A file not listed runs after these, in collection order."""
-COST = {"test_fits_accuracy": 150,   # ~ (its owner's estimate: 460 s wall for the real-rank part under load 8-10)
-        "test_fits": 135,            # ~ (90 s wall in the last suite run)
+COST = {"test_fits_accuracy": 220,   # 156 s + 65 s wall at load 0.5-2 (byte-equality rows, real ranks)
+        "test_fits": 139,            # 317 s wall at load 6
         "test_browser": 121,         # 308 s wall alone: Chromium and Voila
         "test_hazards": 75,          # 183 s
         "test_moe": 72,              # 180 s
