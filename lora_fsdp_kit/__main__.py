@@ -241,6 +241,7 @@ def module_constant(module:str, name:str):
     return next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
                 and any(isinstance(t, ast.Name) and t.id == name for t in n.targets))
 
+# %% ../nbs/90_cli.ipynb #4dcf06ce
 def _fits_parser(sub):
     "The `fits` sub-command's flags: the model, the job, the device, the precision, and the wrap flags (comma lists)."
     f = sub.add_parser("fits", help="which LoRA training settings fit in a device's memory (e.g. fits --config "
@@ -281,6 +282,7 @@ def _fits_parser(sub):
 FITS_DEFAULTS = dict(flavour="fsdp2,fsdp1", policy="layer", use_orig_params="on", activation_checkpointing="off,on",
                      mixed_precision="bf16")
 
+# %% ../nbs/90_cli.ipynb #d901cee3
 def _fits_args(a)->int|None:
     "2 (one line on stderr) for what the arguments alone refuse; `main` asks before it imports anything (torch)."
     import re
@@ -319,7 +321,6 @@ def _cmd_fits(a)->int:
                        targets=a.lora_targets, backend=a.backend, attention=a.attention, param_dtype=a.param_dtype,
                        lora_dtype=a.lora_dtype, reserve=a.reserve, max_batch=a.max_batch, max_seq=a.max_seq,
                        verbose=a.verbose, speak=flag_language, png=a.png, out=a.out)
-
 
 # %% ../nbs/90_cli.ipynb #15365ff1
 import difflib, re
@@ -420,6 +421,7 @@ def parser()->argparse.ArgumentParser:
     sub.add_parser("readme").set_defaults(fn=_cmd_readme)   # for the kit's developers: not listed in the help
     return p
 
+# %% ../nbs/90_cli.ipynb #c860a3b1
 def main(argv:list[str]|None=None)->int:
     "Entry point of `python -m lora_fsdp_kit` and the `lfk` script; bad input is one line on stderr and exit code 2."
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -27,10 +27,9 @@ class PlanExplorer:
     "The widget behind `explore`: a model picker, the knobs, and the chart, tree, findings and fits of the plan."
     def __init__(self, model:nn.Module|str|None=None, layer_cls="auto", lora_r:int=8, targets:str=PLAN_TARGETS,
                  config:str|None=None, ahead:bool=True):
-        import ipywidgets as W
+        import ipywidgets as W, threading
         from lora_fsdp_kit import models
         self.layer_cls, self.lora_r, self.targets, self._given = layer_cls, lora_r, targets, model
-        import threading
         self._models, self._plans, self._ahead = {}, {}, {}   # kept: models built, answers, answers ahead
         self._lock, self._pool, self._generation, self.ahead = threading.Lock(), None, 0, ahead
         whole = {"description_width": "initial"}            # descriptions are never cut
@@ -80,7 +79,6 @@ class PlanExplorer:
         self.plan, self.findings, self.error, self.source = None, [], None, ""
         if config: self.load(config=config)
         else: self.load(model if isinstance(model, nn.Module) else self.picker.value)
-
     def _changed(self, change):
         if self._syncing: return
         if change["owner"] is self.lora_leaves: self._leaves_wanted = change["new"]

@@ -207,6 +207,7 @@ def _dtypes(model, param_dtype, lora_dtype)->tuple[torch.dtype, torch.dtype]:
     pdt = _storage_dtype(param_dtype, "param_dtype", {"config": _config_dtype(model)})
     return pdt, _storage_dtype(lora_dtype, "lora_dtype", {"base": pdt})
 
+# %% ../nbs/11_fits.ipynb #68d4d398
 def _stored_as(model:nn.Module,                 # a peft model on meta
               param_dtype:str|torch.dtype="config", # the frozen base: "config" (config.json's torch_dtype) or a dtype
               lora_dtype:str|torch.dtype="base",    # the adapters: "base" (as `param_dtype`) or a dtype
@@ -241,7 +242,6 @@ def _precision_text(model:nn.Module, cfg:WrapConfig, param_dtype:str|torch.dtype
             + (f" and {_dtype_short(ldt)}" if ldt != pdt else "") + " (no mixed precision)")
     return (f"{fmt_count(n[0])} parameters stored in {_dtype_short(pdt)} ({src}), LoRA's {fmt_count(n[1])} in "
             f"{_dtype_short(ldt)} ({lsrc}), {comp}, gradients reduced in {'fp32' if mp else _dtype_short(ldt)}")
-
 
 # %% ../nbs/11_fits.ipynb #016fd9f5
 def predict_step_memory(model:nn.Module,               # a peft model on the meta device, as the plan takes it

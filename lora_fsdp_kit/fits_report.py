@@ -47,6 +47,7 @@ def _sb(n:int)->str:
         if abs(n) >= div: return f"{n / div:.3g}{u}"
     return f"{n}B"
 
+# %% ../nbs/11b_fits_report.ipynb #1f4c22aa
 @dataclass(frozen=True)
 class Setting:
     "One row of the `fits` answer: a wrap configuration, the storage dtypes and batch x seq, with its prediction."
@@ -219,6 +220,26 @@ def _answer(done:list[Setting], failed:list[str], found:dict, usable:int, search
     if verbose:
         for i, s in enumerate(done): print(f"{i + 1} {' '.join(s.words)}:"); print("\n".join(_details(s, usable)))
 
+# %% ../nbs/11b_fits_report.ipynb #6a744ca3
+def _fits_model(config:str, lora_r:int, targets:str)->nn.Module:
+    "The meta model with LoRA that `fits_report` traces: a multi-stage Omni model's thinker alone."
+    import sys
+    from lora_fsdp_kit.models import add_lora, model_from_config
+    base = model_from_config(config, device="meta")
+    if sub := text_model_of(base):   # a multi-stage Omni model: LoRA trains the thinker alone
+        print(f"fits: {type(base).__name__} has no text step of its own: tracing its {sub}", file=sys.stderr)
+        base = getattr(base, sub)
+    return add_lora(base, r=lora_r, target_modules=tuple(t for t in targets.split(",") if t),
+                    strict=targets != PLAN_TARGETS)   # targets the user named must each match
+
+def _jobs(wraps, pds, lds, batches, seqs, search):
+    "Every setting to trace, the words that name each, and the words they all share (said once, in the header)."
+    jobs = [(c, pd, ld, b, s) for c in wraps for pd in pds for ld in lds
+            for b in ([1] if search == "batch" else batches) for s in ([1] if search == "seq" else seqs)]
+    names = [[t if search is None or t != f"{b}x{s}" else ("?x" if search == "batch" else "x?").join(t.split("x"))
+              for t in Setting(c, b, s, None, pd, ld).words] for c, pd, ld, b, s in jobs]
+    return jobs, names, [t for t in names[0] if all(t in w for w in names)]
+
 # %% ../nbs/11b_fits_report.ipynb #954d6374
 def fits_report(config:str,                 # a model's config.json (or its folder), or a shipped config name
                 world:int,                  # ranks (devices) of the job
@@ -251,21 +272,11 @@ def fits_report(config:str,                 # a model's config.json (or its fold
         batches, seqs = _sweep(batch, "batch"), _sweep(seq, "seq")
         pds, lds = _dtype_words(param_dtype, "param_dtype", "config"), _dtype_words(lora_dtype, "lora_dtype", "base")
         if not wraps: raise FitsError("no wrapping to trace")
-        from lora_fsdp_kit.models import add_lora, model_from_config
-        base = model_from_config(config, device="meta")
-        if sub := text_model_of(base):   # a multi-stage Omni model: LoRA trains the thinker alone
-            print(f"fits: {type(base).__name__} has no text step of its own: tracing its {sub}", file=sys.stderr)
-            base = getattr(base, sub)
-        model = add_lora(base, r=lora_r, target_modules=tuple(t for t in targets.split(",") if t),
-                         strict=targets != PLAN_TARGETS)   # targets the user named must each match
+        model = _fits_model(config, lora_r, targets)
     except (FitsError, ValueError, FileNotFoundError, TypeError) as e:
         print(f"fits: error: {str(e).splitlines()[0]}", file=sys.stderr); return 2
     usable, search = device - res, "batch" if max_batch else "seq" if max_seq else None
-    jobs = [(c, pd, ld, b, s) for c in wraps for pd in pds for ld in lds
-            for b in ([1] if search == "batch" else batches) for s in ([1] if search == "seq" else seqs)]
-    names = [[t if search is None or t != f"{b}x{s}" else ("?x" if search == "batch" else "x?").join(t.split("x"))
-              for t in Setting(c, b, s, None, pd, ld).words] for c, pd, ld, b, s in jobs]
-    common = [t for t in names[0] if all(t in w for w in names)]
+    jobs, names, common = _jobs(wraps, pds, lds, batches, seqs, search)
     done, failed, found = [], [], {}
     for (c, pd, ld, b, s), words in zip(jobs, names):
         t0, label = time.perf_counter(), " ".join(t for t in words if t not in common) or "the setting"

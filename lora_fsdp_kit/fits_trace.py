@@ -410,6 +410,7 @@ def why_not_reduced(model:nn.Module, # a peft model on the meta device
 
 _WHY: dict = {}   # (id(model), repr(cfg)) -> (weakref to the model, the answer): the plan is read once per pair
 
+# %% ../nbs/11a_fits_trace.ipynb #1128c71e
 def _why_not(model:nn.Module, cfg:WrapConfig)->str|None:
     found = decoder_layers(model)
     if found is None: return "no list of num_hidden_layers decoder layers"

@@ -205,10 +205,7 @@ def add_lora(model:nn.Module,                       # a transformers model (real
         raise ValueError(f"target_modules={idle or target_modules!r} match no module{where} of "
                          f"{type(model).__name__}; linear/embedding/conv leaf names there: "
                          f"{', '.join(leaves) or '(none)'}")
-    # peft gets the exact module names: a regex target is not safe to hand over. On MoE model types
-    # (qwen3_moe, qwen3_omni_moe, ...) peft 0.21 converts the config for transformers 5's fused experts and, on the
-    # way, reduces a regex to the *leaf names* it matched — `thinker\..*q_proj` silently becomes `{"q_proj"}` and
-    # LoRA lands in the talker and code2wav too.
+    # exact module names to peft, never a regex: on MoE types peft reduces a regex to leaf names (see below)
     target = target_modules if (scopes is None and not isinstance(target_modules, str)) else hits
     init_lora_weights = {"random": True, "zeros": True}.get(init, init) if isinstance(init, str) else init
     # full names, not the suffixes given: peft matches suffixes anywhere (a thinker's experts and the talker's)

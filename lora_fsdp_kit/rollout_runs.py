@@ -14,76 +14,8 @@ from .rollout import (bucket_bytes, certify, pack, push_lora, push_merged, refer
                       unpack)
 
 # %% auto #0
-__all__ = ['CHAPTER_CONFIG', 'CHAPTER_VOCAB', 'chapter_model', 'train_versions', 'versions_from_ranks', 'Served',
-           'served_vs_trained', 'serve_versions', 'plot_served']
-
-# %% ../nbs/95f_rollout_runs.ipynb #bba94985
-# the chapter's tiny Llama, head size 32: vLLM's CPU attention has no head size 16 (the shipped config's)
-CHAPTER_CONFIG = dict(hidden_size=128, intermediate_size=256, head_dim=32, num_attention_heads=4, num_key_value_heads=2)
-
-def chapter_model(folder:str|None=None)->nn.Module:
-    "The HF + peft model `train_versions` starts from; with `folder`, its base model saved there for vLLM to load."
-    from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
-    cfg = {**shipped_config("llama"), **CHAPTER_CONFIG}
-    if folder is not None: model_from_config(cfg, device="cpu", seed=0).save_pretrained(folder)
-    return add_lora(model_from_config(cfg, device="cpu", seed=0), r=8, alpha=16).eval()
-
-def train_versions(flavour:str="fsdp2",        # "fsdp1" (FullyShardedDataParallel) or "fsdp2" (fully_shard)
-                   versions:int=5,             # adapter versions to train and gather
-                   steps:int=2,                # optimizer steps per version
-                   merged_at:tuple=(2,),       # versions whose merged weights are streamed too
-                   fraction:float=0.25,        # `bucket_bytes`'s share of free memory
-                   first:int=0,                # the first version's index (it selects the batches)
-                   adapter:bytes|None=None,    # the adapter to start from, `pack`ed (the last version's)
-                  )->list[dict]|None:          # rank 0: one dict per version; other ranks: None
-    "Rank code of the chapter's loop: train under FSDP, stream each version out in buckets, measure the streams' peaks."
-    import time, torch.distributed as dist
-    from peft import set_peft_model_state_dict
-    from lora_fsdp_kit.export import iter_lora_buckets
-    from lora_fsdp_kit.gather import iter_merged_weights
-    from lora_fsdp_kit.wrap import WrapConfig
-    pm = chapter_model()
-    if adapter is not None: set_peft_model_state_dict(pm, unpack(adapter))
-    size = bucket_bytes(pm, fraction=fraction)
-    model = WrapConfig(flavour=flavour, policy="peft" if flavour == "fsdp1" else "layer").wrap(pm)
-    rank, out = dist.get_rank(), []
-    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.05)   # no state to carry
-    for v in range(first, first + versions):
-        g = torch.Generator().manual_seed(1000 * v + rank)          # each rank and version its own batches
-        for _ in range(steps):                                      # next-token loss on random tokens
-            ids = torch.randint(0, CHAPTER_VOCAB, (2, 16), generator=g)
-            model(input_ids=ids, labels=ids).loss.backward(); opt.step(); opt.zero_grad()
-        t0 = time.perf_counter()
-        lora = [p for b in iter_lora_buckets(model, bucket_bytes=size, rank0_only=True) for p in b]
-        gather_s = time.perf_counter() - t0
-        merged = list(iter_merged_weights(model, progress=False)) if v in merged_at else None
-        peaks = _stream_peaks(model, size, ("lora", "merged") if v in merged_at else ("lora",))
-        if rank == 0: out.append(dict(version=v, lora=dict(lora), merged=merged and dict(merged), peaks=peaks,
-                                      gather_s=gather_s, bucket_bytes=size, world=dist.get_world_size()))
-    return out if rank == 0 else None
-
-def _stream_peaks(model:nn.Module, size:int, what:tuple)->dict[str, tuple[int, int]]:
-    "Collective: {'lora'|'merged': (peak extra bytes, its bound)} of the stream in `size` buckets, the largest rank's."
-    import torch.distributed as dist
-    from lora_fsdp_kit.measure_streams import measure_stream
-    mine = {w: (p.peak_extra, p.bound) for w in what for p in [measure_stream(model, size, what=w)]}
-    every = [None] * dist.get_world_size()
-    dist.all_gather_object(every, mine)
-    return {w: max((r[w] for r in every), key=lambda pb: pb[0] / max(pb[1], 1)) for w in what}
-
-def versions_from_ranks(flavour:str="fsdp2",   # "fsdp1" or "fsdp2"
-                        versions:int=5,        # how many
-                        **kw,                  # further `train_versions` arguments
-                       ):                      # rank 0's record of each version, as it is trained
-    "Train one version at a time on 2 launched ranks, each from the last: train, then push and generate, in turn."
-    from lora_fsdp_kit.launch import launch
-    adapter = None
-    for v in range(versions):
-        rec = launch(train_versions, flavour, versions=1, first=v, adapter=adapter, quiet=True, **kw)[0][0]
-        adapter = pack(rec["lora"])
-        yield rec
-
-CHAPTER_VOCAB = 512   # the shipped llama config's
+__all__ = ['CHAPTER_CONFIG', 'CHAPTER_VOCAB', 'Served', 'served_vs_trained', 'serve_versions', 'plot_served', 'chapter_model',
+           'train_versions', 'versions_from_ranks']
 
 # %% ../nbs/95f_rollout_runs.ipynb #9f70880e
 @dataclass(frozen=True)
@@ -186,3 +118,72 @@ def plot_served(rows:list[Served])->"KitFigure":
     px.set_xticks(range(len(rows)), labels, fontsize=7); px.legend(fontsize=7)
     px.set(title="trainer's peak (KiB)")
     return fig
+
+# %% ../nbs/95f_rollout_runs.ipynb #bba94985
+# the chapter's tiny Llama, head size 32: vLLM's CPU attention has no head size 16 (the shipped config's)
+CHAPTER_CONFIG = dict(hidden_size=128, intermediate_size=256, head_dim=32, num_attention_heads=4, num_key_value_heads=2)
+
+def chapter_model(folder:str|None=None)->nn.Module:
+    "The HF + peft model `train_versions` starts from; with `folder`, its base model saved there for vLLM to load."
+    from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+    cfg = {**shipped_config("llama"), **CHAPTER_CONFIG}
+    if folder is not None: model_from_config(cfg, device="cpu", seed=0).save_pretrained(folder)
+    return add_lora(model_from_config(cfg, device="cpu", seed=0), r=8, alpha=16).eval()
+
+def train_versions(flavour:str="fsdp2",        # "fsdp1" (FullyShardedDataParallel) or "fsdp2" (fully_shard)
+                   versions:int=5,             # adapter versions to train and gather
+                   steps:int=2,                # optimizer steps per version
+                   merged_at:tuple=(2,),       # versions whose merged weights are streamed too
+                   fraction:float=0.25,        # `bucket_bytes`'s share of free memory
+                   first:int=0,                # the first version's index (it selects the batches)
+                   adapter:bytes|None=None,    # the adapter to start from, `pack`ed (the last version's)
+                  )->list[dict]|None:          # rank 0: one dict per version; other ranks: None
+    "Rank code of the chapter's loop: train under FSDP, stream each version out in buckets, measure the streams' peaks."
+    import time, torch.distributed as dist
+    from peft import set_peft_model_state_dict
+    from lora_fsdp_kit.export import iter_lora_buckets
+    from lora_fsdp_kit.gather import iter_merged_weights
+    from lora_fsdp_kit.wrap import WrapConfig
+    pm = chapter_model()
+    if adapter is not None: set_peft_model_state_dict(pm, unpack(adapter))
+    size = bucket_bytes(pm, fraction=fraction)
+    model = WrapConfig(flavour=flavour, policy="peft" if flavour == "fsdp1" else "layer").wrap(pm)
+    rank, out = dist.get_rank(), []
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.05)   # no state to carry
+    for v in range(first, first + versions):
+        g = torch.Generator().manual_seed(1000 * v + rank)          # each rank and version its own batches
+        for _ in range(steps):                                      # next-token loss on random tokens
+            ids = torch.randint(0, CHAPTER_VOCAB, (2, 16), generator=g)
+            model(input_ids=ids, labels=ids).loss.backward(); opt.step(); opt.zero_grad()
+        t0 = time.perf_counter()
+        lora = [p for b in iter_lora_buckets(model, bucket_bytes=size, rank0_only=True) for p in b]
+        gather_s = time.perf_counter() - t0
+        merged = list(iter_merged_weights(model, progress=False)) if v in merged_at else None
+        peaks = _stream_peaks(model, size, ("lora", "merged") if v in merged_at else ("lora",))
+        if rank == 0: out.append(dict(version=v, lora=dict(lora), merged=merged and dict(merged), peaks=peaks,
+                                      gather_s=gather_s, bucket_bytes=size, world=dist.get_world_size()))
+    return out if rank == 0 else None
+
+# %% ../nbs/95f_rollout_runs.ipynb #79a5c9b2
+def _stream_peaks(model:nn.Module, size:int, what:tuple)->dict[str, tuple[int, int]]:
+    "Collective: {'lora'|'merged': (peak extra bytes, its bound)} of the stream in `size` buckets, the largest rank's."
+    import torch.distributed as dist
+    from lora_fsdp_kit.measure_streams import measure_stream
+    mine = {w: (p.peak_extra, p.bound) for w in what for p in [measure_stream(model, size, what=w)]}
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    return {w: max((r[w] for r in every), key=lambda pb: pb[0] / max(pb[1], 1)) for w in what}
+
+def versions_from_ranks(flavour:str="fsdp2",   # "fsdp1" or "fsdp2"
+                        versions:int=5,        # how many
+                        **kw,                  # further `train_versions` arguments
+                       ):                      # rank 0's record of each version, as it is trained
+    "Train one version at a time on 2 launched ranks, each from the last: train, then push and generate, in turn."
+    from lora_fsdp_kit.launch import launch
+    adapter = None
+    for v in range(versions):
+        rec = launch(train_versions, flavour, versions=1, first=v, adapter=adapter, quiet=True, **kw)[0][0]
+        adapter = pack(rec["lora"])
+        yield rec
+
+CHAPTER_VOCAB = 512   # the shipped llama config's

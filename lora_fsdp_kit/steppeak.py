@@ -109,6 +109,7 @@ def _train_step(fm, opt, case:dict):
     fm(input_ids=ids, labels=ids).loss.backward()
     opt.step(); opt.zero_grad(set_to_none=True)
 
+# %% ../nbs/95d_steppeak.ipynb #68874298
 def measure_step(case:dict,      # model (a zoo name), overrides, r, wrap (a WrapConfig dict), batch, seq
                  group=None,      # the process group to shard over (None: the whole world)
                 )->dict:
