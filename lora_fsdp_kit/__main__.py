@@ -121,6 +121,7 @@ def _world_refusals(plan, cfg, world:int|None)->int:
               f"{p.shard_dim} (e.g. {tuple(p.shape)}); fix: {flag_language(bad[0].fix)}")
     return 1 if bad else 0
 
+# %% ../nbs/90_cli.ipynb #61bc4102
 def _cmd_doctor(a)->int:
     from lora_fsdp_kit.doctor import doctor
     r = doctor(models=not a.no_models)

@@ -79,10 +79,13 @@ class PlanExplorer:
         self.plan, self.findings, self.error, self.source = None, [], None, ""
         if config: self.load(config=config)
         else: self.load(model if isinstance(model, nn.Module) else self.picker.value)
-    def _changed(self, change):
-        if self._syncing: return
-        if change["owner"] is self.lora_leaves: self._leaves_wanted = change["new"]
-        self.refresh()
+
+# %% ../nbs/14_explore.ipynb #8b4a67d1
+@patch_to(PlanExplorer)
+def _changed(self:PlanExplorer, change):
+    if self._syncing: return                            # the panel setting its own knobs: no re-plan
+    if change["owner"] is self.lora_leaves: self._leaves_wanted = change["new"]
+    self.refresh()
 
 # %% ../nbs/14_explore.ipynb #1d434043
 @patch_to(PlanExplorer)

@@ -64,7 +64,7 @@ def test_readme_python_examples_run_as_written(tmp_path):
     runnable = [b for b in blocks if "your/" not in b]
     assert len(runnable) >= 4 and any("plan_command(" in b for b in runnable), len(runnable)
     sketches = [b for b in blocks if "your/" in b]
-    assert all("examples/train_save_load.py" in text for _ in sketches)   # the runnable version of the sketches
+    assert not sketches or "examples/train_save_load.py" in text   # the sketches name their runnable version
     script = "import matplotlib; matplotlib.use('Agg')\n" + "\n".join(
         f"print('--- block {i}', flush=True)\n{b}" for i, b in enumerate(runnable))
     r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=600,
