@@ -5,7 +5,7 @@
 # %% ../nbs/11b_fits_report.ipynb #b2ae4889
 from __future__ import annotations
 
-import time
+import textwrap, time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -217,6 +217,10 @@ def _answer(done:list[Setting], failed:list[str], found:dict, usable:int, search
     shown = {k for s in done for k in s.row(usable)["largest"].split(", ")}
     used = [f"{v} = {k}" for k, v in _CAT_SHORT.items() if v != k and any(x.startswith(v + " ") for x in shown)]
     if used: print("categories: " + ", ".join(used))
+    if len(done) > 1:   # the rows' short names in words, wrapped to the table's 100 columns
+        common = set.intersection(*(set(s.words) for s in done))
+        said = "; ".join(f"{i + 1} = {_in_words([w for w in s.words if w not in common])}" for i, s in enumerate(done))
+        print(textwrap.fill("settings: " + said, 100, subsequent_indent="  ", break_on_hyphens=False))
     if verbose:
         for i, s in enumerate(done): print(f"{i + 1} {' '.join(s.words)}:"); print("\n".join(_details(s, usable)))
 
