@@ -201,11 +201,15 @@ def _details(s:Setting, usable:int)->list[str]:
                                                  sorted(by.items(), reverse=True)))
     return out
 
+def _wrapped(lines:list[str])->list[str]:
+    "Lines over the table's 100 columns folded, the rest indented by 2."
+    return [textwrap.fill(t, 100, subsequent_indent="  ", break_on_hyphens=False) for t in lines]
+
 def _answer(done:list[Setting], failed:list[str], found:dict, usable:int, search:str|None, verbose:bool):
     "The precision assumed, the rows, the searched values, what cannot be predicted and (verbose) the details."
     texts = {}
     for i, s in enumerate(done): texts.setdefault(s.memory.assumptions, []).append(str(i + 1))
-    for t, rows in texts.items(): print(f"precision{'' if len(texts) == 1 else ' of ' + ','.join(rows)}: {t}")
+    for t, rows in texts.items(): print(*_wrapped([f"precision{'' if len(texts) == 1 else ' of ' + ','.join(rows)}: {t}"]))
     if done: print(settings_table(done, usable))
     for i, (best, seen) in found.items():
         nxt = seen.get(best + 1)
@@ -220,7 +224,7 @@ def _answer(done:list[Setting], failed:list[str], found:dict, usable:int, search
     if len(done) > 1:   # the rows' short names in words, wrapped to the table's 100 columns
         common = set.intersection(*(set(s.words) for s in done))
         said = "; ".join(f"{i + 1} = {_in_words([w for w in s.words if w not in common])}" for i, s in enumerate(done))
-        print(textwrap.fill("settings: " + said, 100, subsequent_indent="  ", break_on_hyphens=False))
+        print(*_wrapped(["settings: " + said]))
     if verbose:
         for i, s in enumerate(done): print(f"{i + 1} {' '.join(s.words)}:"); print("\n".join(_details(s, usable)))
 
