@@ -286,18 +286,15 @@ FITS_DEFAULTS = dict(flavour="fsdp2,fsdp1", policy="layer", use_orig_params="on"
 # %% ../nbs/90_cli.ipynb #d901cee3
 def _fits_args(a)->int|None:
     "2 (one line on stderr) for what the arguments alone refuse; `main` asks before it imports anything (torch)."
-    import re
-    units, sizes = module_constant("figures", "_SIZE"), {}   # parse_bytes' table: importing figures (matplotlib) costs 1 CPU-s
+    from lora_fsdp_kit.units import parse_bytes   # the standard library only: no torch, no matplotlib
+    sizes = {}
     words = dict(param_dtype=("config", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16"),
                  lora_dtype=("base", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16"),
                  flavour=("fsdp1", "fsdp2"), mixed_precision=("none", "bf16", "bfloat16", "fp16", "float16"))
     def refuse(text): print(f"fits: error: {text}", file=sys.stderr); return 2
     for flag, text in (("--device-memory", a.device_memory), ("--reserve", a.reserve)):
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
-        if m and not m.group(2): return refuse(f"{flag} {m.group(1)}: add a unit, {m.group(1)}GiB or {m.group(1)}GB")
-        if not m or m.group(2).lower() not in units:
-            return refuse(f"cannot read {text!r} as a memory size: write e.g. 80GiB or 80GB")
-        sizes[flag] = float(m.group(1)) * units[m.group(2).lower()]
+        try: sizes[flag] = parse_bytes(text)
+        except ValueError as e: return refuse(f"{flag} {e}")
     if sizes["--device-memory"] <= 0: return refuse(f"--device-memory {a.device_memory}: a device has more than 0 bytes")
     if sizes["--reserve"] >= sizes["--device-memory"]:
         return refuse(f"--reserve {a.reserve} leaves nothing of --device-memory {a.device_memory}")

@@ -16,7 +16,7 @@ from .platform import detect_platform, get_platform
 from .launch import launch, _SignalsToExit
 from .models import tiny_model, model_from_config, add_lora, model_names, summarize_model
 from .families import text_model_of
-from .figures import fmt_bytes, fmt_count
+from .units import fmt_bytes, fmt_count
 from .strip import strip_submodules, strip_names_for, StripReport
 from . import plan as P
 from .wrap import WrapConfig

@@ -9,6 +9,9 @@ import io
 
 from matplotlib.figure import Figure
 
+# fmt_bytes labels byte_axis' ticks; fmt_count and parse_bytes only until every caller imports them from `units`
+from .units import fmt_bytes, fmt_count, parse_bytes
+
 class KitFigure(Figure):
     "A matplotlib `Figure` that shows itself as a PNG in any Jupyter front end, whatever backend is selected."
     def _repr_png_(self)->bytes:
@@ -38,38 +41,7 @@ def new_figure(figsize:tuple[float, float]=(9.0, 5.0),  # inches; 9 inches at th
     return KitFigure(figsize=figsize, layout=layout, **kwargs)
 
 # %% auto #0
-__all__ = ['KitFigure', 'new_figure', 'fmt_count', 'fmt_bytes', 'parse_bytes', 'byte_axis']
-
-# %% ../nbs/00a_figures.ipynb #8f981af8
-def fmt_count(n:int)->str:
-    "Human-readable parameter count (`1.23 M`); the kit's one formatter for counts."
-    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(n) >= div: return f"{n/div:.2f} {unit}"
-    return str(n)
-
-def fmt_bytes(n:int|float|None,   # bytes (None: unknown)
-              compact:bool=False,  # no trailing zeros (`1 KiB`, `1.5 GiB`): the tick labels of `figures.byte_axis`
-             )->str:
-    "Human-readable bytes in binary units (`1.50 MiB`, `–` for unknown); the kit's one formatter for sizes."
-    if n is None: return "–"
-    for div, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if abs(n) >= div: return f"{n/div:{'g' if compact else '.2f'}} {unit}"
-    return f"{n:{'g' if compact else '.0f'}} B"
-
-# %% ../nbs/00a_figures.ipynb #1f7a86d9
-_SIZE = {"b": 1, "kb": 1_000, "mb": 1_000_000, "gb": 1_000_000_000, "tb": 1_000_000_000_000, "kib": 1_024,
-         "mib": 1_048_576, "gib": 1_073_741_824, "tib": 1_099_511_627_776}
-
-def parse_bytes(text:str|int,   # "80GiB", "80 GB", "1.5TiB", or an int of bytes
-               )->int:
-    "A memory size as users write it -> bytes; a number without a unit is refused (ValueError), with the fix."
-    import re
-    if isinstance(text, int) and not isinstance(text, bool): return text
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
-    if m and not m.group(2): raise ValueError(f"{m.group(1)}: add a unit, {m.group(1)}GiB or {m.group(1)}GB")
-    if not m or m.group(2).lower() not in _SIZE:
-        raise ValueError(f"cannot read {text!r} as a memory size: write e.g. 80GiB or 80GB")
-    return int(float(m.group(1)) * _SIZE[m.group(2).lower()])
+__all__ = ['KitFigure', 'new_figure', 'byte_axis']
 
 # %% ../nbs/00a_figures.ipynb #ca700781
 def byte_axis(axis,          # `ax.xaxis` or `ax.yaxis`, already on a log scale

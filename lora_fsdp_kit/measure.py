@@ -18,7 +18,7 @@ from .gather import GatherEngine, _own_cpu_copy, check_collected, gather_engine
 from .packing import evenly
 from .memory import AllGatherCounter, MemoryMeter
 from .votes import CHECK_BYTES
-from .figures import fmt_bytes
+from .units import fmt_bytes
 from .plan import dtype_itemsize
 from .shards import (fsdp1_align, fsdp1_flat_numels, fsdp1_layouts, fsdp1_padded_numel, fsdp2_layout,
                                   fsdp2_padded_numel)

@@ -14,7 +14,7 @@ from torch import nn
 from .export import ADAPTER_WEIGHTS, _nbytes, buckets, iter_lora, save_lora
 from .gather import GatherEngine, gather_engine, iter_merged_weights
 from .memory import MemoryMeter
-from .figures import fmt_bytes
+from .units import fmt_bytes
 
 # %% auto #0
 __all__ = ['SaveProfile', 'measure_save', 'StreamProfile', 'measure_stream', 'plot_streams']

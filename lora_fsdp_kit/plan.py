@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from .figures import fmt_bytes, fmt_count
+from .units import fmt_bytes, fmt_count
 from .methods import patch_to
 from .shards import clean_name, join_name   # the kit's one name function
 from .policies import (WrapPolicy, is_lora_name, fsdp1_unit_modules, resolve_targets, _name_pattern,

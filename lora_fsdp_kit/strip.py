@@ -15,7 +15,7 @@ from torch import nn
 from .methods import patch_to
 from .families import FAMILIES, layer_class_names
 from .models import ModelSummary, summarize_model, submodule, _unwrap
-from .figures import fmt_bytes, fmt_count
+from .units import fmt_bytes, fmt_count
 
 # %% auto #0
 __all__ = ['DEFAULT_STRIP_MODULES', 'STRIP_ATTRIBUTES', 'strip_names_for', 'time_bound', 'RemovedModule', 'StripReport',

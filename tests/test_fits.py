@@ -186,7 +186,7 @@ def test_cli_bad_input_is_one_line_exit_2():
 
 # ---- the answer users read: precision as they set it, the wrap flags, the rows, the gate, the largest batch ----
 from lora_fsdp_kit.fits_report import fits_report
-from lora_fsdp_kit.figures import fmt_bytes
+from lora_fsdp_kit.units import fmt_bytes
 from lora_fsdp_kit.shards import clean_name
 from lora_fsdp_kit.testing import covering_array
 
