@@ -130,6 +130,7 @@ _FSDP2_GATHER = "per-unit LoRA gather on FSDP2 (gather.gather_lora, measure.meas
 _LOAD1 = "writing LoRA back into FSDP1 shards (export.load_lora)"
 _GUARD = "the collective-order guard (hazards.check_collective_order, through sharded.intercept_collectives)"
 _PLAN1 = "FSDP1 unit planning from torch's own wrapping walk (plan.plan_fsdp1, wrap.wrap_fsdp2_like)"
+_FITS = "tracing a rank's step memory (fits.predict_step_memory, fits_trace.trace_rank)"
 
 _FSDP2_INTERNALS = [
     # FSDP2: public since torch 2.6 (before, torch.distributed._composable.fsdp)
@@ -155,10 +156,10 @@ _FSDP1_INTERNALS = [
     Internal(f"{_T}.fsdp:FullyShardedDataParallel", _FSDP1_GATHER, attrs=("_handle", "summon_full_params")),
     Internal(f"{_T}.fsdp._flat_param:FlatParamHandle", _FSDP1_GATHER,
              attrs=("flat_param", "uses_sharded_strategy", "world_size", "rank", "process_group")),
-    Internal(f"{_T}.fsdp._flat_param:FlatParameter", _FSDP1_GATHER + ", memory.MemoryMeter",
+    Internal(f"{_T}.fsdp._flat_param:FlatParameter", _FSDP1_GATHER + ", memory.MemoryMeter, " + _FITS,
              attrs=("_param_infos", "_shapes", "_fqns", "_padded_unsharded_size", "_unpadded_unsharded_size",
                     "_shard_param_infos", "_shared_param_infos", "_local_shard", "_numels_with_padding",
-                    "_is_padding_mask", "_full_param_padded", "_full_prec_full_param_padded")),
+                    "_is_padding_mask", "_full_param_padded", "_full_prec_full_param_padded", "_params")),
     Internal(f"{_T}.fsdp._flat_param:ParamInfo", _FSDP1_GATHER, attrs=("param_name", "module", "module_name")),
     Internal(f"{_T}.fsdp._flat_param:_ShardParamInfo", _LOAD1,
              attrs=("in_shard", "offset_in_shard", "numel_in_shard", "intra_param_start_idx", "intra_param_end_idx")),
@@ -200,8 +201,21 @@ _FSDP1_INTERNALS = [
 # %% ../nbs/00c_doctor.ipynb #c7a2d68c
 _OTHER_INTERNALS = [
     # measuring
-    Internal(f"{_T}._tools.mem_tracker:MemTracker", "CPU peak-memory timeline (memory.MemoryMeter)",
-             attrs=("_update_snap", "_curr_mem_snap", "track_external")),
+    Internal(f"{_T}._tools.mem_tracker:MemTracker", "CPU peak-memory timeline (memory.MemoryMeter); " + _FITS,
+             attrs=("_update_snap", "_curr_mem_snap", "track_external", "_mod_tracker", "_in_opt",
+                    "_update_peak_stats", "_track_module_params_and_buffers", "_param_to_grad_hook_handles",
+                    "_update_and_maybe_create_winfos", "_pre_fw_hook", "_post_fw_hook", "_pre_bw_hook",
+                    "_post_bw_hook", "reset_mod_stats")),
+    # tracing a rank on fake tensors (fits_trace, through sharded's accessors): the trackers it subclasses, the
+    # fake process group, and the two FSDP1 functions it patches for tensors without data pointers
+    Internal(f"{_T}._tools.mem_tracker:_MemRefType", _FITS, attrs=("GRAD",)),
+    Internal(f"{_T}._tools.fsdp2_mem_tracker:FSDPMemTracker", _FITS, params=("mod", "optm"),
+             attrs=("_fsdp_param_group_post_backward",)),
+    Internal(f"{_T}._tools.mod_tracker:ModTracker", _FITS, attrs=("parents", "is_bw", "register_user_hooks")),
+    Internal("torch.testing._internal.distributed.fake_pg:FakeStore", _FITS),
+    Internal(f"{_T}.fsdp._flat_param:_same_storage", _FITS, params=("a", "b")),
+    Internal(f"{_T}.fsdp._flat_param:_data_ptr_allocated", _FITS, params=("tensor",)),
+    Internal("torch._subclasses.fake_tensor:FakeTensor", _FITS, attrs=("untyped_storage", "storage_offset")),
     Internal("torch.utils._python_dispatch:TorchDispatchMode", "counting all-gathered bytes (memory.AllGatherCounter)"),
     Internal("torch.utils._pytree:tree_flatten", "counting all-gathered bytes (memory.AllGatherCounter)"),
     Internal("torch.nn.utils._named_member_accessor:swap_tensor",

@@ -28,7 +28,9 @@ _lazy_init = internal("torch.distributed.fsdp._runtime_utils:_lazy_init")
 
 # %% auto #0
 __all__ = ['ShardedParam', 'ShardedUnit', 'ShardedView', 'sharded_view', 'view_rows', 'reshard_units', 'intercept_collectives',
-           'collective_ranks']
+           'collective_ranks', 'fsdp1_flat_params', 'flat_layout', 'flat_orig_params', 'flat_local_shard',
+           'fsdp2_unit_ran', 'local_tensor', 'tracker_live', 'tracker_modules', 'tracker_in_optimizer',
+           'fsdp1_under_fake_tensors']
 
 # %% ../nbs/04a_sharded.ipynb #5371eb09
 @dataclass(frozen=True, eq=False)
@@ -339,3 +341,59 @@ def collective_ranks(view:ShardedView, # the model's `sharded_view`
     # same set on every member, so that all of them (and no other rank) use one channel of the store
     ranks = tuple(sorted({a + b - me for a in rows for b in cols}))
     return ranks, list({id(g): g for g in shard + repl}.values())
+
+# %% ../nbs/04a_sharded.ipynb #57604a63
+def fsdp1_flat_params(wrapped:nn.Module)->list:
+    "FSDP1: every unit's FlatParameter, in module order."
+    return [m._handle.flat_param for m in wrapped.modules() if isinstance(m, _FSDP1) and m._handle is not None]
+
+def flat_layout(fp)->tuple[tuple, list]:
+    "A FlatParameter's pieces, padding included, and which of them are padding."
+    return fp._numels_with_padding, fp._is_padding_mask
+
+def flat_orig_params(fp)->list:
+    "The original parameters of a FlatParameter under `use_orig_params`, one per non-padding piece, in order."
+    return fp._params
+
+def flat_local_shard(fp)->torch.Tensor:
+    "This rank's shard of a FlatParameter (set at FSDP1's lazy init, the first forward)."
+    return fp._local_shard
+
+def fsdp2_unit_ran(fsdp_mod:nn.Module)->bool:
+    "FSDP2: whether every parameter of this unit was unsharded in this step (a unit no batch reaches never is)."
+    group = fsdp_mod._get_fsdp_state()._fsdp_param_group
+    return group is None or all(hasattr(p, "_unsharded_param") for p in group.fsdp_params)
+
+def local_tensor(t:torch.Tensor)->torch.Tensor:
+    "A DTensor's local tensor; any other tensor itself."
+    from torch.distributed.tensor import DTensor
+    return t._local_tensor if isinstance(t, DTensor) else t
+
+def tracker_live(tracker)->dict:
+    "torch's memory tracker: {device: {category: bytes}} live now, each device's 'Total' included."
+    return tracker._curr_mem_snap
+
+def tracker_modules(tracker):
+    "torch's memory tracker: its ModTracker (`.parents`, the modules running; `.is_bw`, in the backward)."
+    return tracker._mod_tracker
+
+def tracker_in_optimizer(tracker)->bool: return tracker._in_opt   # torch's memory tracker: in the optimizer step
+
+@contextlib.contextmanager
+def fsdp1_under_fake_tensors():
+    "FSDP1 tells a resharded flat parameter by its data pointer; fake tensors have none: compare storages instead."
+    require("torch.distributed.fsdp._flat_param:_same_storage", "torch.distributed.fsdp._flat_param:_data_ptr_allocated",
+            "torch._subclasses.fake_tensor:FakeTensor")
+    from torch._subclasses.fake_tensor import FakeTensor
+    import torch.distributed.fsdp._flat_param as flat
+    same, alloc, had = flat._same_storage, flat._data_ptr_allocated, "data_ptr" in FakeTensor.__dict__
+    flat._same_storage = (lambda a, b: local_tensor(a).untyped_storage()._cdata
+                          == local_tensor(b).untyped_storage()._cdata)
+    # SHARD_GRAD_OP with use_orig_params asks whether the unsharded flat parameter is allocated by its data pointer
+    flat._data_ptr_allocated = lambda t: (local_tensor(t).untyped_storage().nbytes() > 0
+                                          if isinstance(local_tensor(t), FakeTensor) else alloc(t))
+    FakeTensor.data_ptr = lambda self: self.untyped_storage()._cdata + self.storage_offset() * self.element_size()
+    try: yield
+    finally:
+        flat._same_storage, flat._data_ptr_allocated = same, alloc
+        if not had: del FakeTensor.data_ptr
