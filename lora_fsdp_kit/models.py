@@ -15,7 +15,7 @@ from torch import nn
 
 from .doctor import model_check
 from .families import FAMILIES, lora_layer_names
-from .figures import fmt_bytes, fmt_count
+from .units import fmt_bytes, fmt_count
 
 # %% auto #0
 __all__ = ['TINY_MODELS', 'FULL_SIZE_CONFIGS', 'model_names', 'tiny_model', 'model_from_config', 'submodule', 'add_lora',
@@ -184,13 +184,12 @@ def add_lora(model:nn.Module,                       # a transformers model (real
              target_parameters:Iterable[str]|None=None,  # parameter names (suffixes), e.g. fused MoE experts' 3-D
                                                     # "mlp.experts.gate_up_proj": peft's `ParamWrapper`
              strict:bool=False,                     # every name of a target list must match (a typo is an error)
+             use_dora:bool=False,                   # DoRA (peft's use_dora): a trainable magnitude per output row
             ):                                      # a peft `PeftModel`
     "Apply peft LoRA to `model` (optionally only inside `modules`); the adapters are seeded."
     from peft import LoraConfig, get_peft_model
-    scopes = None
-    if modules is not None:
-        scopes = [modules] if isinstance(modules, str) else list(modules)
-        for s in scopes: submodule(model, s, what="modules=")
+    scopes = None if modules is None else [modules] if isinstance(modules, str) else list(modules)
+    for s in scopes or []: submodule(model, s, what="modules=")
     if not isinstance(target_modules, str): target_modules = list(target_modules)
     hits = _match_names(model, target_modules, scopes)
     tparams = _target_params(model, target_parameters, scopes) if target_parameters is not None else []
@@ -211,7 +210,7 @@ def add_lora(model:nn.Module,                       # a transformers model (real
     # full names, not the suffixes given: peft matches suffixes anywhere (a thinker's experts and the talker's)
     kw = dict(target_parameters=tparams) if target_parameters is not None else {}
     cfg = LoraConfig(r=r, lora_alpha=alpha, target_modules=target or [], lora_dropout=dropout,
-                     init_lora_weights=init_lora_weights, **kw)
+                     init_lora_weights=init_lora_weights, use_dora=use_dora, **kw)
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
         # a transformers 5 deprecation, seen through peft
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
