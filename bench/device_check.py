@@ -35,7 +35,7 @@ import torch
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.measure import GATHER_STRATEGIES, measure_gather
 from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
-from lora_fsdp_kit.figures import fmt_bytes
+from lora_fsdp_kit.units import fmt_bytes
 from lora_fsdp_kit.platform import detect_platform, get_platform
 from lora_fsdp_kit.plan import plan_fsdp1, plan_fsdp2
 from lora_fsdp_kit.policies import lora_wrap_policy, resolve_layer_classes

@@ -14,7 +14,7 @@ from lora_fsdp_kit.measure_streams import measure_save, measure_stream, plot_str
 from lora_fsdp_kit.wrap import WrapConfig
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
-from lora_fsdp_kit.figures import fmt_bytes
+from lora_fsdp_kit.units import fmt_bytes
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 

@@ -20,7 +20,7 @@ from lora_fsdp_kit.gather import gather_engine
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.measure import GATHER_STRATEGIES, measure_gather, plot_gather
 from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
-from lora_fsdp_kit.figures import fmt_bytes
+from lora_fsdp_kit.units import fmt_bytes
 from lora_fsdp_kit.plan import plan_fsdp1, plan_fsdp2
 from lora_fsdp_kit.policies import layer_wrap_policy, peft_wrap_policy, resolve_layer_classes
 from lora_fsdp_kit.wrap import wrap_fsdp1, wrap_fsdp2

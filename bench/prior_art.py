@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # spawned ranks
 import prior_art_cases as C
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.models import model_from_config, shipped_config
-from lora_fsdp_kit.figures import fmt_bytes
+from lora_fsdp_kit.units import fmt_bytes
 from lora_fsdp_kit.strip import strip_submodules
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")

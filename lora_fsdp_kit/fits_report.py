@@ -5,14 +5,14 @@
 # %% ../nbs/11b_fits_report.ipynb #b2ae4889
 from __future__ import annotations
 
-import textwrap, time
+import os, sys, textwrap, time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from .families import PLAN_TARGETS, text_model_of
-from .figures import fmt_bytes, fmt_count, parse_bytes
+from .units import fmt_bytes, fmt_count, parse_bytes
 from .fits import (RESERVE, FitsError, StepMemory, _dtype_short, _is_adapter, _ranks_text, _stack,
                                 _storage_dtype, _timeline, _unit, predict_step_memory)
 from .wrap import WrapConfig
@@ -174,13 +174,15 @@ def _one_line(label:str, e:Exception, speak)->str:
     return f"{label}{head if len(head) <= room else head[:max(room - 1, 0)] + '…'}{fix}"
 
 # %% ../nbs/11b_fits_report.ipynb #84b1a400
+def _dora(model)->bool: return any(getattr(c, "use_dora", False) for c in model.peft_config.values())
+
 def _header(model, config:str, lora_r:int, targets:str, world:int, backend:str, batches, seqs, device:int,
             reserve:int, common:list[str], search:str|None)->list[str]:
     "What the answer is about: the model, its parameters and LoRA's, the job, the device and what the verdict counts."
     n = [sum(p.numel() for k, p in model.named_parameters() if _is_adapter(k) == a) for a in (False, True)]
     size = lambda v, what: ("largest that fits" if search == what else ",".join(map(str, v)))
     return [f"will it fit? {type(model.get_base_model()).__name__}{f' ({config})' if isinstance(config, str) else ''}: {n[0]:,} parameters ({fmt_count(n[0])}), "
-            f"LoRA {n[1]:,} (r={lora_r} on {targets})",
+            f"LoRA {n[1]:,} (r={lora_r}{' DoRA' if _dora(model) else ''} on {targets})",
             f"job: world {world} ({backend}), batch {size(batches, 'batch')} x seq {size(seqs, 'seq')} per rank"
             + (f"; every setting: {_in_words(common)}" if common else ""),
             f"device {fmt_bytes(device)} - reserve {fmt_bytes(reserve)} = {fmt_bytes(device - reserve)} for the step's "
@@ -229,7 +231,7 @@ def _answer(done:list[Setting], failed:list[str], found:dict, usable:int, search
         for i, s in enumerate(done): print(f"{i + 1} {' '.join(s.words)}:"); print("\n".join(_details(s, usable)))
 
 # %% ../nbs/11b_fits_report.ipynb #6a744ca3
-def _fits_model(config:str, lora_r:int, targets:str)->nn.Module:
+def _fits_model(config:str, lora_r:int, targets:str, dora:bool=False)->nn.Module:
     "The meta model with LoRA that `fits_report` traces: a multi-stage Omni model's thinker alone."
     import sys
     from lora_fsdp_kit.models import add_lora, model_from_config
@@ -238,7 +240,7 @@ def _fits_model(config:str, lora_r:int, targets:str)->nn.Module:
         print(f"fits: {type(base).__name__} has no text step of its own: tracing its {sub}", file=sys.stderr)
         base = getattr(base, sub)
     return add_lora(base, r=lora_r, target_modules=tuple(t for t in targets.split(",") if t),
-                    strict=targets != PLAN_TARGETS)   # targets the user named must each match
+                    strict=targets != PLAN_TARGETS, use_dora=dora)   # targets the user named must each match
 
 def _jobs(wraps, pds, lds, batches, seqs, search):
     "Every setting to trace, the words that name each, and the words they all share (said once, in the header)."
@@ -256,6 +258,7 @@ def fits_report(config:str,                 # a model's config.json (or its fold
                 batch:str|int="1",          # sequences per rank, comma-separated
                 seq:str|int="512",          # tokens per sequence, comma-separated
                 lora_r:int=8,               # LoRA rank
+                dora:bool=False,            # DoRA (peft's use_dora): a trained magnitude per output row too
                 targets:str=PLAN_TARGETS,   # comma-separated LoRA target modules
                 backend:str="nccl",         # nccl/hccl (device buffers only) or gloo (a CPU job)
                 attention:str="auto",       # attention kernel: auto, fused or math
@@ -270,7 +273,6 @@ def fits_report(config:str,                 # a model's config.json (or its fold
                 out:str=".",                # folder for the PNG
                )->int:                      # 0: every setting fits; 1: one does not, or cannot be predicted; 2: bad input
     "The `fits` command: trace every setting, print a header, one row per setting and the verdicts; the exit code."
-    import os, sys
     speak = speak or (lambda t: t)
     try:
         device, res = parse_bytes(device_memory), parse_bytes(reserve)
@@ -280,7 +282,7 @@ def fits_report(config:str,                 # a model's config.json (or its fold
         batches, seqs = _sweep(batch, "batch"), _sweep(seq, "seq")
         pds, lds = _dtype_words(param_dtype, "param_dtype", "config"), _dtype_words(lora_dtype, "lora_dtype", "base")
         if not wraps: raise FitsError("no wrapping to trace")
-        model = _fits_model(config, lora_r, targets)
+        model = _fits_model(config, lora_r, targets, dora)
     except (FitsError, ValueError, FileNotFoundError, TypeError) as e:
         print(f"fits: error: {str(e).splitlines()[0]}", file=sys.stderr); return 2
     usable, search = device - res, "batch" if max_batch else "seq" if max_seq else None
@@ -293,9 +295,9 @@ def fits_report(config:str,                 # a model's config.json (or its fold
                                                    pd, ld))
             else:
                 mems = {}
-                def peak(n): 
-                    bb, ss = (n, s) if search == "batch" else (b, n)
-                    mems[n] = _probe(model, c, world, bb, ss, pd, ld, backend, attention); return mems[n].worst_case
+                def peak(n):
+                    mems[n] = _probe(model, c, world, *((n, s) if search == "batch" else (b, n)), pd, ld, backend,
+                                     attention); return mems[n].worst_case
                 best, seen = largest_fitting(peak, usable)
                 v = max(best, 1); found[len(done)] = (best, seen)
                 done.append(Setting(c, *((v, s) if search == "batch" else (b, v)), mems[v], pd, ld))
