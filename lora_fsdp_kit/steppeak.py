@@ -90,7 +90,7 @@ def case_model(case:dict, device:str="cpu"):
     "The case's LoRA model on `device`: a zoo config (`model`) or any config dict (`config`), stored as it says."
     from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
     cfg = dict(case["config"] if "config" in case else shipped_config(case["model"]), **case.get("overrides", {}))
-    kw = {k: case[k] for k in ("dropout",) if k in case}
+    kw = {k: case[k] for k in ("dropout", "use_dora") if k in case}
     if "targets" in case: kw["target_modules"] = tuple(case["targets"])
     pm = add_lora(model_from_config(cfg, device=device), r=case.get("r", 8), **kw)
     base = _DTYPES.get(case.get("param_dtype"))   # storage as a job sets it: the base, then the adapters
