@@ -384,17 +384,24 @@ def gather_lora(model:nn.Module,              # an FSDP1- or FSDP2-wrapped peft 
     engine = gather_engine(model)   # not FSDP-wrapped: the same error on every rank, before any collective
     # a failure on one rank before or between the collectives raises on every rank, naming it: never a hang
     with (engine.vote("gather_lora") if engine.view.groups else contextlib.nullcontext()) as vote:
-        try: wanted, err = engine.lora_names(adapter_name), None
-        except Exception as e: wanted, err = OrderedDict(), e
-        got = engine.collect(list(wanted), rank0_only=rank0_only, bucket_bytes=bucket_bytes, progress=show,
+        try: (names, keys, wanted), err = _wanted(engine, adapter_name), None
+        except Exception as e: (names, keys, wanted), err = ([], [], {}), e
+        got = engine.collect(names, rank0_only=rank0_only, bucket_bytes=bucket_bytes, progress=show,
                              vote=vote, error=err)
     if rank0_only and rank != 0: return OrderedDict()
     check_collected(wanted, got, engine)   # planning checked it on every rank; this checks the engine kept its word
-    return OrderedDict((key, got[src]) for src, key in wanted.items())
+    return OrderedDict(zip(keys, map(got.__getitem__, names)))
+
+def _wanted(engine:GatherEngine, adapter_name:str)->tuple[list[str], list[str], dict[str, str]]:
+    "(the names to collect, peft's key for each, {name: key}): worked out once per engine and adapter."
+    def make():
+        w = engine.lora_names(adapter_name)
+        return list(w), list(w.values()), w
+    return engine.memo(("wanted", adapter_name), make)
 
 def check_collected(wanted, got:dict, engine:GatherEngine|None=None):
     "Raise `MissingLoraError` naming every wanted tensor that is not in `got` (and the unit that owns it)."
-    if got.keys() >= set(wanted): return   # all there (one set operation: a gather calls this every time)
+    if got.keys() >= (wanted.keys() if isinstance(wanted, dict) else set(wanted)): return   # all there: one set test
     missing = [n for n in wanted if n not in got]
     where = lambda n: (f" (unit {engine.unit_of[n].name or '<root>'!r})" if engine and n in engine.unit_of else "")
     shown = "\n  ".join(n + where(n) for n in missing[:20]) + ("\n  ..." if len(missing) > 20 else "")
