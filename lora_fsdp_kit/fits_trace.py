@@ -13,13 +13,18 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .families import attention_heads, layer_class_names, text_config
+from .doctor import require
+from lora_fsdp_kit.fits_reduced import REDUCED_H, _LayerSegments, _NotReduced, _combine, _reduced_model, decoder_layers, \
+    why_not_reduced
+from .families import attention_heads, text_config
+from .sharded import (flat_layout, flat_local_shard, flat_orig_params, fsdp1_flat_params,
+                                   fsdp1_under_fake_tensors, fsdp2_unit_ran, local_tensor, tracker_in_optimizer,
+                                   tracker_live, tracker_modules)
 from .shards import chunk_spans, clean_name, piece_length, shard_group_size
 from .wrap import WrapConfig
 
 # %% auto #0
-__all__ = ['CATEGORIES', 'STAGING_BACKENDS', 'REDUCED_H', 'fake_world', 'RankTrace', 'attention_kernel', 'tie_keeping_init',
-           'decoder_layers', 'why_not_reduced', 'trace_rank']
+__all__ = ['CATEGORIES', 'STAGING_BACKENDS', 'fake_world', 'RankTrace', 'attention_kernel', 'tie_keeping_init', 'trace_rank']
 
 # %% ../nbs/11a_fits_trace.ipynb #9e5fcb84
 CATEGORIES = ("sharded parameters", "unsharded parameters", "buffers", "gradients", "unsharded gradients",
@@ -38,7 +43,7 @@ _TORCH_CATEGORY = {   # torch's tracker categories (MemTracker, FSDPMemTracker) 
 STAGING_BACKENDS = ("gloo",)
 
 # %% ../nbs/11a_fits_trace.ipynb #a45d4075
-class _StepPeak:
+class _StepPeak(_LayerSegments):
     "Mixin for torch's trackers: the peak of one recorded window, where it happened, and a timeline."
     def _init_step(self, staging:bool, cuda:bool=False, layers:dict|None=None, h:int=0):
         self.recording, self.staging, self.peak, self.peak_snap, self.peak_at = False, staging, 0, {}, ("", "")
@@ -52,21 +57,22 @@ class _StepPeak:
 
     def _new_iteration(self): self.segment, self.seen, self.counters = ("start",), {}, {}
 
-    def _total(self)->int: return sum(s.get("Total", 0) for s in self._curr_mem_snap.values())
+    def _total(self)->int: return sum(s.get("Total", 0) for s in tracker_live(self).values())
 
     def _snap(self, extra:int=0, category:str="")->dict:
         snap = {}
-        for dev in self._curr_mem_snap.values():
+        for dev in tracker_live(self).values():
             for k, v in dev.items():
                 if k != "Total": snap[str(getattr(k, "value", k))] = snap.get(str(getattr(k, "value", k)), 0) + v
         if extra: snap[category] = snap.get(category, 0) + extra
         return snap
 
     def _where(self)->tuple[str, str]:
-        parents = [p for p in self._mod_tracker.parents if p != "Global"]
+        mods = tracker_modules(self)
+        parents = [p for p in mods.parents if p != "Global"]
         mod = max(parents, key=lambda p: p.count("."), default="")
         mod = clean_name(mod.split(".", 1)[1]) if "." in mod else ""   # ModTracker prefixes the root's class name
-        phase = "optimizer step" if self._in_opt else "backward" if self._mod_tracker.is_bw else "forward"
+        phase = "optimizer step" if tracker_in_optimizer(self) else "backward" if mods.is_bw else "forward"
         return mod, phase
 
     def _note(self, extra:int=0, category:str="backend staging"):
@@ -116,6 +122,8 @@ def _staging_bytes(func, args)->int:
 @functools.cache
 def _tracker_class(flavour:str):
     "torch's tracker for `flavour`, made to trace a LoRA step (private torch classes: resolved on first use)."
+    require(*(f"torch.distributed._tools.{m}" for m in ("mem_tracker:MemTracker", "mem_tracker:_MemRefType",
+              "fsdp2_mem_tracker:FSDPMemTracker", "mod_tracker:ModTracker")))   # private: checked by `doctor`
     from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
     if flavour == "fsdp2":
         from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
@@ -124,7 +132,7 @@ def _tracker_class(flavour:str):
             # Omni thinker's audio and vision towers, on a text batch) has no unsharded parameter at all
             inner = FSDPMemTracker._fsdp_param_group_post_backward(self, fsdp_mod, orig)
             def guarded(*args, **kwargs):
-                return (inner if _fsdp2_unit_ran(fsdp_mod) else orig)(*args, **kwargs)
+                return (inner if fsdp2_unit_ran(fsdp_mod) else orig)(*args, **kwargs)
             return guarded
         return type("FSDP2StepTracker", (_StepPeak, FSDPMemTracker),
                     dict(_fsdp_param_group_post_backward=_fsdp_param_group_post_backward))
@@ -142,50 +150,6 @@ def _tracker_class(flavour:str):
         return out
     return type("FSDP1StepTracker", (_StepPeak, MemTracker),
                 dict(_track_module_params_and_buffers=_track_module_params_and_buffers))
-
-# %% ../nbs/11a_fits_trace.ipynb #c228fee0
-# FSDP's private state: every read of it in this module is in this cell (issue 30 moves them to one registry).
-# FSDP1: FullyShardedDataParallel._handle, FlatParamHandle.flat_param, FlatParameter._numels_with_padding,
-# ._is_padding_mask, ._local_shard; torch.distributed.fsdp._flat_param._same_storage and ._data_ptr_allocated (patched
-# under fake tensors). FSDP2: FSDPModule._get_fsdp_state()._fsdp_param_group, .fsdp_params, FSDPParam._unsharded_param.
-# DTensor._local_tensor. (torch's trackers' own internals are read by the subclasses in "The tracker".)
-def _fsdp1_flat_params(wrapped:nn.Module)->list:
-    "FSDP1: every unit's FlatParameter."
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    return [m._handle.flat_param for m in wrapped.modules() if isinstance(m, FSDP) and m._handle is not None]
-
-def _flat_layout(fp)->tuple[list, list]:
-    "A FlatParameter's pieces, padding included, and which of them are padding."
-    return fp._numels_with_padding, fp._is_padding_mask
-
-def _flat_local_shard(fp)->torch.Tensor:
-    "This rank's shard of a FlatParameter (set at FSDP1's lazy init, the first forward)."
-    return fp._local_shard
-
-def _fsdp2_unit_ran(fsdp_mod:nn.Module)->bool:
-    "FSDP2: whether every parameter of this unit was unsharded in this step (a unit no batch reaches never is)."
-    group = fsdp_mod._get_fsdp_state()._fsdp_param_group
-    return group is None or all(hasattr(p, "_unsharded_param") for p in group.fsdp_params)
-
-def _local(t:torch.Tensor)->torch.Tensor:
-    from torch.distributed.tensor import DTensor
-    return t._local_tensor if isinstance(t, DTensor) else t
-
-@contextlib.contextmanager
-def _fsdp1_under_fake_tensors():
-    "FSDP1 tells a resharded flat parameter by its data pointer; fake tensors have none: compare storages instead."
-    from torch._subclasses.fake_tensor import FakeTensor
-    import torch.distributed.fsdp._flat_param as flat
-    same, alloc, had = flat._same_storage, flat._data_ptr_allocated, "data_ptr" in FakeTensor.__dict__
-    flat._same_storage = lambda a, b: _local(a).untyped_storage()._cdata == _local(b).untyped_storage()._cdata
-    # SHARD_GRAD_OP with use_orig_params asks whether the unsharded flat parameter is allocated by its data pointer
-    flat._data_ptr_allocated = lambda t: (_local(t).untyped_storage().nbytes() > 0 if isinstance(_local(t), FakeTensor)
-                                          else alloc(t))
-    FakeTensor.data_ptr = lambda self: self.untyped_storage()._cdata + self.storage_offset() * self.element_size()
-    try: yield
-    finally:
-        flat._same_storage, flat._data_ptr_allocated = same, alloc
-        if not had: del FakeTensor.data_ptr
 
 # %% ../nbs/11a_fits_trace.ipynb #e56162ac
 @contextlib.contextmanager
@@ -207,6 +171,7 @@ def _quiet():
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*grad attribute of a Tensor that is not a leaf")
+            warnings.filterwarnings("ignore", message="Module is None. Skipping")   # Mamba: one per layer
             yield
     finally: log.setLevel(level)
 
@@ -221,8 +186,24 @@ def _gc_paused():
     was = gc.isenabled(); gc.disable()
     try: yield
     finally:
-        if was: gc.enable()
-        gc.collect(0)
+        if was: gc.enable(); gc.collect(0)   # nested (a reduced trace's two): once, by the outermost
+
+# %% ../nbs/11a_fits_trace.ipynb #076f3cab
+@contextlib.contextmanager
+def _acyclic_module_hooks():
+    "torch's module tracker with its one-input backward hooks free of the reference cycle that keeps a dead branch alive."
+    # ModTracker marks a module's backward end with register_multi_grad_hook(inputs, mode="all"): its closure holds the
+    # inputs' grad_fns and is held by a hook on them, a cycle only the garbage collector frees (paused in a trace). A
+    # branch the loss never reaches keeps its saved tensors in it: DoRA's lora_weight (lora_B(lora_A(eye)), used only
+    # detached) held 16 KiB per DoRA layer per step, +9.5 % on a 2-layer Llama at world 2; a real rank frees it at once.
+    # With one input, "all" and "any" are the same hook (the kit's and torch's post-backward hooks ignore its argument),
+    # and "any" holds no grad_fn.
+    require("torch.distributed._tools.mod_tracker:register_multi_grad_hook")   # private: checked by `doctor`
+    import torch.distributed._tools.mod_tracker as mt
+    orig = mt.register_multi_grad_hook
+    mt.register_multi_grad_hook = lambda ts, fn, *, mode="all": orig(ts, fn, mode="any" if len(ts) == 1 else mode)
+    try: yield
+    finally: mt.register_multi_grad_hook = orig
 
 # %% ../nbs/11a_fits_trace.ipynb #9891aac5
 @contextlib.contextmanager
@@ -233,11 +214,12 @@ def fake_world(world:int,   # ranks in the pretended world
     if dist.is_initialized():
         raise RuntimeError("predict_step_memory runs outside any process group (it creates a fake one): call it "
                            "before init_process_group, or in a separate process")
+    require("torch.testing._internal.distributed.fake_pg:FakeStore")   # private: checked by `doctor`
     from torch.testing._internal.distributed.fake_pg import FakeStore   # registers the "fake" backend
     hook = sys.excepthook   # init_process_group prefixes it with "[rankN]:", and destroying the group keeps that
     dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
     try:
-        with _fsdp1_under_fake_tensors(): yield
+        with fsdp1_under_fake_tensors(): yield
     finally: dist.destroy_process_group(); sys.excepthook = hook
 
 # %% ../nbs/11a_fits_trace.ipynb #25a321cf
@@ -270,7 +252,7 @@ def _mesh(cfg:WrapConfig, world:int):
 
 # %% ../nbs/11a_fits_trace.ipynb #a0b47f18
 def _signatures(wrapped:nn.Module, cfg:WrapConfig, world:int)->tuple:
-    "Per rank: the shapes of what it holds locally (FSDP2: rows of each shard; FSDP1: its pieces of each parameter)."
+    "Per rank: what makes its trace its own (FSDP2: rows of each shard; FSDP1: its pieces of the trainable parameters)."
     k = shard_group_size(world, cfg.hybrid, cfg.shard_size)
     if cfg.flavour == "fsdp2":
         from torch.distributed.tensor import DTensor, Shard
@@ -279,11 +261,11 @@ def _signatures(wrapped:nn.Module, cfg:WrapConfig, world:int)->tuple:
         return tuple(tuple(chunk_spans(n, k)[r % k][1] for (n,) in dims) for r in range(world))
     if not cfg.use_orig_params: return tuple(() for _ in range(world))   # equal padded shards of flat parameters
     spans = []
-    for fp in _fsdp1_flat_params(wrapped):
-        numels, pad = _flat_layout(fp)
+    for fp in fsdp1_flat_params(wrapped):
+        (numels, pad), params = flat_layout(fp), iter(flat_orig_params(fp))
         o, c = 0, math.ceil(sum(numels) / k)
         for n, is_pad in zip(numels, pad):
-            if not is_pad: spans.append((o, o + n, c))
+            if not is_pad and next(params).requires_grad: spans.append((o, o + n, c))
             o += n
     return tuple(tuple(piece_length(s, e, c, r % k) for s, e, c in spans) for r in range(world))
 
@@ -319,14 +301,14 @@ def _storage_bytes(tensors)->int:
     seen = {}
     for t in tensors:
         if isinstance(t, torch.Tensor):
-            t = getattr(t, "_local_tensor", t)
+            t = local_tensor(t)
             st = t.untyped_storage(); seen[st._cdata] = st.nbytes()
     return sum(seen.values())
 
 def _sharded_bytes(wrapped:nn.Module, cfg:WrapConfig)->int:
     "Bytes of this rank's parameter shards (FSDP2: padded local tensors; FSDP1: each flat parameter's local shard)."
     if cfg.flavour == "fsdp2": return _storage_bytes(wrapped.parameters())
-    return _storage_bytes(_flat_local_shard(fp) for fp in _fsdp1_flat_params(wrapped))
+    return _storage_bytes(flat_local_shard(fp) for fp in fsdp1_flat_params(wrapped))
 
 # %% ../nbs/11a_fits_trace.ipynb #b1c2d3e4
 def tie_keeping_init(device:str="cpu")->Callable[[nn.Module], None]:
@@ -346,149 +328,6 @@ def tie_keeping_init(device:str="cpu")->Callable[[nn.Module], None]:
     return init
 
 
-# %% ../nbs/11a_fits_trace.ipynb #31150658
-def _key(self)->tuple:
-    "Where the op runs: its segment of the step (which decoder layer's boundary came last) and its index in it."
-    seg = ("optimizer step",) if self._in_opt else self.segment
-    c = self.counters.get(seg, 0); self.counters[seg] = c + 1
-    return seg, c
-
-def _event(self, module:nn.Module, what:str):
-    "A decoder layer starts or ends its forward or backward: a new segment, named from the nearer end of the stack."
-    j = self.layer_index.get(id(module))
-    if j is None: return
-    n = len(self.layer_index)
-    seg = (what, j if j < self.h else j - n)   # layers 0..h-1 from the first, the rest from the last (-1, -2...)
-    occ = self.seen.get(seg, 0); self.seen[seg] = occ + 1
-    self.segment = seg + (occ,)
-
-def _layer_hooks(self)->tuple:
-    "ModTracker's four user hooks, marking the decoder layers' boundaries (FSDP2's tracker leaves them free)."
-    return (lambda m, a: self._event(m, "fw-pre"), lambda m, a, o: self._event(m, "fw-post"),
-            lambda m, a: self._event(m, "bw-pre"), lambda m, a: self._event(m, "bw-post"))
-
-def _pre_fw_hook(self, module, inputs):   # FSDP1's tracker (MemTracker) registers these four itself
-    self._event(module, "fw-pre"); return super(_StepPeak, self)._pre_fw_hook(module, inputs)
-def _post_fw_hook(self, module, inputs, outputs):
-    r = super(_StepPeak, self)._post_fw_hook(module, inputs, outputs); self._event(module, "fw-post"); return r
-def _pre_bw_hook(self, module, args):
-    self._event(module, "bw-pre"); return super(_StepPeak, self)._pre_bw_hook(module, args)
-def _post_bw_hook(self, module, args):
-    r = super(_StepPeak, self)._post_bw_hook(module, args); self._event(module, "bw-post"); return r
-
-for _f in (_key, _event, _layer_hooks, _pre_fw_hook, _post_fw_hook, _pre_bw_hook, _post_bw_hook):
-    setattr(_StepPeak, _f.__name__, _f)
-
-# %% ../nbs/11a_fits_trace.ipynb #a5e3c8d2
-REDUCED_H = 2   # a reduced trace runs 2h and 2h+1 decoder layers: h counted from each end of the stack
-
-def decoder_layers(model:nn.Module)->tuple[nn.Module, str, str]|None:
-    "(parent, attribute, clean name) of the ModuleList of the text model's decoder layers; None when there is none."
-    names, n = set(layer_class_names(model)), getattr(text_config(model), "num_hidden_layers", None)
-    best = None
-    for path, m in model.named_modules():
-        if isinstance(m, nn.ModuleList) and len(m) == n and all(type(c).__name__ in names for c in m):
-            size = sum(p.numel() for p in m.parameters())
-            if best is None or size > best[0]: best = (size, path)
-    if best is None: return None
-    parent, _, attr = best[1].rpartition(".")
-    return model.get_submodule(parent), attr, clean_name(best[1])
-
-def _layer_signature(layer:nn.Module)->tuple:
-    return (tuple((n, tuple(p.shape), p.dtype, p.requires_grad) for n, p in layer.named_parameters()),
-            tuple((n, tuple(b.shape), b.dtype) for n, b in layer.named_buffers()),
-            tuple((n, type(m).__name__, m.training) for n, m in layer.named_modules()))
-
-def why_not_reduced(model:nn.Module, # a peft model on the meta device
-                    cfg:WrapConfig,  # how it is sharded
-                   )->str|None:      # None: `trace_rank` may trace 2h and 2h+1 layers for all of them
-    "Why a trace of this model and wrapping must run every decoder layer, in a few words; None if it need not."
-    import weakref
-    key = (id(model), repr(cfg))
-    if key not in _WHY or _WHY[key][0]() is not model: _WHY[key] = (weakref.ref(model), _why_not(model, cfg))
-    return _WHY[key][1]
-
-_WHY: dict = {}   # (id(model), repr(cfg)) -> (weakref to the model, the answer): the plan is read once per pair
-
-# %% ../nbs/11a_fits_trace.ipynb #1128c71e
-def _why_not(model:nn.Module, cfg:WrapConfig)->str|None:
-    found = decoder_layers(model)
-    if found is None: return "no list of num_hidden_layers decoder layers"
-    parent, attr, path = found
-    layers = getattr(parent, attr)
-    if len(layers) <= 2 * REDUCED_H + 1: return f"{len(layers)} layers: no fewer to trace"
-    first = _layer_signature(layers[0])
-    if any(_layer_signature(l) != first for l in layers): return "the decoder layers differ (shapes, modules or mode)"
-    t = text_config(model)
-    if len(set(getattr(t, "layer_types", None) or [])) > 1: return "the layers' types differ (layer_types)"
-    if getattr(t, "mlp_only_layers", None): return "some layers have no experts (mlp_only_layers)"
-    pre = path + "."
-    for u in cfg.plan(model).units:   # each unit inside one layer, or outside every layer: its shards do not move
-        idx = {p.name[len(pre):].split(".")[0] if p.name.startswith(pre) else None for p in u.params}
-        if len(idx) > 1 or (idx - {None} and not u.name.startswith(pre)):
-            return f"unit {u.name or '<root>'!r} holds parameters of several layers"
-    return None
-
-_REDUCED: dict = {}   # (id(model), n) -> (weakref to the model, its copy with n decoder layers)
-
-def _reduced_model(model:nn.Module, n:int)->nn.Module:
-    "A copy of `model` with its first `n` decoder layers (the config says n), kept while `model` lives."
-    import weakref
-    key = (id(model), n)
-    if key in _REDUCED and _REDUCED[key][0]() is model: return _REDUCED[key][1]
-    parent, attr, _ = decoder_layers(model)
-    full, t = getattr(parent, attr), text_config(model)
-    saved = {a: getattr(t, a) for a in ("num_hidden_layers", "layer_types") if getattr(t, a, None) is not None}
-    try:   # swap the list for a short one while copying: the other layers are never copied
-        setattr(parent, attr, nn.ModuleList(list(full)[:n]))
-        t.num_hidden_layers = n
-        if "layer_types" in saved: t.layer_types = list(saved["layer_types"])[:n]
-        out = copy.deepcopy(model)
-    finally:
-        setattr(parent, attr, full)
-        for a, v in saved.items(): setattr(t, a, v)
-    for k in [k for k, (ref, _) in _REDUCED.items() if ref() is None]: del _REDUCED[k]
-    _REDUCED[key] = (weakref.ref(model), out)
-    return out
-
-# %% ../nbs/11a_fits_trace.ipynb #0190871a
-class _NotReduced(Exception): "The reduced traces do not line up: `trace_rank` traces every layer instead."
-
-def _combine(small:tuple, large:tuple, n_layers:int, prefix:str)->RankTrace:
-    "The full model's trace from traces of 2h and 2h+1 layers: every op's bytes extended along the layer count."
-    (n1, t1, k1), (n2, t2, k2) = small, large
-    k2 = [r for r in k2 if not (len(r[0][0]) == 3 and r[0][0][1] == -REDUCED_H - 1)]   # the extra middle layer
-    count = lambda keyed: {seg: c + 1 for (seg, c), _, _ in keyed}
-    c1, c2 = count(k1), count(k2)
-    if set(c1) != set(c2): raise _NotReduced(f"segments differ: {sorted(set(c1) ^ set(c2), key=str)[:3]}")
-    grows = {s for s in c1 if c1[s] != c2[s]}   # ops per layer outside any layer (AdamW's loop over parameters)
-    def index(keyed):   # a segment that grows with the layers counts by its highest op
-        d = {}
-        for (seg, c), total, rest in keyed:
-            key = (seg, -1) if seg in grows else (seg, c)
-            if key not in d or total > d[key][0]: d[key] = (total, rest)
-        return d
-    d1, d2 = index(k1), index(k2)
-    x = n_layers - n1
-    ext = lambda a, b: a + x * (b - a)
-    best, timeline = None, []
-    for i, ((seg, c), total, _) in enumerate(k1):
-        k = (seg, -1) if seg in grows else (seg, c)
-        (a, ra), (b, rb) = d1[k], d2[k]
-        if not timeline or timeline[-1][1] != total + x * (b - a): timeline.append((i + 1, total + x * (b - a)))
-        if best is None or ext(a, b) > best[0]: best = (ext(a, b), ra, rb)
-    v, (sa, (mod, phase)), (sb, _) = best
-    ca, cb = _categories(sa, t1.sharded_bytes), _categories(sb, t2.sharded_bytes)
-    cats = {k: ext(ca[k], cb[k]) for k in CATEGORIES}
-    if min(cats.values()) < 0 or sum(cats.values()) != v: raise _NotReduced("the categories do not extend")
-    if mod.startswith(prefix):   # a layer counted from the last keeps its place from the end
-        j, dot, tail = mod[len(prefix):].partition(".")
-        if j.isdigit() and int(j) >= REDUCED_H: mod = f"{prefix}{int(j) - n1 + n_layers}{dot}{tail}"
-    extra = max(t1.worst_peak - t1.peak, t2.worst_peak - t2.peak)
-    return RankTrace(t1.rank, v, cats, mod, phase, tuple(timeline), t1.signatures, ext(t1.sharded_bytes,
-                     t2.sharded_bytes), ext(t1.optimizer_bytes, t2.optimizer_bytes), t1.seconds + t2.seconds,
-                     worst_peak=v + extra, traced_layers=(n1, n2, n_layers))
-
 # %% ../nbs/11a_fits_trace.ipynb #bbce2873
 def _categories(snap:dict, sharded:int)->dict:
     "torch's categories at a peak as the kit's (FSDP1: its one kind of parameter split into the known shards, the rest)."
@@ -505,7 +344,7 @@ def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=
     from torch._subclasses.fake_tensor import FakeTensorMode
     t0 = time.perf_counter()
     vocab = model.get_input_embeddings().num_embeddings
-    with fake_world(world, rank), _quiet(), _gc_paused():
+    with fake_world(world, rank), _quiet(), _gc_paused(), _acyclic_module_hooks():
         m, mesh = copy.deepcopy(model), _mesh(cfg, world)
         fake = FakeTensorMode(allow_non_fake_inputs=True)   # the meta model's tensors become fake ones inside
         if cfg.flavour == "fsdp2":
@@ -529,7 +368,7 @@ def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=
             tr._init_step(staging=backend in STAGING_BACKENDS, cuda=backend == "nccl", layers=layers, h=REDUCED_H)
             with tr, _attention(attention), (_cpu_rng_states() if backend in STAGING_BACKENDS
                                              else contextlib.nullcontext()):
-                if layers and cfg.flavour == "fsdp2": tr._mod_tracker.register_user_hooks(*tr._layer_hooks())
+                if layers and cfg.flavour == "fsdp2": tracker_modules(tr).register_user_hooks(*tr._layer_hooks())
                 for i in range(2):
                     tr.reset_mod_stats(); tr._new_iteration(); tr.recording = i == 1
                     _step(wrapped, opt, batch, seq, vocab)
@@ -555,8 +394,9 @@ def trace_rank(model:nn.Module,      # a peft model on the meta device (copied, 
         t0, (_, _, path) = time.perf_counter(), decoder_layers(model)
         n = len(getattr(*decoder_layers(model)[:2]))
         try:
-            got = [(k,) + _trace_once(_reduced_model(model, k), cfg, world, rank, batch, seq, backend, attention,
-                                      path + ".") for k in (2 * REDUCED_H, 2 * REDUCED_H + 1)]
-            return dataclasses.replace(_combine(*got, n, path + "."), seconds=time.perf_counter() - t0)
+            with _gc_paused():
+                got = [(k,) + _trace_once(_reduced_model(model, k), cfg, world, rank, batch, seq, backend, attention,
+                                          path + ".") for k in (2 * REDUCED_H, 2 * REDUCED_H + 1)]
+                return dataclasses.replace(_combine(*got, n, path + ".", _categories), seconds=time.perf_counter() - t0)
         except _NotReduced: pass   # every layer, below
     return _trace_once(model, cfg, world, rank, batch, seq, backend, attention)[0]
