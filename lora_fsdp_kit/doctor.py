@@ -212,6 +212,8 @@ _OTHER_INTERNALS = [
     Internal(f"{_T}._tools.fsdp2_mem_tracker:FSDPMemTracker", _FITS, params=("mod", "optm"),
              attrs=("_fsdp_param_group_post_backward",)),
     Internal(f"{_T}._tools.mod_tracker:ModTracker", _FITS, attrs=("parents", "is_bw", "register_user_hooks")),
+    Internal(f"{_T}._tools.mod_tracker:register_multi_grad_hook", _FITS + " with a branch the loss never uses (DoRA)",
+             params=("tensors", "fn", "mode")),
     Internal("torch.testing._internal.distributed.fake_pg:FakeStore", _FITS),
     Internal(f"{_T}.fsdp._flat_param:_same_storage", _FITS, params=("a", "b")),
     Internal(f"{_T}.fsdp._flat_param:_data_ptr_allocated", _FITS, params=("tensor",)),
