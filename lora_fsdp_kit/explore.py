@@ -8,30 +8,26 @@ from __future__ import annotations
 import html as H, math, os, shutil, signal, subprocess, sys, tempfile, time
 from pathlib import Path
 
-import torch.nn as nn
-
 from .methods import patch_to
-from .figures import fmt_bytes
-from .plan import Plan, plan_summary
-from .policies import resolve_layer_classes
-from .wrap import WrapConfig
-from .viz import PLAN_TARGETS, plot_plan, findings_html
-from .models import build_for_plan
+from .families import PLAN_TARGETS
+# torch, matplotlib and the kit's planning modules are imported where they are used: `lfk explore` imports this
+# module to start Voilà, and so starts in a fraction of a second, not after seconds of imports it does not need
 
 # %% auto #0
-__all__ = ['AHEAD_DELAY_S', 'AHEAD_FIRST_DELAY_S', 'PRECISIONS', 'APP_NOTEBOOK', 'PlanExplorer', 'FitsTab', 'explore',
-           'app_command', 'serve']
+__all__ = ['AHEAD_DELAY_S', 'AHEAD_FIRST_DELAY_S', 'PRECISIONS', 'FITS_AHEAD', 'APP_CELLS', 'PlanExplorer', 'figure_svg',
+           'FitsTab', 'explore', 'app_command', 'serve']
 
 # %% ../nbs/14_explore.ipynb #e812af19
 class PlanExplorer:
     "The widget behind `explore`: a model picker, the knobs, and the chart, tree, findings and fits of the plan."
     def __init__(self, model:nn.Module|str|None=None, layer_cls="auto", lora_r:int=8, targets:str=PLAN_TARGETS,
                  config:str|None=None, ahead:bool=True):
-        import ipywidgets as W, threading
+        import ipywidgets as W, threading, torch.nn as nn
         from lora_fsdp_kit import models
         self.layer_cls, self.lora_r, self.targets, self._given = layer_cls, lora_r, targets, model
         self._models, self._plans, self._ahead = {}, {}, {}   # kept: models built, answers, answers ahead
-        self._lock, self._pool, self._generation, self.ahead = threading.Lock(), None, 0, ahead
+        self._lock, self._pool, self.ahead, self._idle = threading.Lock(), None, ahead, threading.Event()
+        self._idle.set()                                    # cleared while a knob's own answer is computed
         whole = {"description_width": "initial"}            # descriptions are never cut
         given = [("(the model given)", "")] if isinstance(model, nn.Module) else []
         names = [(n, n) for n in models.model_names() + list(models.FULL_SIZE_CONFIGS)]
@@ -53,7 +49,7 @@ class PlanExplorer:
                                           layout=W.Layout(width="auto"))
         self.status, self.chart_message, self.findings_view = W.HTML(), W.HTML(), W.HTML()
         self.tree = W.HTML(layout=W.Layout(overflow="auto", max_height="620px", width="100%"))   # scrolls, both ways
-        self.chart = W.Image(format="png", layout=W.Layout(max_width="100%"))
+        self.chart = W.Image(format="svg+xml", layout=W.Layout(max_width="100%"))
         self.chart_box = W.Box([self.chart])                 # holds the chart, or the reason there is none
         self.controls = [self.flavour, self.lora_leaves, self.layer_classes, self.size_on, self.min_num_params,
                          self.use_orig_params]
@@ -66,7 +62,8 @@ class PlanExplorer:
         self.fits = FitsTab(self)
         self.tabs = W.Tab(children=[self.chart_box, self.tree, self.findings_view, self.fits.widget],
                           titles=("chart", "tree", "findings", "will it fit?"))
-        self.tabs.observe(lambda ch: self.fits.tab_shown() if ch["new"] == 3 else None, names="selected_index")
+        self.tabs.observe(lambda ch: self.fits.tab_shown() if ch["new"] == 3 else self._show_tree(),
+                          names="selected_index")
         self.widget = W.VBox([W.HBox([self.picker, self.config_path], layout=W.Layout(gap="12px")),
                               W.HBox([left, W.VBox(self.controls[3:])], layout=W.Layout(gap="24px")), self.status,
                               self.tabs])
@@ -76,7 +73,7 @@ class PlanExplorer:
                         (self.tree, "tree"), (self.findings_view, "findings"), (self.tabs, "tabs"),
                         (self.picker, "picker"), (self.config_path, "config-path"), (self.chart_box, "chart-box")):
             w.add_class(f"lfk-{name}")                          # stable handles for a browser test
-        self.plan, self.findings, self.error, self.source = None, [], None, ""
+        self.plan, self.findings, self.error, self.source, self._tree_of = None, [], None, "", None
         if config: self.load(config=config)
         else: self.load(model if isinstance(model, nn.Module) else self.picker.value)
 
@@ -91,6 +88,8 @@ def _changed(self:PlanExplorer, change):
 @patch_to(PlanExplorer)
 def _build(self:PlanExplorer, model:str|None, config:str|None)->tuple:
     "The model `model` or `config` names, its default and other block classes and its numel (kept: built once)."
+    from lora_fsdp_kit.models import build_for_plan
+    from lora_fsdp_kit.policies import resolve_layer_classes
     key = (model, config)
     if key not in self._models:
         m = build_for_plan(model, config, self.lora_r, self.targets)
@@ -108,14 +107,18 @@ def load(self:PlanExplorer,
          config:str|None=None,           # or a config.json (or its folder)
         ):
     "Show another model: build it (meta device, LoRA on `targets`; kept), offer its block classes, re-plan."
+    import torch.nn as nn
+    from lora_fsdp_kit.policies import resolve_layer_classes
     if isinstance(model, nn.Module):
         m, self.source = model, "the model given"
         try: default = sorted(c.__name__ for c in resolve_layer_classes(m, self.layer_cls))
         except ValueError: default = []
         others = sorted({type(s).__name__ for s in m.modules() if s is not m and next(s.children(), None)
                          is not None} - set(default) - {"ModuleList", "ModuleDict"})
-        total = sum(p.numel() for p in m.parameters())
-    else: (m, default, others, total), self.source = self._build(model, config), model or config
+        total, self.built_from = sum(p.numel() for p in m.parameters()), None
+    else:
+        (m, default, others, total), self.source = self._build(model, config), model or config
+        self.built_from = (model, config, self.lora_r, self.targets)     # what `build_for_plan` takes
     names = default + others
     self.model, self._syncing = m, True
     try:
@@ -148,6 +151,7 @@ def state(self:PlanExplorer)->dict:
 @patch_to(PlanExplorer)
 def spell(self:PlanExplorer, s:dict)->tuple[WrapConfig, str]:
     "The `WrapConfig` a knob state `s` spells, and the summary's line of every knob's value."
+    from lora_fsdp_kit.wrap import WrapConfig
     knobs = [f"model={self.source}", s["flavour"]]
     if s["flavour"] == "fsdp2":
         c = WrapConfig(targets=s["classes"] + (("**.lora_A.*", "**.lora_B.*") if s["leaves"] else ()))
@@ -197,21 +201,24 @@ def _sync_knobs(self:PlanExplorer):
                                     else "LoRA leaves as units (lambda part)")
 
 @patch_to(PlanExplorer)
-def _answer(self:PlanExplorer, cfg:WrapConfig, text:str)->dict:
-    "What the panel shows for `cfg`: plan, findings, summary, tree, findings view and chart (or why it cannot plan)."
+def _answer(self:PlanExplorer, cfg:WrapConfig, text:str, pause=lambda: None)->dict:
+    "What the panel shows for `cfg`: plan, findings, summary, findings view and chart (or why it cannot plan)."
+    from lora_fsdp_kit.plan import plan_summary
+    from lora_fsdp_kit.viz import plot_plan, findings_html
     try: plan = cfg.plan(self.model)
     except Exception as e:
         err = f"{type(e).__name__}: {e}"
         return dict(plan=None, findings=[], error=err, message=f"<b style='color:#c62828'>cannot plan: {H.escape(err)}</b>")
+    pause()                                             # (computed ahead: a knob's own answer goes first)
     findings = plan.check()
     n = {s: sum(f.severity == s for f in findings) for s in ("error", "warning")}
     status = (f"<div style='white-space:normal;overflow-wrap:anywhere;line-height:1.35'>"   # wraps
               f"<b>{H.escape(plan_summary(plan))}</b> ✖ {n['error']} ▲ {n['warning']}<br>"
               f"<small>{H.escape(text)}<br>"
               f"{H.escape(plan.policy).replace(chr(10), '<br>')}</small></div>")
+    fig = plot_plan(plan, findings); pause()
     return dict(plan=plan, findings=findings, error=None, status=status, findings_html=findings_html(findings),
-                tree=f"<div style='overflow:auto;max-width:100%'>{plan._repr_html_()}</div>",
-                png=plot_plan(plan, findings)._repr_png_())
+                png=figure_svg(fig))
 
 # %% ../nbs/14_explore.ipynb #fc15339c
 @patch_to(PlanExplorer)
@@ -228,11 +235,21 @@ def answer(self:PlanExplorer, s:dict)->dict:
     cfg, text = self.spell(s)
     key = (id(self.model), repr(cfg), text)
     fut = self._ahead.pop(key, None)
-    if fut is not None and not fut.cancelled() and key not in self._plans: fut.result()     # being computed ahead: wait for the rest of it
-    if key not in self._plans:                                      # (or dropped there, as from an older state)
-        with self._lock:
-            if key not in self._plans: self._plans[key] = self._answer(cfg, text)
+    if fut is not None: fut.cancel()            # not begun: not needed; begun: it stops at its next step
+    if key not in self._plans:
+        self._idle.clear()                      # the thread computing ahead pauses at its next step
+        try:
+            with self._lock:                    # (waits for that step at most: matplotlib, one thread at a time)
+                if key not in self._plans: self._plans[key] = self._answer(cfg, text)
+        finally: self._idle.set()
     return self._plans[key]
+
+@patch_to(PlanExplorer)
+def _show_tree(self:PlanExplorer):
+    "Fill the tree tab when it is shown: a large model's tree is half a megabyte of HTML, not sent on every knob."
+    if self.tabs.selected_index != 1 or self.plan is None or self._tree_of is self.plan: return
+    self.tree.value = f"<div style='overflow:auto;max-width:100%'>{self.plan._repr_html_()}</div>"
+    self._tree_of = self.plan
 
 @patch_to(PlanExplorer)
 def refresh(self:PlanExplorer):
@@ -242,11 +259,11 @@ def refresh(self:PlanExplorer):
     a = self.answer(self.state())
     self.plan, self.findings, self.error = a["plan"], a["findings"], a["error"]
     if a["error"]:
-        self.tree.value = self.findings_view.value = self.chart_message.value = a["message"]
+        self.tree.value = self.findings_view.value = self.chart_message.value = a["message"]; self._tree_of = None
         self.chart_box.children = (self.chart_message,)
         self._stale(False); self.status.value = a["message"]
     else:
-        self.tree.value, self.findings_view.value = a["tree"], a["findings_html"]
+        self.findings_view.value = a["findings_html"]; self._show_tree()
         self.chart.value = a["png"]; self.chart_box.children = (self.chart,)
         self._stale(False); self.status.value = a["status"]
     self.fits.plan_changed()
@@ -255,24 +272,33 @@ def refresh(self:PlanExplorer):
 @patch_to(PlanExplorer)
 def _repr_mimebundle_(self:PlanExplorer, **kw):
     import base64
+    from lora_fsdp_kit.plan import plan_summary
     b = self.widget._repr_mimebundle_(**kw)   # the live widget; below, what a viewer without a kernel shows
     b["text/plain"] = plan_summary(self.plan) if self.plan is not None else f"cannot plan: {self.error}"
-    if self.plan is not None: b["image/png"] = base64.b64encode(self.chart.value).decode()
+    if self.plan is not None:                 # a PNG: what a book or a code host shows (the page gets the SVG)
+        from lora_fsdp_kit.viz import plot_plan
+        b["image/png"] = base64.b64encode(plot_plan(self.plan, self.findings)._repr_png_()).decode()
     return b
 
 # %% ../nbs/14_explore.ipynb #22adeab5
+class _Dropped(Exception): "An answer computed ahead that is no longer needed (the knob's own answer came first)."
+
 AHEAD_DELAY_S = 1.0     # seconds between showing an answer and computing its neighbours
 AHEAD_FIRST_DELAY_S = 6.0   # the same after the panel's first answer: the page is drawn first, undisturbed
 
 @patch_to(PlanExplorer)
 def neighbours(self:PlanExplorer)->list[dict]:
-    "The knob states one click away from the current one (the toggles; not the slider or the class list)."
+    "The knob states one click away from the current one: the toggles, the slider's next step (not the class list)."
     s, out = self.state(), []
     flips = ["flavour", "leaves"] + (["uop", "size"] if s["flavour"] == "fsdp1" else [])
     if s["flavour"] == "fsdp1" and s["size"]: flips.remove("leaves")      # greyed out: the size guard drops it
     for k in flips:
         n = dict(s); n[k] = {"fsdp1": "fsdp2", "fsdp2": "fsdp1"}[s[k]] if k == "flavour" else not s[k]
         out.append(n)
+    if s["flavour"] == "fsdp1" and s["size"]:                            # the slider: one step (a key press) each way
+        v, step = math.log10(self.min_num_params.value), self.min_num_params.step
+        for e in (v - step, v + step):
+            if self.min_num_params.min <= e <= self.min_num_params.max: out.append(dict(s, slider=int(round(10 ** e))))
     return out
 
 @patch_to(PlanExplorer)
@@ -286,13 +312,31 @@ def _compute_ahead(self:PlanExplorer):
         cfg, text = self.spell(s); wanted[(id(model), repr(cfg), text)] = (cfg, text)
     for key, fut in list(self._ahead.items()):
         if key not in wanted and fut.cancel() or fut.done(): self._ahead.pop(key)
+    def dropped(key)->bool: return key in self._plans or model is not self.model
     def work(key, cfg:WrapConfig, text:str, first:bool):
         if first: time.sleep(delay)
+        def pause():                            # between two steps: a knob's own answer first, then go on, if needed
+            self._lock.release()
+            try: self._idle.wait()
+            finally: self._lock.acquire()
+            if dropped(key): raise _Dropped()
+        self._idle.wait()
         with self._lock:
-            if key not in self._plans and model is self.model: self._plans[key] = self._answer(cfg, text)
+            if dropped(key): return
+            try: self._plans[key] = self._answer(cfg, text, pause)
+            except _Dropped: pass
     for i, (key, (cfg, text)) in enumerate(wanted.items()):
         if key not in self._plans and key not in self._ahead:
             self._ahead[key] = self._pool.submit(work, key, cfg, text, i == 0)
+
+# %% ../nbs/14_explore.ipynb #14dd1ee0
+def figure_svg(fig)->bytes:
+    "A matplotlib figure as SVG, text as text (the browser draws it): the same bytes for the same figure."
+    import io, matplotlib as mpl
+    buf = io.BytesIO()
+    with mpl.rc_context({"svg.fonttype": "none", "svg.hashsalt": "lfk"}):   # <text>, not paths; ids from the content
+        fig.savefig(buf, format="svg", facecolor="white", metadata={"Date": None})
+    return buf.getvalue().replace(b"<text ", b'<text xml:space="preserve" ')    # the labels' indentation stays
 
 # %% ../nbs/14_explore.ipynb #f5ac09f4
 PRECISIONS = {"fp32": ("fp32", None), "fp32, bf16 compute": ("fp32", "bf16"), "bf16": ("bf16", None),
@@ -301,8 +345,10 @@ PRECISIONS = {"fp32": ("fp32", None), "fp32, bf16 compute": ("fp32", "bf16"), "b
 class FitsTab:
     "The explorer's 'will it fit?' tab: step memory per rank, by category, against the device's memory."
     def __init__(self, explorer:PlanExplorer):
-        import ipywidgets as W
+        import ipywidgets as W, threading
         self.ex, self._traces, self.shown, self.seconds = explorer, {}, False, {}
+        self._worker, self._queue, self._running = None, [], None   # traces computed ahead, in another process
+        self._qlock, self.n_ahead = threading.RLock(), FITS_AHEAD                               # the queue: the kernel's and the pool's thread
         whole, narrow = {"description_width": "initial"}, W.Layout(width="150px")
         self.world = W.BoundedIntText(value=8, min=1, max=1024, description="world", style=whole, layout=narrow)
         self.batch = W.BoundedIntText(value=1, min=1, max=4096, description="batch", style=whole, layout=narrow)
@@ -314,7 +360,7 @@ class FitsTab:
                                         layout=W.Layout(width="auto"))
         self.device_gib = W.BoundedFloatText(value=80, min=0.001, max=1 << 20, description="device GiB", style=whole,
                                              layout=W.Layout(width="170px"))
-        self.status, self.chart = W.HTML(), W.Image(format="png", layout=W.Layout(max_width="100%"))
+        self.status, self.chart = W.HTML(), W.Image(format="svg+xml", layout=W.Layout(max_width="100%"))
         knobs = [self.world, self.batch, self.seq, self.precision, self.checkpointing]
         for k in knobs + [self.device_gib]: k.observe(lambda _: self.plan_changed(), names="value")
         self.widget = W.VBox([W.HBox(knobs + [self.device_gib], layout=W.Layout(gap="10px", flex_flow="row wrap")),
@@ -331,27 +377,41 @@ class FitsTab:
 
 # %% ../nbs/14_explore.ipynb #418e6c41
 @patch_to(FitsTab)
-def key(self:FitsTab)->tuple:
-    "What a trace depends on: the model, the plan's configuration, world, batch, seq, precision, checkpointing."
-    return (id(self.ex.model), repr(self.ex.config), self.world.value, self.batch.value, self.seq.value,
-            self.precision.value, self.checkpointing.value)
+def setting(self:FitsTab)->dict:
+    "The knobs that make a trace: world, batch, seq, precision, checkpointing."
+    return dict(world=self.world.value, batch=self.batch.value, seq=self.seq.value, precision=self.precision.value,
+                ckpt=self.checkpointing.value)
+
+@patch_to(FitsTab)
+def key(self:FitsTab, s:dict|None=None)->tuple:
+    "What a trace depends on: the model, the plan's configuration, and the setting `s` (default: the knobs')."
+    s = s or self.setting()
+    return (id(self.ex.model), repr(self.ex.config), s["world"], s["batch"], s["seq"], s["precision"], s["ckpt"])
+
+def _trace_kwargs(s:dict)->dict:
+    "`predict_step_memory`'s arguments for a setting of the tab."
+    param_dtype, mixed = PRECISIONS[s["precision"]]
+    return dict(world=s["world"], batch=s["batch"], seq=s["seq"], mixed_precision=mixed, param_dtype=param_dtype,
+                activation_checkpointing=s["ckpt"])
 
 @patch_to(FitsTab)
 def predict(self:FitsTab):
-    "The `StepMemory` of the knobs' values (traced once per `key`)."
+    "The `StepMemory` of the knobs' values: kept, or being traced ahead (wait for its rest), or traced now (or why not)."
     from lora_fsdp_kit.fits import predict_step_memory
     k = self.key()
+    if k not in self._traces and self._running and self._running[0] == k:
+        try: self._running[1].result()          # under way in the worker: its rest is shorter than a whole trace
+        except Exception: pass                  # (traced here, which says why)
     if k not in self._traces:
-        param_dtype, mixed = PRECISIONS[self.precision.value]
-        self._traces[k] = predict_step_memory(self.ex.model, world=self.world.value, wrap=self.ex.config,
-                                              batch=self.batch.value, seq=self.seq.value, mixed_precision=mixed,
-                                              param_dtype=param_dtype,
-                                              activation_checkpointing=self.checkpointing.value)
+        try: self._traces[k] = predict_step_memory(self.ex.model, wrap=self.ex.config, **_trace_kwargs(self.setting()))
+        except Exception as e: self._traces[k] = e       # a setting FSDP refuses: its reason is kept too
+    if isinstance(self._traces[k], Exception): raise self._traces[k]
     return self._traces[k]
 
 @patch_to(FitsTab)
 def update(self:FitsTab):
     "Answer a knob: grey the picture, predict (or take the kept trace), draw the bars against the device line."
+    from lora_fsdp_kit.figures import fmt_bytes
     if self.ex.plan is None:
         self.status.value = "<b style='color:#c62828'>no plan to predict: see the summary above</b>"; return
     self.chart.layout.opacity = "0.3"; self.widget.add_class("lfk-stale")
@@ -363,7 +423,7 @@ def update(self:FitsTab):
         self.chart.layout.display = "none"; return
     t1 = time.perf_counter()
     device = int(self.device_gib.value * 2**30)
-    self.chart.value = sm.figure(device_memory=device)._repr_png_()
+    self.chart.value = figure_svg(sm.figure(device_memory=device))
     self.seconds = dict(predict=t1 - t0, draw=time.perf_counter() - t1)
     worst, left = sm.worst, device - sm.worst
     verdict = (f"<b style='color:#2e7d32'>fits</b>, {fmt_bytes(left)} left" if left >= 0
@@ -371,6 +431,64 @@ def update(self:FitsTab):
     self.chart.layout.opacity, self.chart.layout.display = "1", ""; self.widget.remove_class("lfk-stale")
     self.status.value = (f"{H.escape(sm.label)}, world {sm.world}: worst rank peak {fmt_bytes(worst)} on a "
                          f"{fmt_bytes(device)} device: {verdict}")
+    if self.ex.ahead: self.trace_ahead()
+
+# %% ../nbs/14_explore.ipynb #be46a84c
+FITS_AHEAD = 9      # settings traced ahead after each answer (at most; `FitsTab.n_ahead`)
+
+@patch_to(FitsTab)
+def neighbours(self:FitsTab)->list[dict]:
+    "The settings one change away, nearest first: checkpointing, batch, seq, world, precision."
+    s, out = self.setting(), []
+    out.append(dict(s, ckpt=not s["ckpt"])); out.append(dict(s, batch=s["batch"] * 2))
+    out.append(dict(s, seq=s["seq"] * 2))
+    for w in (s["world"] * 2, s["world"] // 2):
+        if 1 <= w <= 1024: out.append(dict(s, world=w))
+    out += [dict(s, precision=p) for p in PRECISIONS if p != s["precision"]]
+    if s["seq"] > 1: out.append(dict(s, seq=s["seq"] // 2))
+    return out[:self.n_ahead]
+
+@patch_to(FitsTab)
+def trace_ahead(self:FitsTab):
+    "Queue the neighbours' traces for the worker process (the queue of an older setting goes; the running one stays)."
+    if self.ex.built_from is None: return                 # a module given: nothing to build it from elsewhere
+    wrap, src = self.ex.config, self.ex.built_from
+    with self._qlock:
+        self._queue = [(self.key(s), src, wrap, _trace_kwargs(s)) for s in self.neighbours()
+                       if self.key(s) not in self._traces]
+        self._pump()
+
+@patch_to(FitsTab)
+def _pump(self:FitsTab):
+    "Send the next queued trace to the worker when none runs there (one at a time: a running one is really running)."
+    import concurrent.futures as cf, multiprocessing as mp
+    with self._qlock:
+        if self._running and not self._running[1].done(): return
+        self._running = None
+        while self._queue and self._queue[0][0] in self._traces: self._queue.pop(0)
+        if not self._queue: return
+        if self._worker is None: self._worker = cf.ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"))
+        k, src, wrap, kw = self._queue.pop(0)
+        from lora_fsdp_kit.explore import _trace_in_worker     # by its module's name: the worker imports it
+        try: fut = self._worker.submit(_trace_in_worker, src, wrap, kw)
+        except Exception: self._queue = []; return             # a worker that died: no more traces ahead
+        self._running = (k, fut)
+    def done(f):
+        e = None if f.cancelled() else f.exception()
+        if not f.cancelled() and not isinstance(e, cf.BrokenExecutor): self._traces.setdefault(k, e or f.result())
+        self._pump()
+    fut.add_done_callback(done)
+
+def _trace_in_worker(built_from:tuple, wrap, kw:dict):
+    "In the worker process: the model `built_from` names (built once, kept), and one setting's step memory."
+    import warnings
+    from lora_fsdp_kit.models import build_for_plan
+    from lora_fsdp_kit.fits import predict_step_memory
+    warnings.simplefilter("ignore")         # its stderr is the kernel's: a setting's warnings come with its answer
+    if built_from not in _WORKER_MODELS: _WORKER_MODELS[built_from] = build_for_plan(*built_from)
+    return predict_step_memory(_WORKER_MODELS[built_from], wrap=wrap, **kw)
+
+_WORKER_MODELS: dict = {}
 
 # %% ../nbs/14_explore.ipynb #56d586fd
 def explore(model:nn.Module|str|None=None,  # a (peft) model, a zoo or shipped config name; None: the tiny Llama
@@ -384,24 +502,32 @@ def explore(model:nn.Module|str|None=None,  # a (peft) model, a zoo or shipped c
     return PlanExplorer(model, layer_cls, lora_r, targets, config, ahead)
 
 # %% ../nbs/14_explore.ipynb #c6761414
-APP_NOTEBOOK = """{"cells": [{"cell_type": "code", "metadata": {}, "execution_count": null, "outputs": [], "source":
-  "import os\\nfrom lora_fsdp_kit.explore import explore\\nexplore(os.environ.get('LFK_EXPLORE_MODEL') or None, config=os.environ.get('LFK_EXPLORE_CONFIG') or None)"}],
- "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
- "nbformat": 4, "nbformat_minor": 5}"""
+APP_CELLS = ("import os\nfrom lora_fsdp_kit.explore import explore\n"           # the panel: the page's one output
+             "explore(os.environ.get('LFK_EXPLORE_MODEL') or None, config=os.environ.get('LFK_EXPLORE_CONFIG') or None)",
+             "if os.environ.get('LFK_EXPLORE_READY'): open(os.environ['LFK_EXPLORE_READY'], 'a').close()")  # drawn
 
 def app_command(folder:str|Path,             # where the app notebook is written
                 config:str|None=None,        # a config.json (or its folder) to explore
                 model:str|None=None,         # or a zoo or shipped config name; neither: the tiny Llama
                 port:int|None=None,          # Voilà's port (None: 8866, or the next free one)
+                preheat:bool=True,           # run the app in a kernel kept ready before any page is opened
                )->tuple[list[str], dict]:    # the command line and the environment that serve the app
     "The Voilà command and environment `serve` runs (Voilà is imported by the command, not here)."
+    import json
     if config is not None:
         if not Path(config).exists(): raise FileNotFoundError(f"no config at {config}: give a config.json or its folder")
         config = str(Path(config).resolve())
-    nb = Path(folder)/"lfk_explore.ipynb"; nb.write_text(APP_NOTEBOOK)
-    env = {**os.environ, "LFK_EXPLORE_MODEL": model or "", "LFK_EXPLORE_CONFIG": config or ""}
+    nb = Path(folder)/"lfk_explore.ipynb"
+    nb.write_text(json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+                                         "source": s} for s in APP_CELLS], "nbformat": 4, "nbformat_minor": 5,
+                              "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                                          "name": "python3"}}}))
+    ready = Path(folder)/"lfk_explore.ready"; ready.unlink(missing_ok=True)
+    env = {**os.environ, "LFK_EXPLORE_MODEL": model or "", "LFK_EXPLORE_CONFIG": config or "",
+           "LFK_EXPLORE_READY": str(ready)}
     cmd = [sys.executable, "-m", "voila", str(nb), "--no-browser", f"--port={port or 8866}", "--Voila.ip=127.0.0.1",
            "--show_tracebacks=True"]
+    if preheat: cmd += ["--preheat_kernel=True", "--pool_size=1"]     # the page takes a kernel that has run the app
     return cmd, env
 
 # %% ../nbs/14_explore.ipynb #91bb5246
@@ -409,22 +535,30 @@ def serve(config:str|None=None,   # a config.json (or its folder) to explore
           model:str|None=None,    # or a zoo or shipped config name (`qwen3_omni_default`); neither: the tiny Llama
           port:int|None=None,     # the port (None: 8866, or the next free one)
          )->None:                 # returns when the server stops (Ctrl-C)
-    "Serve the explorer as a web app with Voilà: print its URL, serve until Ctrl-C."
+    "Serve the explorer as a web app with Voilà: print its URL once the app is ready, serve until Ctrl-C."
     import importlib.util, re, threading
     if importlib.util.find_spec("voila") is None:
         raise ModuleNotFoundError("the explorer app needs Voilà: pip install 'lora_fsdp_kit[explore]'")
     def stop(signum, frame): raise SystemExit(128 + signum)   # SIGTERM (kill, timeout): the finally stops Voilà
     main = threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGTERM, stop) if main else None
+    t0 = time.monotonic()
+    print("the explorer: starting (Voilà runs the app once before the first page is opened)…", flush=True)
     with tempfile.TemporaryDirectory() as d:
         cmd, env = app_command(d, config, model, port)
         proc = subprocess.Popen(cmd, cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
+        seen, tail = [], []
+        def drain():                                          # read Voilà's log to its end: a full pipe would stop it
+            for line in proc.stdout:
+                if not seen and (m := re.search(r"(http://127\.0\.0\.1:\d+/)", line)): seen.append(m.group(1))
+                tail.append(line); del tail[:-30]
+        threading.Thread(target=drain, daemon=True).start()
         try:
-            for line in proc.stdout:                          # Voilà says where it listens; say it once, plainly
-                if m := re.search(r"(http://127\.0\.0\.1:\d+/)", line):
-                    print(f"the explorer: {m.group(1)}  (Ctrl-C stops it)", flush=True); break
-            else: raise RuntimeError(f"voila exited ({proc.wait()}) before serving")
+            while not (seen and Path(env["LFK_EXPLORE_READY"]).exists()):     # the URL, and the app run once
+                if proc.poll() is not None: raise RuntimeError(f"voila exited ({proc.returncode}):\n{''.join(tail)}")
+                time.sleep(0.1)
+            print(f"the explorer: {seen[0]}  (ready in {time.monotonic() - t0:.0f} s; Ctrl-C stops it)", flush=True)
             proc.wait()
         except KeyboardInterrupt: pass
         finally:
