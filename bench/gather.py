@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
-from lora_fsdp_kit.figures import fmt_bytes
+from lora_fsdp_kit.units import fmt_bytes
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 SETTINGS = {  # name: (testing.case_wrap policy, setting, sharding, ranks it runs at)

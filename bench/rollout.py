@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from lora_fsdp_kit import rollout as R, rollout_runs as RR
-from lora_fsdp_kit.figures import fmt_bytes
+from lora_fsdp_kit.units import fmt_bytes
 from lora_fsdp_kit.launch import launch
 
 MODELS = {"chapter": dict(RR.CHAPTER_CONFIG),

@@ -28,7 +28,8 @@ from .peft_names import peft_lora_names
 from .votes import RankFailure, RankVote
 from .shards import clean_name, join_name
 from .sharded import ShardedParam, ShardedUnit, ShardedView, sharded_view
-from .packing import (PackPlan, TensorShards, output_buffer, pack, pack_plan, receive_buffer, split_buckets,
+from .packing import (PackPlan, TensorShards, output_buffer, pack, pack_plan, receive_buffer, scratch_buffer,
+                                   split_buckets,
                                    tensor_shards, unpack)
 
 # %% auto #0
@@ -271,7 +272,7 @@ def packed_jobs(shards:list[TensorShards],   # from `GatherEngine.shards`
 def _send_buffer(plan:PackPlan, copies:int)->torch.Tensor:
     "This rank's pieces packed as bytes (zero-padded to the largest rank's when `even`; `copies` times for all-to-all)."
     me, width = plan.me, plan.width if plan.even else plan.sizes[plan.me]
-    send = torch.empty(copies * width, dtype=torch.uint8)
+    send = scratch_buffer("send", copies * width)   # kept since the last gather, if it fits
     pack(plan, send[:plan.sizes[me]])
     if plan.even: send[plan.sizes[me]:].zero_()
     for c in range(1, copies): send[c * width:(c + 1) * width].copy_(send[:width])
@@ -282,7 +283,8 @@ def _buffers(plan:PackPlan, rank0_only:bool, keep:bool)->tuple:
     "All one collective of `plan` allocates, made before it: (send, receive, output); the last two empty if not `keep`."
     # the all-to-all sends this rank's pieces once to each receiving rank: pack once, then copy the packed block
     send = _send_buffer(plan, 1 if plan.even or rank0_only else plan.world)
-    return send, receive_buffer(plan, keep), (output_buffer(plan) if keep else None)
+    recv = receive_buffer(plan, keep, alloc=lambda n: scratch_buffer("recv", n))
+    return send, recv, (output_buffer(plan) if keep else None)   # the output: new, the caller keeps it
 
 def _exchange(plan:PackPlan, group, rank0_only:bool, keep:bool, send:torch.Tensor, recv:torch.Tensor):
     "The one collective of `plan` within `group`: this rank's `send` out, every rank's block into `recv`."

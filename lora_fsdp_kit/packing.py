@@ -5,7 +5,7 @@
 # %% ../nbs/05a_packing.ipynb #e741a458
 from __future__ import annotations
 
-import math
+import math, threading
 from dataclasses import dataclass, field
 from operator import call, is_
 from functools import reduce
@@ -17,8 +17,8 @@ from .shards import ShardLayout
 from .sharded import ShardedParam
 
 # %% auto #0
-__all__ = ['TensorShards', 'tensor_shards', 'split_buckets', 'evenly', 'PackPlan', 'pack_plan', 'pack', 'receive_buffer',
-           'output_buffer', 'unpack']
+__all__ = ['SCRATCH_BYTES', 'TensorShards', 'tensor_shards', 'split_buckets', 'evenly', 'PackPlan', 'pack_plan', 'pack',
+           'scratch_buffer', 'receive_buffer', 'output_buffer', 'unpack']
 
 # %% ../nbs/05a_packing.ipynb #c19cdb63
 @dataclass(frozen=True, eq=False)
@@ -171,9 +171,23 @@ def pack(plan:PackPlan, send:torch.Tensor):
     if plan.send_dtype is not None: torch.cat(pieces, out=send.view(plan.send_dtype))
     else: torch.cat([p.view(torch.uint8) for p in pieces], out=send)
 
-def receive_buffer(plan:PackPlan, keep:bool=True)->torch.Tensor:
+_SCRATCH = threading.local()   # per thread: the send and receive buffers of the last gather, for the next one
+SCRATCH_BYTES = 16 << 20       # the largest buffer kept between gathers; a larger one is made for its call and freed
+
+def scratch_buffer(role:str, n:int)->torch.Tensor:
+    "An uninitialised uint8 buffer of `n` bytes for `role`: the one kept since the last call if it has that size."
+    kept = getattr(_SCRATCH, role, None)
+    if kept is not None and kept.numel() == n: return kept   # never a view of a larger one: a memory tracker
+    buf = torch.empty(n, dtype=torch.uint8)                  # counts a view's whole storage
+    if n <= SCRATCH_BYTES: setattr(_SCRATCH, role, buf)
+    return buf
+
+def receive_buffer(plan:PackPlan, keep:bool=True,
+                   alloc=None,   # n -> an uninitialised uint8 tensor of n bytes (`scratch_buffer`); None: a new one
+                  )->torch.Tensor:
     "An uninitialised receive buffer: `recv_bytes` for the collective, rounded up to whole rows for the unpacking."
-    return torch.empty(_align(plan.recv_bytes, plan.row) if keep else 0, dtype=torch.uint8)
+    n = _align(plan.recv_bytes, plan.row) if keep else 0
+    return torch.empty(n, dtype=torch.uint8) if alloc is None else alloc(n)
 
 def output_buffer(plan:PackPlan)->torch.Tensor:
     "An uninitialised buffer for the full tensors: every dtype's aligned region, in whole rows of the unpacking."
