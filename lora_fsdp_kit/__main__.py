@@ -210,16 +210,23 @@ def _shipped_names()->str:
     return ", ".join(sorted(p.name[:-5] for p in (importlib.resources.files("lora_fsdp_kit")/"configs").iterdir()
                             if p.name.endswith(".json")))
 
+def _model_flags(p:argparse.ArgumentParser,   # a command's parser
+                 required:bool=False,        # one of the two must be given (fits)
+                 model_help:str|None=None,   # what --model names, when not every shipped model
+                 config_help:str="a transformers config.json, or its folder (built on meta, no weights)"):
+    "`--model NAME | --config PATH`: the one pair of model flags of every command that takes a model."
+    g = p.add_mutually_exclusive_group(required=required)
+    g.add_argument("--model", default=None, metavar="NAME", help=model_help or f"a model shipped with the kit: "
+                   f"{_shipped_names()} (the *_default ones are full size, built on the meta device)")
+    g.add_argument("--config", default=None, help=config_help)
+
 def _plan_parser(sub):
     "The `plan` sub-command's flags: the model, its LoRA, and the `WrapConfig` they spell."
     pl = sub.add_parser("plan", help="print the FSDP units and findings for a model",
                         epilog="a fix for the warnings of the default FSDP1 policy on a bf16 model: --no-lora-leaves "
                                "--use-orig-params --align-lora-dtype. exit codes: 0 no ✖ error finding; 1 at least "
                                "one (FSDP would refuse, crash or hang, or ranks would diverge); 2 bad input")
-    g = pl.add_mutually_exclusive_group()
-    g.add_argument("--model", default=None, metavar="NAME", help=f"a model shipped with the kit: {_shipped_names()} "
-                   "(the *_default ones are full size, built on the meta device)")
-    g.add_argument("--config", default=None, help="a transformers config.json (built on meta, no weights)")
+    _model_flags(pl)
     pl.add_argument("--lora-r", type=int, default=8, help="LoRA rank (default 8; alpha is twice the rank)")
     pl.add_argument("--lora-targets", default=PLAN_TARGETS, help=f"comma-separated LoRA target modules (default "
                     f"{PLAN_TARGETS}, as demo and fits)")
@@ -250,7 +257,7 @@ def _fits_parser(sub):
                        "setting on one CPU, and say which settings fit on the device.",
                        epilog="exit codes: 0 every setting fits; 1 one does not fit or cannot be predicted; "
                               "2 bad input (one line on stderr)")
-    f.add_argument("--config", required=True, help="a model's config.json (or its folder), or a shipped config name")
+    _model_flags(f, required=True)
     f.add_argument("--world", required=True, type=int, help="ranks (devices) of the job")
     f.add_argument("--device-memory", required=True, help="memory of one device, with its unit: 80GiB, 80GB")
     f.add_argument("--reserve", default=module_constant("fits", "RESERVE"), help="taken off the device before the "
@@ -315,7 +322,7 @@ def _cmd_fits(a)->int:
     wraps = list(dict.fromkeys(dataclasses.replace(w, use_orig_params=False) if w.flavour == "fsdp2" else w
                                for w in wraps))
     from lora_fsdp_kit.fits_report import fits_report
-    return fits_report(a.config, a.world, a.device_memory, wraps, batch=a.batch, seq=a.seq, lora_r=a.lora_r,
+    return fits_report(a.model or a.config, a.world, a.device_memory, wraps, batch=a.batch, seq=a.seq, lora_r=a.lora_r,
                        targets=a.lora_targets, backend=a.backend, attention=a.attention, param_dtype=a.param_dtype,
                        lora_dtype=a.lora_dtype, reserve=a.reserve, max_batch=a.max_batch, max_seq=a.max_seq,
                        verbose=a.verbose, speak=flag_language, png=a.png, out=a.out)
@@ -358,7 +365,9 @@ def unknown_input(p:argparse.ArgumentParser,  # the whole parser
         flag = t.split("=", 1)[0]
         if flag == "--": break
         if not flag.startswith("--") or any(k.startswith(flag) for k in known): continue   # argparse's prefixes too
-        return f"{cmd}: unknown flag {flag}{did_you_mean(flag, known)}"
+        # --help is never what anyone mistyped: it is not offered as the nearest flag, it is where to look
+        near = did_you_mean(flag, [k for k in known if k != "--help"])
+        return f"{cmd}: unknown flag {flag}" + (near or f"; see {p.prog} {cmd} --help")
     return None
 
 # %% ../nbs/90_cli.ipynb #cfa5fe81
@@ -398,18 +407,14 @@ def parser()->argparse.ArgumentParser:
     _fits_parser(sub)
     about = "the plan explorer and its 'will it fit?' tab as a web app (Voilà), at the URL it prints; Ctrl-C stops it"
     ex = sub.add_parser("explore", help=about, description=about + " (pip install 'lora_fsdp_kit[explore]')")
-    g3 = ex.add_mutually_exclusive_group()
-    g3.add_argument("--model", default=None, metavar="NAME", help="a model shipped with the kit (see plan --help)")
-    g3.add_argument("--config", default=None, help="a transformers config.json, or its folder (built on meta)")
+    _model_flags(ex)
     ex.add_argument("--port", type=int, default=None, help="the port (default 8866, or the next free one)")
     ex.set_defaults(fn=_cmd_explore)
     de = sub.add_parser("demo", help="the end-to-end tour: strip, LoRA, plan, FSDP1/FSDP2 gathers, plots, report")
     de.add_argument("--out", default="demo_out", help="folder for the figures and the report (the previous demo's "
                     "files in it are replaced at the end; other files stay)")
-    g2 = de.add_mutually_exclusive_group()
-    g2.add_argument("--model", default=None, metavar="NAME", help="a tiny model shipped with the kit (default: "
-                    "qwen3_omni; see plan --help for the names)")
-    g2.add_argument("--config", default=None, help="a transformers config.json (meta: plan + strip only)")
+    _model_flags(de, model_help="a tiny model shipped with the kit (default: qwen3_omni; see plan --help for the "
+                 "names)", config_help="a transformers config.json (meta: plan + strip only)")
     de.add_argument("--nprocs", type=int, default=2, help="ranks to launch (default 2)")
     de.set_defaults(fn=_cmd_demo)
     dr = sub.add_parser("doctor", help="versions found, and every private torch/transformers/peft object the kit "

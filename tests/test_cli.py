@@ -68,7 +68,7 @@ def test_fits_subcommand(capsys):
     r = subprocess.run([sys.executable, "-m", "lora_fsdp_kit", "fits", "--help"], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr
-    for flag in ("--device-memory", "--world", "--use-orig-params", "--param-dtype", "--lora-dtype", "--reserve",
+    for flag in ("--model", "--config", "--device-memory", "--world", "--use-orig-params", "--param-dtype", "--lora-dtype", "--reserve",
                  "--max-batch", "--max-seq", "--verbose", "--sharding", "--reshard-after-forward", "--lora-leaves"):
         assert flag in r.stdout, flag
     words = " ".join(r.stdout.split())
@@ -76,6 +76,12 @@ def test_fits_subcommand(capsys):
     from lora_fsdp_kit.__main__ import main
     assert main(["fits", "--config", "llama", "--world", "2", "--device-memory", "lots"]) == 2   # before any model
     assert "fits: error:" in capsys.readouterr().err
+    # --model NAME, as plan, explore and demo take it: a shipped name, checked before any import
+    assert main(["fits", "--model", "lama", "--world", "2", "--device-memory", "8GiB"]) == 2
+    assert "unknown model 'lama'; did you mean llama?" in capsys.readouterr().err
+    # a flag with nothing near is sent to the help, which is never offered as the nearest match
+    assert main(["fits", "--model", "llama", "--zzz"]) == 2
+    assert capsys.readouterr().err.endswith("fits: unknown flag --zzz; see python -m lora_fsdp_kit fits --help\n")
     assert "fits" in subprocess.run([sys.executable, "-m", "lora_fsdp_kit", "--help"], capture_output=True, text=True,
                                     timeout=300).stdout
 
