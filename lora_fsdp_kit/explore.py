@@ -411,7 +411,7 @@ def predict(self:FitsTab):
 @patch_to(FitsTab)
 def update(self:FitsTab):
     "Answer a knob: grey the picture, predict (or take the kept trace), draw the bars against the device line."
-    from lora_fsdp_kit.figures import fmt_bytes
+    from lora_fsdp_kit.units import fmt_bytes
     if self.ex.plan is None:
         self.status.value = "<b style='color:#c62828'>no plan to predict: see the summary above</b>"; return
     self.chart.layout.opacity = "0.3"; self.widget.add_class("lfk-stale")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch.nn as nn
 
 from .methods import patch_to
-from .figures import fmt_bytes
+from .units import fmt_bytes
 from .plan import Plan, Unit, plan_summary
 from .checks import Finding
 from .policies import resolve_layer_classes
