@@ -94,7 +94,8 @@ def serve_versions(llm, records:list[dict], reference:nn.Module, prompts:list[li
 # %% ../nbs/95f_rollout_runs.ipynb #8832349c
 def plot_served(rows:list[Served])->"KitFigure":
     "Served against trained logprobs per version, the largest |Δ| against 1e-3, push time, trainer peak vs bound."
-    from lora_fsdp_kit.figures import fmt_bytes, new_figure
+    from lora_fsdp_kit.figures import new_figure
+    from lora_fsdp_kit.units import fmt_bytes
     fig = new_figure(figsize=(12, 3.4))
     ax, dx, bx, px = fig.subplots(1, 4, width_ratios=(1.2, 1, 1, 1))
     labels = [f"v{r.version}\n{r.kind}" for r in rows]
