@@ -161,10 +161,7 @@ def add_wrap_flags(p:argparse.ArgumentParser,  # a command's parser
     g = p.add_argument_group("wrapping: WrapConfig's fields" + (" (a comma list sweeps)" if sweep else ""))
     for name, default, typ, doc in wrap_fields():
         d, flag = (defaults or {}).get(name, default), "--" + name.replace("_", "-")
-        if typ == "bool" and not sweep:
-            g.add_argument(f"--no-{flag[2:]}" if d else flag, dest=name, action="store_false" if d else "store_true",
-                           default=d, help=f"turn off (on by default): {doc}" if d else doc)
-        elif typ == "bool":   # plan's spellings work too: --flag alone is on, --no-flag off; or on, off, "off,on"
+        if typ == "bool":   # every command the same three forms: --flag alone is on, --no-flag off, or on|off
             g.add_argument(flag, dest=name, default=_text(d), nargs="?", const="on", metavar="on|off",
                            help=f"{doc} (default: {_text(d)})")
             g.add_argument(f"--no-{flag[2:]}", dest=name, action="store_const", const="off", help=argparse.SUPPRESS)

@@ -1,34 +1,33 @@
 """Longest files first: under `-n 2 --dist loadfile --no-loadscope-reorder` (see the Makefile) the workers take whole
 files in this order, so no long file starts last while the other worker idles. The cost is CPU-seconds per file: the
 user+system time of pytest and every process it starts (ranks, fork servers, browsers), the file run alone with
-`-p no:cacheprovider` (2026-12-02, issue 30; on a 2-core machine shared with other jobs, so the wall seconds
-beside them are high and vary, the CPU-seconds much less). `~`: not measured alone this time: 1.5 x its wall seconds
-in the last suite run (the median ratio of the files measured; test_gather's also x 0.4, its covering array's saving;
-test_fits_accuracy, new, its owner's estimate).
+`-p no:cacheprovider` under a child subreaper, so that fork servers and other orphans are reaped, and counted, too
+(2026-12-02, issue 30; on a 2-core machine shared with other jobs at load 9-24, so the wall seconds beside them are
+high and vary, the CPU-seconds much less). `=`: not measured this time, the value of the previous measurement.
+tests/test_device_check.py is not here: it runs in `make test-oldest` only (see the Makefile).
 A file not listed runs after these, in collection order."""
-COST = {"test_fits_accuracy": 220,   # 156 s + 65 s wall at load 0.5-2 (byte-equality rows, real ranks)
-        "test_fits": 139,            # 317 s wall at load 6
-        "test_browser": 121,         # 308 s wall alone: Chromium and Voila
-        "test_hazards": 75,          # 183 s
-        "test_moe": 72,              # 180 s
-        "test_launch": 70,           # 135 s
-        "test_gather_ranks": 60,     # 174 s
-        "test_plan_fidelity": 57,    # 144 s (was 74 CPU-s, 219 s: its matrices are covering arrays now)
-        "test_cli": 57,              # 213 s
-        "test_export": 51,           # 161 s
-        "test_script_guide": 41,     # 100 s
-        "test_device_check": 40,     # 135 s
-        "test_gather": 36,           # ~ (59 s x 0.4, its covering array)
-        "test_book": 36,             # 89 s
-        "test_shards": 32,           # 72 s
-        "test_measure": 32,          # 62 s (was 51 CPU-s, 142 s: its matrix is a covering array)
-        "test_gather_sharded": 29,   # 109 s
-        "test_prior_art": 27,        # 110 s
-        "test_nothing_lost": 25,     # 65 s (was 28 CPU-s, 76 s: the load matrix is a covering array)
-        "test_notebooks": 17,        # 50 s
-        "test_readme": 12,           # 50 s
-        "test_doctor": 11,           # 34 s
-        "test_structure": 2}         # 13 s
+COST = {"test_fits_accuracy": 220,   # = (its owner's)
+        "test_fits": 139,            # =
+        "test_browser": 121,         # = (Chromium and Voila)
+        "test_moe": 63,              # 404 s wall at load 9
+        "test_hazards": 63,          # 383 s
+        "test_gather_ranks": 60,     # =
+        "test_launch": 57,           # 464 s (6 signal cases -> 4: was ~71)
+        "test_plan_fidelity": 42,    # 306 s
+        "test_export": 37,           # 254 s
+        "test_cli": 36,              # 477 s
+        "test_gather": 36,           # =
+        "test_book": 36,             # =
+        "test_shards": 35,           # 371 s
+        "test_gather_sharded": 29,   # =
+        "test_prior_art": 27,        # =
+        "test_nothing_lost": 25,     # =
+        "test_script_guide": 18,     # 86 s
+        "test_notebooks": 17,        # =
+        "test_measure": 16,          # 134 s
+        "test_readme": 12,           # =
+        "test_doctor": 11,           # =
+        "test_structure": 2}         # =
 
 def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: -COST.get(item.path.stem, 0))   # stable: a file's tests keep their order

@@ -98,3 +98,20 @@ def test_fits_unitless_memory_refused_at_once():
     r = subprocess.run([sys.executable, "-m", "lora_fsdp_kit", "fits", "--config", "llama", "--world", "8",
                         "--device-memory", "80GiB", "--reserve", "2"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr == "fits: error: --reserve 2: add a unit, 2GiB or 2GB\n", r.stderr
+
+def test_wrap_flags_read_the_same_in_plan_and_fits():
+    "A true/false wrap flag in every form, in both commands: alone it is on, --no-X is off, or it takes on|off."
+    from lora_fsdp_kit.__main__ import parser, wrap_config_of, wrap_configs_of
+    p = parser()
+    head = {"plan": ["plan", "--model", "llama", "--flavour", "fsdp2"],
+            "fits": ["fits", "--model", "llama", "--world", "2", "--device-memory", "8GiB", "--flavour", "fsdp2"]}
+    for cmd, argv in head.items():
+        for flags, want in ((["--no-lora-leaves"], False), (["--lora-leaves", "off"], False), (["--lora-leaves"], True),
+                            (["--lora-leaves", "on"], True), (["--no-reshard-after-forward"], False),
+                            (["--reshard-after-forward", "off"], False)):
+            a = p.parse_args(argv + flags)
+            field = flags[0].removeprefix("--").removeprefix("no-").replace("-", "_")
+            got = {getattr(c, field) for c in (wrap_configs_of(a, sweep=True) if cmd == "fits" else [wrap_config_of(a)])}
+            assert got == {want}, (cmd, flags, got)
+    help_ = {cmd: " ".join(p._subparsers._group_actions[0].choices[cmd].format_help().split()) for cmd in head}
+    assert all("--lora-leaves [on|off]" in h and "--reshard-after-forward [on|off]" in h for h in help_.values()), help_
