@@ -5,7 +5,7 @@
 # %% ../nbs/11_fits.ipynb #2898ea87
 from __future__ import annotations
 
-import copy, dataclasses, math, time, types, weakref
+import copy, dataclasses, functools, math, sys, time, types, weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -13,7 +13,7 @@ from torch import nn
 
 from .fits_trace import CATEGORIES, RankTrace, attention_kernel, trace_rank
 from .families import experts_implementation
-from .figures import fmt_bytes, fmt_count
+from .units import fmt_bytes, fmt_count
 from .plan import dtype_itemsize
 from .shards import (chunk_spans, clean_name, flat_spans, fsdp1_align, fsdp1_flat_numels, fsdp2_padded_numel,
                                   piece_length, shard_group_size)
@@ -21,7 +21,7 @@ from .methods import patch_to
 from .wrap import _MP, _MP_DTYPE, WrapConfig
 
 # %% auto #0
-__all__ = ['RESERVE', 'RESERVE_WHY', 'StepMemory', 'closed_form', 'FitsError', 'predict_step_memory']
+__all__ = ['RESERVE', 'RESERVE_WHY', 'StepMemory', 'closed_form', 'FitsError', 'inexact_families', 'predict_step_memory']
 
 # %% ../nbs/11_fits.ipynb #41259d69
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ class StepMemory:
     trace_of: tuple[int, ...]       # per predicted rank: the index of the trace it shares
     closed_form: dict = field(default_factory=dict)   # per rank: parameter-side bytes from the plan (see `closed_form`)
     assumptions: str = ""        # the precision assumed, in words (`_precision_text`)
+    not_exact: str = ""          # why the peaks are not held to 1 % of a real rank (`inexact_families`); "": they are
 
     def _t(self, i:int)->RankTrace: return self.traces[self.trace_of[i]]
     @property
@@ -63,7 +64,7 @@ class StepMemory:
         i = self.peak_bytes.index(self.worst)
         return [f"StepMemory({self.label}, world {self.world}): worst peak {fmt_bytes(self.worst)} on rank "
                 f"{self.ranks[i]}, in {self.peak_module[i] or '<root>'} ({self.peak_phase[i]})",
-                f"  {len(self.traces)} trace(s): {shared}"] + ([f"  {self.assumptions}"] if self.assumptions else [])
+                f"  {len(self.traces)} trace(s): {shared}"] + [f"  {t}" for t in (self.assumptions, self.not_exact) if t]
     def __repr__(self):
         i = self.peak_bytes.index(self.worst)
         cats = sorted(self.by_category[i].items(), key=lambda kv: -kv[1])
@@ -243,6 +244,28 @@ def _precision_text(model:nn.Module, cfg:WrapConfig, param_dtype:str|torch.dtype
     return (f"{fmt_count(n[0])} parameters stored in {_dtype_short(pdt)} ({src}), LoRA's {fmt_count(n[1])} in "
             f"{_dtype_short(ldt)} ({lsrc}), {comp}, gradients reduced in {'fp32' if mp else _dtype_short(ldt)}")
 
+# %% ../nbs/11_fits.ipynb #43fb09b1
+_KERNEL_PACKAGES = ("mamba_ssm", "causal_conv1d")   # the fused kernels of transformers' state-space layers
+
+@functools.cache
+def _kernel_packages(module_name:str)->tuple[str, ...]:
+    "The fused-kernel packages a transformers modeling module can run (named in its source, read once)."
+    path = getattr(sys.modules.get(module_name), "__file__", None)
+    if not module_name.startswith("transformers.models.") or not path: return ()
+    with open(path, encoding="utf-8") as f: text = f.read()
+    return tuple(p for p in _KERNEL_PACKAGES if p in text)
+
+def inexact_families(model:nn.Module)->str:
+    "Why `predict_step_memory` does not hold `model` to 1 % of a real rank, in one line; '' when it does."
+    found = {}
+    for m in model.modules():
+        mod = type(m).__module__
+        if pk := _kernel_packages(mod): found.setdefault(mod.split(".")[2], pk)
+    if not found: return ""
+    pkgs = " or ".join(sorted({p for ps in found.values() for p in ps}))
+    return (f"not exact for {', '.join(found)}: its state-space or convolution layers traced on transformers' PyTorch "
+            f"reference path (a job with {pkgs} runs fused kernels); Mamba, Mamba2: -0.3 % to +7.8 % on real ranks")
+
 # %% ../nbs/11_fits.ipynb #016fd9f5
 def predict_step_memory(model:nn.Module,               # a peft model on the meta device, as the plan takes it
                         *,
@@ -284,7 +307,8 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
     label = (f"{cfg.label}, batch {batch} x seq {seq}" + (f", {backend}" if backend != "nccl" else "")
              + (", math attention" if att == "math" else ""))
     closed = {t.rank: closed_form(model, cfg, world, t.rank) for t in traces}
-    return StepMemory(label, world, tuple(ranks), tuple(traces), tuple(trace_of), closed, words)
+    return StepMemory(label, world, tuple(ranks), tuple(traces), tuple(trace_of), closed, words,
+                      inexact_families(model))
 
 # %% ../nbs/11_fits.ipynb #d329c0e9
 _COLORS = {"sharded parameters": "#1f77b4", "unsharded parameters": "#aec7e8", "buffers": "#7f7f7f",

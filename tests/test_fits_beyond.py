@@ -77,7 +77,7 @@ def test_a_family_not_held_to_one_percent_says_so():
     pm = case_model(dict(config=MAMBA, targets=("in_proj", "x_proj", "dt_proj")), "meta")
     got = predict_step_memory(pm, world=2, batch=1, seq=16, backend="gloo")
     assert got.not_exact == inexact_families(pm)
-    assert got.not_exact.startswith("not exact for mamba (state-space layers)"), got.not_exact
+    assert got.not_exact.startswith("not exact for mamba: its state-space"), got.not_exact
     assert got.not_exact in repr(got)
     llama = predicted("llama dora fsdp2")
     assert not llama.not_exact and "not exact" not in repr(llama)
