@@ -5,7 +5,7 @@
 # %% ../nbs/11a_fits_trace.ipynb #879c119f
 from __future__ import annotations
 
-import contextlib, copy, dataclasses, functools, gc, logging, math, re, sys, time, warnings
+import contextlib, copy, dataclasses, functools, gc, logging, math, os, pickle, re, select, signal, sys, time, warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -165,15 +165,18 @@ def _cpu_rng_states():
 @contextlib.contextmanager
 def _quiet():
     "Silence torch's log of a missing meta kernel (the trace says it in one line) and the tracker's `.grad` warnings."
-    log = logging.getLogger("torch._subclasses.fake_tensor")
-    level = log.level
-    log.setLevel(logging.CRITICAL)
+    # torch's log of a missing meta kernel; transformers' note that Mamba falls back to its reference scan (fits says
+    # so in its own words)
+    logs = [logging.getLogger(n) for n in ("torch._subclasses.fake_tensor", "transformers.integrations.hub_kernels")]
+    levels = [log.level for log in logs]
+    for log in logs: log.setLevel(logging.CRITICAL)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*grad attribute of a Tensor that is not a leaf")
             warnings.filterwarnings("ignore", message="Module is None. Skipping")   # Mamba: one per layer
             yield
-    finally: log.setLevel(level)
+    finally:
+        for log, level in zip(logs, levels): log.setLevel(level)
 
 # %% ../nbs/11a_fits_trace.ipynb #93e8f09e
 @contextlib.contextmanager
@@ -378,6 +381,40 @@ def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=
     return RankTrace(rank, tr.peak, _categories(tr.peak_snap, sharded), *tr.peak_at, tuple(tr.timeline), sig,
                      sharded, opt_bytes, time.perf_counter() - t0, worst_peak=worst), tr.keyed
 
+# %% ../nbs/11a_fits_trace.ipynb #fc1b1506
+def _fork_wanted()->bool:
+    "LFK_TRACE_FORK=1: fork; 0: never; unset: where this process may run on 4 cores or more (a spare one)."
+    if not hasattr(os, "fork"): return False
+    v = os.environ.get("LFK_TRACE_FORK", "")
+    return v == "1" if v else len(os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ()) >= 4
+
+def _forked(fn:Callable, *args)->Callable[[float], object]:
+    "Start `fn(*args)` in a forked child; returns a call that waits for its result (None: do it here instead)."
+    if not _fork_wanted(): return lambda took: None
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # the child: the result pickled into the pipe, nothing else of the parent's run
+        try:
+            os.close(rfd); data = pickle.dumps(fn(*args))
+        except BaseException: data = b""
+        try:
+            with os.fdopen(wfd, "wb") as f: f.write(data)
+        finally: os._exit(0)
+    os.close(wfd)
+    def result(took:float):
+        "The child's result; None if it failed or is still silent 60 s + 10x `took` (the parent's own trace) on."
+        chunks, deadline = [], time.monotonic() + 60 + 10 * took
+        with os.fdopen(rfd, "rb") as f:
+            while True:
+                if not select.select([f], [], [], max(0, deadline - time.monotonic()))[0]:
+                    os.kill(pid, signal.SIGKILL); chunks = []; break
+                chunk = os.read(f.fileno(), 1 << 20)
+                if not chunk: break
+                chunks.append(chunk)
+        os.waitpid(pid, 0)
+        return pickle.loads(b"".join(chunks)) if chunks else None
+    return result
+
 # %% ../nbs/11a_fits_trace.ipynb #da184200
 def trace_rank(model:nn.Module,      # a peft model on the meta device (copied, never changed)
                cfg:WrapConfig,       # how it is sharded
@@ -393,10 +430,14 @@ def trace_rank(model:nn.Module,      # a peft model on the meta device (copied, 
     if layers == "auto" and why_not_reduced(model, cfg) is None:
         t0, (_, _, path) = time.perf_counter(), decoder_layers(model)
         n = len(getattr(*decoder_layers(model)[:2]))
+        ks = (2 * REDUCED_H, 2 * REDUCED_H + 1)
+        args = {k: (_reduced_model(model, k), cfg, world, rank, batch, seq, backend, attention, path + ".") for k in ks}
         try:
             with _gc_paused():
-                got = [(k,) + _trace_once(_reduced_model(model, k), cfg, world, rank, batch, seq, backend, attention,
-                                          path + ".") for k in (2 * REDUCED_H, 2 * REDUCED_H + 1)]
+                later = _forked(_trace_once, *args[ks[1]])   # the larger copy in a child process, meanwhile
+                small = _trace_once(*args[ks[0]])
+                large = later(small[0].seconds) or _trace_once(*args[ks[1]])
+                got = [(ks[0],) + small, (ks[1],) + large]
                 return dataclasses.replace(_combine(*got, n, path + ".", _categories), seconds=time.perf_counter() - t0)
         except _NotReduced: pass   # every layer, below
     return _trace_once(model, cfg, world, rank, batch, seq, backend, attention)[0]

@@ -66,6 +66,15 @@ def test_what_is_traced_whole_says_why():
     t = trace_rank(pm, root, 2, 0, 1, 16)
     assert t.traced_layers == ()
 
+def test_a_forked_trace_is_the_same(monkeypatch):
+    "The reduced trace's larger copy traced in a forked child (LFK_TRACE_FORK=1) gives the in-process answer."
+    pm, cfg = six_layers("llama"), WRAPS["fsdp1 layer orig bf16 ac"]
+    monkeypatch.setenv("LFK_TRACE_FORK", "0"); here = trace_rank(pm, cfg, 3, 1, 1, 16, "gloo")
+    monkeypatch.setenv("LFK_TRACE_FORK", "1"); forked = trace_rank(pm, cfg, 3, 1, 1, 16, "gloo")
+    fields = ("peak", "worst_peak", "by_category", "module", "phase", "timeline", "signatures", "sharded_bytes",
+              "optimizer_bytes", "traced_layers")
+    assert [getattr(forked, f) for f in fields] == [getattr(here, f) for f in fields]
+
 # ---------------------------------------------------------------- (1b) ranks grouped by signature == each rank traced
 # `predict_step_memory` traces one rank per signature (`fits_trace._signatures`; FSDP1 with use_orig_params: the
 # lengths of a rank's pieces of the TRAINABLE parameters, a frozen piece being a view of the shard with no bytes of its
