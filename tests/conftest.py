@@ -7,12 +7,11 @@ high and vary, the CPU-seconds much less). `=`: not measured this time, the valu
 tests/test_device_check.py is not here: it runs in `make test-oldest` only (see the Makefile).
 A file not listed runs after these, in collection order."""
 COST = {"test_fits_accuracy": 220,   # = (its owner's)
-        "test_fits": 139,            # =
         "test_browser": 121,         # = (Chromium and Voila)
         "test_moe": 63,              # 404 s wall at load 9
         "test_hazards": 63,          # 383 s
         "test_gather_ranks": 60,     # =
-        "test_launch": 57,           # 464 s (6 signal cases -> 4: was ~71)
+        "test_fits": 59,             # 360 s (was 139: the trace is faster)
         "test_plan_fidelity": 42,    # 306 s
         "test_export": 37,           # 254 s
         "test_cli": 36,              # 477 s
@@ -20,14 +19,15 @@ COST = {"test_fits_accuracy": 220,   # = (its owner's)
         "test_book": 36,             # =
         "test_shards": 35,           # 371 s
         "test_gather_sharded": 29,   # =
-        "test_prior_art": 27,        # =
-        "test_nothing_lost": 25,     # =
+        "test_launch": 25,           # 135 s (4 signal cases, not 6; many tensors on the fork server only: was 57-71)
         "test_script_guide": 18,     # 86 s
-        "test_notebooks": 17,        # =
         "test_measure": 16,          # 134 s
+        "test_nothing_lost": 14,     # 60 s
+        "test_prior_art": 13,        # 82 s
         "test_readme": 12,           # =
-        "test_doctor": 11,           # =
-        "test_structure": 2}         # =
+        "test_notebooks": 9,         # 42 s
+        "test_doctor": 6,            # 31 s
+        "test_structure": 1}         # 11 s
 
 def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: -COST.get(item.path.stem, 0))   # stable: a file's tests keep their order
