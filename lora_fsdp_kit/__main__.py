@@ -270,6 +270,8 @@ def _fits_parser(sub):
     f.add_argument("--lora-dtype", default="base", help="storage of the LoRA adapters, comma-separated: base (as "
                    "--param-dtype), fp32 (peft's default on a 16-bit base), bf16, fp16 (default base)")
     f.add_argument("--lora-r", type=int, default=8, help="LoRA rank (default 8)")
+    f.add_argument("--dora", action="store_true", help="DoRA (peft's use_dora): a trained magnitude per output row "
+                   "beside A and B")
     f.add_argument("--lora-targets", default=PLAN_TARGETS, help=f"comma-separated LoRA target modules (default "
                    f"{PLAN_TARGETS})")   # --targets is WrapConfig's: the modules FSDP2 shards
     f.add_argument("--backend", default="nccl", choices=("nccl", "hccl", "gloo"), help="nccl/hccl (device buffers only) or gloo (a CPU job)")
@@ -320,7 +322,7 @@ def _cmd_fits(a)->int:
                                for w in wraps))
     from lora_fsdp_kit.fits_report import fits_report
     return fits_report(a.model or a.config, a.world, a.device_memory, wraps, batch=a.batch, seq=a.seq, lora_r=a.lora_r,
-                       targets=a.lora_targets, backend=a.backend, attention=a.attention, param_dtype=a.param_dtype,
+                       targets=a.lora_targets, dora=a.dora, backend=a.backend, attention=a.attention, param_dtype=a.param_dtype,
                        lora_dtype=a.lora_dtype, reserve=a.reserve, max_batch=a.max_batch, max_seq=a.max_seq,
                        verbose=a.verbose, speak=flag_language, png=a.png, out=a.out)
 

@@ -10,6 +10,7 @@ COST = {"test_fits_accuracy": 220,   # = (its owner's)
         "test_browser": 121,         # = (Chromium and Voila)
         "test_moe": 63,              # 404 s wall at load 9
         "test_hazards": 63,          # 383 s
+        "test_fits_beyond": 56,      # = (its owner's, A: psutil, pytest and its ranks)
         "test_gather_ranks": 60,     # =
         "test_fits": 59,             # 360 s (was 139: the trace is faster)
         "test_plan_fidelity": 42,    # 306 s

@@ -68,7 +68,8 @@ def test_fits_subcommand(capsys):
     r = subprocess.run([sys.executable, "-m", "lora_fsdp_kit", "fits", "--help"], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr
-    for flag in ("--model", "--config", "--device-memory", "--world", "--use-orig-params", "--param-dtype", "--lora-dtype", "--reserve",
+    for flag in ("--model", "--config", "--dora", "--device-memory", "--world",
+                 "--use-orig-params", "--param-dtype", "--lora-dtype", "--reserve",
                  "--max-batch", "--max-seq", "--verbose", "--sharding", "--reshard-after-forward", "--lora-leaves"):
         assert flag in r.stdout, flag
     words = " ".join(r.stdout.split())
