@@ -388,12 +388,26 @@ def key(self:FitsTab, s:dict|None=None)->tuple:
     s = s or self.setting()
     return (id(self.ex.model), repr(self.ex.config), s["world"], s["batch"], s["seq"], s["precision"], s["ckpt"])
 
+def _text_model(model:nn.Module, wrap:WrapConfig)->tuple:
+    "What a step trains: of a multi-stage Omni model its thinker alone (as `lfk fits`), with the plan's classes it has."
+    import dataclasses
+    from lora_fsdp_kit.families import text_model_of
+    if not (sub := text_model_of(model)): return model, wrap, None
+    m = getattr(model.get_base_model() if hasattr(model, "get_base_model") else model, sub)
+    names = {type(s).__name__ for s in m.modules()}
+    if wrap.flavour == "fsdp2":                         # class names it lacks go; name patterns stay
+        wrap = dataclasses.replace(wrap, targets=tuple(t for t in wrap.targets if t in names or not t.isidentifier()))
+    elif isinstance(wrap.layer_cls, (tuple, list)):
+        wrap = dataclasses.replace(wrap, layer_cls=tuple(c for c in wrap.layer_cls if c in names) or None)
+    return m, wrap, sub
+
 def _trace_kwargs(s:dict)->dict:
     "`predict_step_memory`'s arguments for a setting of the tab."
     param_dtype, mixed = PRECISIONS[s["precision"]]
     return dict(world=s["world"], batch=s["batch"], seq=s["seq"], mixed_precision=mixed, param_dtype=param_dtype,
                 activation_checkpointing=s["ckpt"])
 
+# %% ../nbs/14_explore.ipynb #fede013d
 @patch_to(FitsTab)
 def predict(self:FitsTab):
     "The `StepMemory` of the knobs' values: kept, or being traced ahead (wait for its rest), or traced now (or why not)."
@@ -403,7 +417,8 @@ def predict(self:FitsTab):
         try: self._running[1].result()          # under way in the worker: its rest is shorter than a whole trace
         except Exception: pass                  # (traced here, which says why)
     if k not in self._traces:
-        try: self._traces[k] = predict_step_memory(self.ex.model, wrap=self.ex.config, **_trace_kwargs(self.setting()))
+        m, wrap, _ = _text_model(self.ex.model, self.ex.config)
+        try: self._traces[k] = predict_step_memory(m, wrap=wrap, **_trace_kwargs(self.setting()))
         except Exception as e: self._traces[k] = e       # a setting FSDP refuses: its reason is kept too
     if isinstance(self._traces[k], Exception): raise self._traces[k]
     return self._traces[k]
@@ -429,7 +444,9 @@ def update(self:FitsTab):
     verdict = (f"<b style='color:#2e7d32'>fits</b>, {fmt_bytes(left)} left" if left >= 0
                else f"<b style='color:#c62828'>does not fit</b>, {fmt_bytes(-left)} over")
     self.chart.layout.opacity, self.chart.layout.display = "1", ""; self.widget.remove_class("lfk-stale")
-    self.status.value = (f"{H.escape(sm.label)}, world {sm.world}: worst rank peak {fmt_bytes(worst)} on a "
+    sub = _text_model(self.ex.model, self.ex.config)[2]
+    self.status.value = ((f"its {sub} traced (LoRA trains it alone): " if sub else "") +
+                         f"{H.escape(sm.label)}, world {sm.world}: worst rank peak {fmt_bytes(worst)} on a "
                          f"{fmt_bytes(device)} device: {verdict}")
     if self.ex.ahead: self.trace_ahead()
 
@@ -479,6 +496,7 @@ def _pump(self:FitsTab):
         self._pump()
     fut.add_done_callback(done)
 
+# %% ../nbs/14_explore.ipynb #f2678fd8
 def _trace_in_worker(built_from:tuple, wrap, kw:dict):
     "In the worker process: the model `built_from` names (built once, kept), and one setting's step memory."
     import warnings
@@ -486,7 +504,8 @@ def _trace_in_worker(built_from:tuple, wrap, kw:dict):
     from lora_fsdp_kit.fits import predict_step_memory
     warnings.simplefilter("ignore")         # its stderr is the kernel's: a setting's warnings come with its answer
     if built_from not in _WORKER_MODELS: _WORKER_MODELS[built_from] = build_for_plan(*built_from)
-    return predict_step_memory(_WORKER_MODELS[built_from], wrap=wrap, **kw)
+    m, wrap, _ = _text_model(_WORKER_MODELS[built_from], wrap)
+    return predict_step_memory(m, wrap=wrap, **kw)
 
 _WORKER_MODELS: dict = {}
 
