@@ -86,6 +86,7 @@ def settings_table(settings:list[Setting], usable:int, width:int=100)->str:
     head = dict(n="#", setting="setting", peak="peak/rank", largest="3 largest (at the peak)", left="left",
                 verdict="verdict")   # left: what remains of the device less the reserve; -: what is missing
     rows = [dict(s.row(usable, apart), n=str(i + 1)) for i, s in enumerate(settings)]
+    for r in rows: r["setting"] = r["setting"] or "(see job)"   # one setting: its words are all in the header's job line
     w = {k: max(len(r[k]) for r in rows + [head]) for k in head}
     w["setting"] = min(w["setting"], width - sum(v for k, v in w.items() if k != "setting") - 2 * (len(head) - 1))
     cut = lambda t, n: t if len(t) <= n else t[:n - 1] + "…"
@@ -212,6 +213,7 @@ def _answer(done:list[Setting], failed:list[str], found:dict, usable:int, search
     texts = {}
     for i, s in enumerate(done): texts.setdefault(s.memory.assumptions, []).append(str(i + 1))
     for t, rows in texts.items(): print(*_wrapped([f"precision{'' if len(texts) == 1 else ' of ' + ','.join(rows)}: {t}"]))
+    for t in dict.fromkeys(s.memory.not_exact for s in done if s.memory.not_exact): print(*_wrapped([t]))   # said, not hidden
     if done: print(settings_table(done, usable))
     for i, (best, seen) in found.items():
         nxt = seen.get(best + 1)
