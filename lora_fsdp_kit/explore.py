@@ -348,7 +348,7 @@ class FitsTab:
         import ipywidgets as W, threading
         self.ex, self._traces, self.shown, self.seconds = explorer, {}, False, {}
         self._worker, self._queue, self._running = None, [], None   # traces computed ahead, in another process
-        self._qlock, self.n_ahead = threading.RLock(), FITS_AHEAD                               # the queue: the kernel's and the pool's thread
+        self._qlock, self.n_ahead = threading.RLock(), FITS_AHEAD    # the queue's lock: the kernel's and the pool's
         whole, narrow = {"description_width": "initial"}, W.Layout(width="150px")
         self.world = W.BoundedIntText(value=8, min=1, max=1024, description="world", style=whole, layout=narrow)
         self.batch = W.BoundedIntText(value=1, min=1, max=4096, description="batch", style=whole, layout=narrow)
