@@ -1,28 +1,28 @@
 """Longest files first: under `-n 2 --dist loadfile --no-loadscope-reorder` (see the Makefile) the workers take whole
 files in this order, so no long file starts last while the other worker idles. The cost is CPU-seconds per file: the
 user+system time of pytest and every process it starts (ranks, fork servers, browsers), the file run alone with
-`-p no:cacheprovider` under a child subreaper, so that fork servers and other orphans are reaped, and counted, too
-(2026-12-02, issue 30; on a 2-core machine shared with other jobs at load 9-24, so the wall seconds beside them are
-high and vary, the CPU-seconds much less). `=`: not measured this time, the value of the previous measurement.
-tests/test_device_check.py is not here: it runs in `make test-oldest` only (see the Makefile).
-A file not listed runs after these, in collection order."""
+`-p no:cacheprovider` under a child subreaper, so that fork servers and other orphans are reaped, and counted, too,
+with the venv's .pyc files written as `make` lets them be (2026-12-02, issue 30; on a 2-core machine shared with other
+jobs, so the wall seconds beside them vary, the CPU-seconds much less). `=`: not measured this time (its owner's, or
+the previous measurement). tests/test_device_check.py is not here: it runs in `make test-oldest` only (see the
+Makefile). A file not listed runs after these, in collection order."""
 COST = {"test_fits_accuracy": 220,   # = (its owner's)
         "test_browser": 121,         # = (Chromium and Voila)
-        "test_moe": 63,              # 404 s wall at load 9
-        "test_hazards": 63,          # 383 s
-        "test_fits_beyond": 56,      # = (its owner's, A: psutil, pytest and its ranks)
         "test_gather_ranks": 60,     # =
-        "test_fits": 59,             # 360 s (was 139: the trace is faster)
-        "test_plan_fidelity": 42,    # 306 s
-        "test_export": 37,           # 254 s
-        "test_cli": 36,              # 477 s
+        "test_fits": 59,             # 360 s wall at load 11 (was 139: the trace is faster)
+        "test_fits_beyond": 56,      # = (its owner's, A: psutil, pytest and its ranks)
         "test_gather": 36,           # =
         "test_book": 36,             # =
-        "test_shards": 35,           # 371 s
+        "test_hazards": 34,          # 90 s at load 7
+        "test_moe": 31,              # 55 s
         "test_gather_sharded": 29,   # =
-        "test_launch": 25,           # 135 s (4 signal cases, not 6; many tensors on the fork server only: was 57-71)
-        "test_script_guide": 18,     # 86 s
-        "test_measure": 16,          # 134 s
+        "test_cli": 29,              # 37 s
+        "test_launch": 25,           # 135 s (4 signal cases, not 6; many tensors on the fork server only)
+        "test_plan_fidelity": 24,    # 65 s
+        "test_export": 22,           # 40 s
+        "test_script_guide": 17,     # 16 s
+        "test_measure": 16,          # 32 s
+        "test_shards": 16,           # 43 s
         "test_nothing_lost": 14,     # 60 s
         "test_prior_art": 13,        # 82 s
         "test_readme": 12,           # =
