@@ -20,9 +20,13 @@ Each row gives wall seconds and CPU-seconds (the job's process and its forked ch
 the time per setting, and the peak RSS of the process and of its largest child; then one `goal` line per job.
 Measured 2026-12-02 on the 2-core shared machine at load 10-20, so the wall seconds are 5-10x the CPU-seconds and
 only the CPU-seconds compare (`--no-full`, LFK_TRACE_FORK=0: no forked child on 2 cores):
-- default table, 8B world 8 (4 settings): before 18 traces, 82.3 CPU-s (imports compiled from source then: less
-  today), 555 MiB; after rank grouping 8 traces, 40.0 CPU-s, 452 MiB (FSDP1 use_orig_params rows: 3 traces, not 8);
-- --max-batch and the 70B: see the report of issue 31's engineer B (runs still going at the time of writing).
+- default table, 8B world 8 (4 settings): before (the code of 5a4ba2d) 18 traces, 86.0 CPU-s, 556 MiB; after rank
+  grouping 8 traces, 40.0 CPU-s, 452 MiB (each FSDP1 use_orig_params row: 3 traces, not 8);
+- --max-batch (FSDP2 and FSDP1, bf16, checkpointed, seq 4096): after 16 traces, 82.3 CPU-s, 457 MiB;
+- 70B at world 64 (FSDP2 and FSDP1, bf16, seq 4096): after 6 traces, 12.7 CPU-s per setting (16.8 s wall at load 4),
+  553 MiB.
+The CPU-seconds meet the goals but for the table (40 > 20) and --max-batch (82 > 60): on a machine with 4 free cores
+or more a reduced trace also runs its two copies at once (`fits_trace._forked`), about 25 % less wall per trace.
 """
 import argparse, cProfile, io, json, os, pstats, resource, sys, time
 
