@@ -393,9 +393,11 @@ _server_env: dict|None = None   # the environment the fork server started with
 # Variables that change while a process runs and that no library reads on import: a change in them alone keeps the
 # server. pytest sets PYTEST_CURRENT_TEST at every phase of every test, and each server costs a fresh import of torch,
 # transformers and peft (about 5 s of CPU): 18 restarts in one run of the suite.
-# torch sets two more in its own process as it runs, for itself: inductor's cache folder on first use, the profiler's
-# log level on its first profile; a rank that needs them sets its own
-_VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "KINETO_LOG_LEVEL"})
+# torch sets three more in its own process as it runs, for itself: inductor's cache folder on first use, its
+# tensor-data-pointer switch (after vLLM's first generate: a new server for every later launch of the rollout chapter,
+# 5 CPU-s each), the profiler's log level on its first profile; a rank that needs them sets its own
+_VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
+                           "KINETO_LOG_LEVEL"})
 
 def rank_context()->tuple:
     "The multiprocessing context ranks start from, and the pid of the process that will be their parent."
