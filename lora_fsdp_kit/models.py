@@ -19,7 +19,8 @@ from .units import fmt_bytes, fmt_count
 
 # %% auto #0
 __all__ = ['TINY_MODELS', 'FULL_SIZE_CONFIGS', 'model_names', 'tiny_model', 'model_from_config', 'submodule', 'add_lora',
-           'build_for_plan', 'ChildSummary', 'ModelSummary', 'summarize_model', 'shipped_model_problems']
+           'tiny_lora_model', 'build_for_plan', 'ChildSummary', 'ModelSummary', 'summarize_model',
+           'shipped_model_problems']
 
 # %% ../nbs/02_models.ipynb #f68690be
 from .config_files import CONFIG_DIR, config_problem, read_config, shipped_config   # read without torch
@@ -230,6 +231,32 @@ def add_lora(model:nn.Module,                       # a transformers model (real
                 if ".lora_B." in n and p.device.type != "meta":
                     p.copy_((torch.randn(p.shape, generator=gen) * 0.02).to(p.dtype))
     return peft_model
+
+# %% ../nbs/02_models.ipynb #06782ee3
+def tiny_lora_model(name:str="llama",                  # a `tiny_model` name
+                    dtype:str="float32",               # base dtype ("bfloat16": peft makes fp32 adapters by default)
+                    r:int=4,                           # LoRA rank
+                    target_modules:Iterable[str]=("q_proj", "v_proj"),
+                    modules:str|None=None,             # only inside this sub-module (e.g. "thinker")
+                    autocast_adapter_dtype:bool=True,  # peft's default: fp32 adapters on a bf16 base
+                    device:str="cpu",
+                    config_overrides:dict|None=None,   # fields of the shipped tiny config (tie_word_embeddings)
+                    lora_kwargs:dict|None=None,        # further LoraConfig fields (use_dora, modules_to_save)
+                   )->nn.Module:
+    "A tiny model of the kit's zoo with LoRA, for plans and fidelity runs (a picklable factory via `partial`)."
+    if config_overrides:
+        m = model_from_config({**shipped_config(name), **config_overrides}, device=device, dtype=getattr(torch, dtype))
+    else: m = tiny_model(name, device=device, dtype=getattr(torch, dtype))
+    if lora_kwargs:   # options `add_lora` does not take: peft itself, seeded; lora_B stays zero (peft's init)
+        from peft import LoraConfig, get_peft_model
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            torch.manual_seed(0)
+            # peft calls transformers 5's deprecated `is_gradient_checkpointing`: a FutureWarning for them, not the caller
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+            cfg = LoraConfig(r=r, lora_alpha=2*r, target_modules=list(target_modules), **lora_kwargs)
+            return get_peft_model(m, cfg, autocast_adapter_dtype=autocast_adapter_dtype)
+    return add_lora(m, r=r, alpha=2*r, target_modules=tuple(target_modules), modules=modules,
+                    autocast_adapter_dtype=autocast_adapter_dtype)
 
 # %% ../nbs/02_models.ipynb #dbc9a700
 from .families import PLAN_TARGETS, text_model_of

@@ -24,34 +24,6 @@ from .routing import expert_modules, fused_experts, param_wrappers   # experts: 
 __all__ = ['dtype_itemsize', 'ParamInfo', 'param_info', 'Unit', 'Plan', 'conditional_modules', 'mixed_precision_dtype',
            'idle_modules', 'plan_fsdp1', 'plan_fsdp2', 'plan_summary', 'plan_text', 'plan_html']
 
-# %% ../nbs/03_plan.ipynb #16a0c149
-def tiny_lora_model(name:str="llama",                  # a `models.tiny_model` name
-                    dtype:str="float32",               # base dtype ("bfloat16": peft makes fp32 adapters by default)
-                    r:int=4,                           # LoRA rank
-                    target_modules:Sequence[str]=("q_proj", "v_proj"),
-                    modules:str|None=None,             # only inside this sub-module (e.g. "thinker")
-                    autocast_adapter_dtype:bool=True,  # peft's default: fp32 adapters on a bf16 base
-                    device:str="cpu",
-                    config_overrides:dict|None=None,   # fields of the shipped tiny config (tie_word_embeddings)
-                    lora_kwargs:dict|None=None,        # further LoraConfig fields (use_dora, modules_to_save)
-                   )->nn.Module:
-    "A tiny model of the kit's zoo with LoRA, for plans and fidelity runs (a picklable factory via `partial`)."
-    from lora_fsdp_kit import models
-    if config_overrides:
-        m = models.model_from_config({**models.shipped_config(name), **config_overrides}, device=device,
-                                     dtype=getattr(torch, dtype))
-    else: m = models.tiny_model(name, device=device, dtype=getattr(torch, dtype))
-    if lora_kwargs:   # options `models.add_lora` does not take: peft itself, seeded; lora_B stays zero (peft's init)
-        from peft import LoraConfig, get_peft_model
-        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
-            torch.manual_seed(0)
-            # peft calls transformers 5's deprecated `is_gradient_checkpointing`: a FutureWarning for them, not the caller
-            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
-            cfg = LoraConfig(r=r, lora_alpha=2*r, target_modules=list(target_modules), **lora_kwargs)
-            return get_peft_model(m, cfg, autocast_adapter_dtype=autocast_adapter_dtype)
-    return models.add_lora(m, r=r, alpha=2*r, target_modules=tuple(target_modules), modules=modules,
-                           autocast_adapter_dtype=autocast_adapter_dtype)
-
 # %% ../nbs/03_plan.ipynb #a34cc58f
 def _dtype_name(dt:torch.dtype)->str: return str(dt).removeprefix("torch.")
 

@@ -25,7 +25,8 @@ from .models import add_lora, model_from_config, shipped_config, tiny_model
 from .platform import get_platform
 from .shards import fsdp2_padded_numel
 from .lora_dtype import align_lora_dtype
-from .plan import plan_fsdp1, plan_fsdp2, tiny_lora_model
+from .models import tiny_lora_model
+from .plan import plan_fsdp1, plan_fsdp2
 from .policies import layer_wrap_policy, lora_wrap_policy, resolve_layer_classes
 from .strip import _layer_classes, route_forward, strip_submodules
 from .wrap import WrapConfig, wrap_fsdp1, wrap_fsdp2

@@ -132,7 +132,7 @@ HAZARD_MODELS = {"branch": functools.partial(branch_lora_model),
 def _build(name:str)->nn.Module:
     if name in HAZARD_MODELS: return HAZARD_MODELS[name]()
     if name == "llama":
-        from lora_fsdp_kit.plan import tiny_lora_model   # plan imports moe, which builds these models lazily
+        from lora_fsdp_kit.models import tiny_lora_model
         return tiny_lora_model("llama")
     raise ValueError(f"unknown hazard model {name!r}; use one of {sorted(HAZARD_MODELS) + ['llama']}")
 

@@ -11,12 +11,11 @@ from peft import LoraConfig, PeftModel, get_peft_model_state_dict
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 import lora_fsdp_kit.export as E
-from lora_fsdp_kit import plan as P
 from lora_fsdp_kit.gather import gather_lora, iter_merged_weights
 from lora_fsdp_kit.memory import AllGatherCounter
 from lora_fsdp_kit.measure_streams import measure_save, measure_stream
 from lora_fsdp_kit.testing import case_config, train_steps
-from lora_fsdp_kit.models import tiny_model
+from lora_fsdp_kit.models import tiny_lora_model, tiny_model
 
 # (name, FSDP flavour, policy, use_orig_params, second adapter?)
 SETTINGS = {
@@ -29,7 +28,7 @@ SECOND = "second"
 
 def build(setting:str, perturb:bool=True):
     "The tiny llama with LoRA (and a second, named adapter); `perturb`: the second adapter gets other values."
-    pm = P.tiny_lora_model("llama")
+    pm = tiny_lora_model("llama")
     if SETTINGS[setting][3]:
         pm.add_adapter(SECOND, LoraConfig(r=2, lora_alpha=8, target_modules=["k_proj", "o_proj"]))
         g = torch.Generator().manual_seed(7 if perturb else 8)

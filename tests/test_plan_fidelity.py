@@ -8,7 +8,7 @@ from lora_fsdp_kit.checks import CHECKS, predicted_by, predicted_errors
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.testing import covering_array
 from lora_fsdp_kit.toys import moe_lora_model
-from lora_fsdp_kit.plan import tiny_lora_model
+from lora_fsdp_kit.models import tiny_lora_model
 from lora_fsdp_kit.wrap import WrapConfig
 
 MODELS = ("llama", "qwen2", "qwen3_moe", "qwen3_omni_thinker")   # tiny models of the kit's zoo
