@@ -45,9 +45,10 @@ STAGING_BACKENDS = ("gloo",)
 # %% ../nbs/11a_fits_trace.ipynb #a45d4075
 class _StepPeak(_LayerSegments):
     "Mixin for torch's trackers: the peak of one recorded window, where it happened, and a timeline."
-    def _init_step(self, staging:bool, cuda:bool=False, layers:dict|None=None, h:int=0):
+    def _init_step(self, staging:bool, cuda:bool=False, layers:dict|None=None, h:int=0, cpu_threads:int=0):
         self.recording, self.staging, self.peak, self.peak_snap, self.peak_at = False, staging, 0, {}, ("", "")
         self.cuda = cuda   # add the temporaries CUDA kernels allocate inside themselves
+        self.cpu_threads = cpu_threads   # > 0: a CPU job's ranks' threads; add what its bf16 matmuls allocate inside
         self.timeline: list[tuple[int, int]] = []   # (op index, live bytes)
         self.n_ops, self.max_gather, self._last = 0, 0, ({}, ("", ""))
         # a reduced trace (`trace_rank(layers=...)`): id(decoder layer) -> its index; every op keyed by where it runs
@@ -95,7 +96,8 @@ class _StepPeak(_LayerSegments):
             n = _staging_bytes(func, args)
             self.max_gather = max(self.max_gather, n if func in _GATHERS else 0)
             if n and self.staging: self._note(n)
-            n = _cuda_temp_bytes(func, args) if self.cuda else 0
+            n = (_cuda_temp_bytes(func, args) if self.cuda else
+                 _cpu_gemm_bytes(func, args, self.cpu_threads) if self.cpu_threads else 0)
             if n: self._note(n, "Temp")
         return res
 
@@ -117,6 +119,54 @@ def _staging_bytes(func, args)->int:
     elif func is c10d._reduce_scatter_base_.default: ts = [args[1]]
     else: return 0
     return sum(t.numel() * t.element_size() for t in ts)
+
+# %% ../nbs/11a_fits_trace.ipynb #6a6f612f
+_GEMMS = {torch.ops.aten.mm.default: 0, torch.ops.aten.addmm.default: 1, torch.ops.aten.bmm.default: 0,
+          torch.ops.aten.baddbmm.default: 1}   # a matmul -> the index of its left matrix
+_GEMM_FLOPS = 1 << 36   # the largest product run as it is (~0.3 s on one core); a larger one is run with fewer rows
+
+def _dense_like(shape:tuple, stride:tuple, dtype)->torch.Tensor:
+    "Real zeros of `shape`, dense, their dimensions laid out in memory in the order `stride` gives."
+    order = sorted(range(len(shape)), key=lambda d: -stride[d])
+    return torch.zeros([shape[d] for d in order], dtype=dtype).permute([order.index(d) for d in range(len(shape))])
+
+@functools.cache
+def _measured_gemm_bytes(func, metas:tuple, threads:int)->int:
+    "Peak bytes `func` allocates on the CPU beyond its output, run once on real zeros with `threads` threads."
+    from torch.profiler import ProfilerActivity, profile
+    from torch._C._profiler import _EventType
+    from torch.utils._python_dispatch import _disable_current_modes
+    def allocations(events):
+        for e in events:
+            if e.typed[0] == _EventType.Allocation: yield e.start_time_ns, e.typed[1]
+            yield from allocations(e.children)
+    # kineto prints two USDT lines on stderr per profile unless its log level (read at its first start) is 6
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    with _disable_current_modes(), torch.no_grad():   # outside the trace's fake mode and tracker: real tensors
+        args, was = [_dense_like(*m) for m in metas], torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof: out = func(*args)
+        finally: torch.set_num_threads(was)
+    allocs = [a for _, a in sorted(allocations(prof.profiler.kineto_results.experimental_event_tree()),
+                                   key=lambda x: x[0])]
+    if not allocs: return 0
+    base = allocs[0].total_allocated - allocs[0].alloc_size
+    return max(0, max(a.total_allocated for a in allocs) - base - out.numel() * out.element_size())
+
+def _cpu_gemm_bytes(func, args, threads:int)->int:
+    "Bytes a CPU matmul in bf16/fp16 allocates inside itself (oneDNN's packed blocks and fp32 accumulator), measured."
+    i = _GEMMS.get(func)
+    if i is None or args[i].dtype not in (torch.bfloat16, torch.float16): return 0
+    a, b = args[i], args[i + 1]
+    flops = 2 * a.numel() * b.shape[-1]
+    rows = max(1, a.shape[-2] * _GEMM_FLOPS // flops) if flops > _GEMM_FLOPS else a.shape[-2]
+    def meta(t, j):
+        shape = list(t.shape)
+        if j < i + 1 and t.dim() >= 2 and shape[-2] == a.shape[-2]: shape[-2] = rows   # the left matrix, the addend
+        return tuple(shape), tuple(t.stride()), t.dtype
+    return _measured_gemm_bytes(func, tuple(meta(t, j) for j, t in enumerate(args[:i + 2])), threads)
+
 
 # %% ../nbs/11a_fits_trace.ipynb #72dfa532
 @functools.cache
@@ -368,7 +418,10 @@ def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=
             cls = _tracker_class(cfg.flavour)
             tr = cls(wrapped, opt) if cfg.flavour == "fsdp2" else cls()
             if cfg.flavour == "fsdp1": tr.track_external(wrapped, opt)
-            tr._init_step(staging=backend in STAGING_BACKENDS, cuda=backend == "nccl", layers=layers, h=REDUCED_H)
+            # a CPU job's rank runs OMP_NUM_THREADS threads, or its share of the cores (as `launch` sets them)
+            threads = int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // world))
+            tr._init_step(staging=backend in STAGING_BACKENDS, cuda=backend == "nccl", layers=layers, h=REDUCED_H,
+                          cpu_threads=threads if backend in STAGING_BACKENDS else 0)
             with tr, _attention(attention), (_cpu_rng_states() if backend in STAGING_BACKENDS
                                              else contextlib.nullcontext()):
                 if layers and cfg.flavour == "fsdp2": tracker_modules(tr).register_user_hooks(*tr._layer_hooks())
