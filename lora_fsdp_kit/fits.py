@@ -348,24 +348,28 @@ def figure(self:StepMemory, device_memory:int|None=None):
     "Per-rank categories at each peak (one bar per traced layout) beside memory over the step of the worst rank."
     from lora_fsdp_kit.figures import new_figure
     groups = list(self.traced_ranks.items())
-    unit, scale = _unit(max(self.worst, device_memory or 0))
+    far = bool(device_memory) and device_memory > 20 * self.worst   # a device far above: the bars at their own scale
+    top = self.worst if far else max(self.worst, device_memory or 0)
+    unit, scale = _unit(top)
     fig = new_figure(figsize=(13, 5.2))
     ax_b, ax_t = fig.subplots(1, 2, gridspec_kw=dict(width_ratios=[1, 1.4]))
     j = {t.rank: t for t in self.traces}
     _stack(ax_b, [_ranks_text(rs) for _, rs in groups], [j[r].by_category for r, _ in groups], scale)
     for i, (r, _) in enumerate(groups):
         ax_b.text(i, j[r].peak / scale, fmt_bytes(j[r].peak), ha="center", va="bottom", fontsize=8)
-    if device_memory:
-        ax_b.axhline(device_memory / scale, color="k", ls="--", lw=1.2, label=f"device {fmt_bytes(device_memory)}")
+    if device_memory:   # off the scale: named in the legend, not drawn
+        dev = f"device {fmt_bytes(device_memory)}" + (f", {device_memory / self.worst:,.0f}x the peak (off the scale)"
+                                                     if far else "")
+        ax_b.axhline(device_memory / scale, color="k", ls="--", lw=1.2, label=dev)
     ax_b.set(ylabel=unit, title="peak per rank, by category (ranks sharing a trace share a bar)")
     ax_b.legend(fontsize=7, loc="upper left", ncol=2)
-    ax_b.set_ylim(0, max(self.worst, device_memory or 0) / scale * 1.45)
+    ax_b.set_ylim(0, top / scale * 1.45)
     worst = max(self.traces, key=lambda t: t.peak)
     _timeline(ax_t, worst, scale, f"rank {worst.rank}")
     if device_memory: ax_t.axhline(device_memory / scale, color="k", ls="--", lw=1.2)
     ax_t.set(xlabel="progress through the second iteration (ops in order)", ylabel=unit,
              title=f"memory over the step, rank {worst.rank}")
-    ax_t.set_ylim(0, max(worst.peak, device_memory or 0) / scale * 1.15)
+    ax_t.set_ylim(0, (worst.peak if far else max(worst.peak, device_memory or 0)) / scale * 1.15)
     fig.suptitle(f"{self.label}: world {self.world}, worst peak {fmt_bytes(self.worst)}")
     return fig
 
