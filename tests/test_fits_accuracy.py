@@ -11,7 +11,7 @@ tied embeddings) and Phi-3 (fused qkv); at world 2 also within 1 % of the usual 
 rank of the 8 cases within 0.004 % of `peak`; `worst_peak` 4-10 % above. GPT-2 under FSDP1 with bf16 read -1.18 %
 (33,112 B: oneDNN's bf16 matmul buffers, taken from torch's CPU allocator inside the kernel) until the trace counted
 them (`fits_trace._cpu_gemm_bytes`). Known misses would be strict xfails."""
-import functools, multiprocessing, threading, time
+import functools
 
 import pytest
 import torch
@@ -19,9 +19,9 @@ import torch
 from lora_fsdp_kit.fits import predict_step_memory
 from lora_fsdp_kit.fits_trace import CATEGORIES, trace_rank
 from lora_fsdp_kit.fits_reduced import why_not_reduced
-from lora_fsdp_kit.launch import launch
+from real_steps import measure_while_predicting
 from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
-from lora_fsdp_kit.steppeak import case_model, measure_steps
+from lora_fsdp_kit.steppeak import case_model
 from lora_fsdp_kit.testing import covering_array
 from lora_fsdp_kit.wrap import WrapConfig
 
@@ -156,23 +156,9 @@ def predicted(name:str):
 @pytest.fixture(scope="module")
 def real():
     "{name: [peak of rank 0, rank 1, ...]}: every case in one launch of 3 ranks, measured while this process traces."
-    names, box = list(REAL), {}
-    def run():
-        try: box["res"] = launch(measure_steps, [spec(n) for n in names], nprocs=3, quiet=True, timeout=600)
-        except BaseException as e: box["error"] = e
-    t = threading.Thread(target=run, daemon=True); t.start()
-    t0 = time.monotonic()   # the trace makes a fake process group here: let `launch` spawn first
-    while not multiprocessing.active_children() and t.is_alive() and time.monotonic() - t0 < 120: time.sleep(0.05)
-    for n in names:
-        try: predicted(n)
-        except Exception: pass   # the test of that case says it
-    t.join()
-    if "error" in box: raise box["error"]
-    out = {}
-    for i, n in enumerate(names):
-        rows = [box["res"][r][i] for r in range(REAL[n][0])]
-        out[n] = [r.get("peak", r.get("error")) for r in rows]
-    return out
+    names = list(REAL)
+    return dict(zip(names, measure_while_predicting([spec(n) for n in names], [REAL[n][0] for n in names], 3,
+                                                    lambda i: predicted(names[i]))))
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN[n]))
                                   if n in KNOWN else n for n in REAL])

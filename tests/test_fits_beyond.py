@@ -6,13 +6,13 @@ LoRA dropout in train mode; 6 cases in one launch of 4 ranks (world-3 cases on r
 not hold to 1 % (Mamba's state-space layers) is predicted with an answer that says so.
 Measured (2026-12-02, 2 cores): see the report of issue 31 item 7; DoRA was +9.5 % before the trace's module hooks
 stopped keeping its detached `lora_weight` branch alive."""
-import functools, multiprocessing, threading, time
+import functools
 
 import pytest
 
 from lora_fsdp_kit.fits import inexact_families, predict_step_memory
-from lora_fsdp_kit.launch import launch
-from lora_fsdp_kit.steppeak import case_model, measure_steps
+from real_steps import measure_while_predicting
+from lora_fsdp_kit.steppeak import case_model
 from lora_fsdp_kit.wrap import WrapConfig
 
 BATCH, SEQ = 2, 64
@@ -40,22 +40,11 @@ def predicted(name:str):
 @pytest.fixture(scope="module")
 def real():
     "{name: [peak of rank 0, rank 1, ...]}: every case in one launch of 4 ranks, measured while this process traces."
-    names, box = list(CASES), {}
+    names = list(CASES)
     spec = [dict(CASES[n][1], wrap=WrapConfig(**CASES[n][2]).to_dict(), batch=BATCH, seq=SEQ, world=CASES[n][0])
             for n in names]
-    def run():
-        try: box["res"] = launch(measure_steps, spec, nprocs=4, quiet=True, timeout=600)
-        except BaseException as e: box["error"] = e
-    t = threading.Thread(target=run, daemon=True); t.start()
-    t0 = time.monotonic()   # the trace makes a fake process group here: let `launch` spawn first
-    while not multiprocessing.active_children() and t.is_alive() and time.monotonic() - t0 < 120: time.sleep(0.05)
-    for n in names:
-        try: predicted(n)
-        except Exception: pass   # the test of that case says it
-    t.join()
-    if "error" in box: raise box["error"]
-    return {n: [box["res"][r][i].get("peak", box["res"][r][i].get("error")) for r in range(CASES[n][0])]
-            for i, n in enumerate(names)}
+    return dict(zip(names, measure_while_predicting(spec, [CASES[n][0] for n in names], 4,
+                                                    lambda i: predicted(names[i]))))
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_real_ranks_within_the_predicted_range(real, name):

@@ -1,0 +1,23 @@
+"""Real ranks measured while this process traces: the step peaks that tests/test_fits_accuracy.py and
+tests/test_fits_beyond.py hold `predict_step_memory` to (95d's `measure_steps` on gloo ranks)."""
+import multiprocessing, threading, time
+
+from lora_fsdp_kit.launch import launch
+from lora_fsdp_kit.steppeak import measure_steps
+
+def measure_while_predicting(specs:list[dict], worlds:list[int], nprocs:int, predict)->list[list]:
+    """`measure_steps` of every spec in one launch of `nprocs` ranks (in a thread), while this process calls
+    `predict(i)` for each spec (an error is left to that case's test): per spec, the peaks (or errors) of its ranks."""
+    box = {}
+    def run():
+        try: box["res"] = launch(measure_steps, specs, nprocs=nprocs, quiet=True, timeout=600)
+        except BaseException as e: box["error"] = e
+    t = threading.Thread(target=run, daemon=True); t.start()
+    t0 = time.monotonic()   # the trace makes a fake process group here: let `launch` spawn first
+    while not multiprocessing.active_children() and t.is_alive() and time.monotonic() - t0 < 120: time.sleep(0.05)
+    for i in range(len(specs)):
+        try: predict(i)
+        except Exception: pass
+    t.join()
+    if "error" in box: raise box["error"]
+    return [[box["res"][r][i].get("peak", box["res"][r][i].get("error")) for r in range(w)] for i, w in enumerate(worlds)]
