@@ -21,3 +21,13 @@ def measure_while_predicting(specs:list[dict], worlds:list[int], nprocs:int, pre
     t.join()
     if "error" in box: raise box["error"]
     return [[box["res"][r][i].get("peak", box["res"][r][i].get("error")) for r in range(w)] for i, w in enumerate(worlds)]
+
+def assert_in_range(name:str, got:list, pred)->None:
+    "Every rank's measured peak in [predicted peak - 1 %, worst peak + 1 %] (a late-freed all-gather may count or not)."
+    assert all(isinstance(g, int) for g in got), got
+    for r, g in enumerate(got):
+        t = pred.traces[pred.trace_of[r]]
+        print(f"{name} rank {r}: measured {g:,}, peak {t.peak / g - 1:+.3%}, worst {t.worst_peak / g - 1:+.3%}")
+        assert t.peak * 0.99 <= g <= t.worst_peak * 1.01, (
+            f"rank {r}: measured {g:,}, predicted {t.peak:,} ({t.peak / g - 1:+.3%}) to {t.worst_peak:,} "
+            f"({t.worst_peak / g - 1:+.3%}), {pred.label}")

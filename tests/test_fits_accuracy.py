@@ -19,7 +19,7 @@ import torch
 from lora_fsdp_kit.fits import predict_step_memory
 from lora_fsdp_kit.fits_trace import CATEGORIES, trace_rank
 from lora_fsdp_kit.fits_reduced import why_not_reduced
-from real_steps import measure_while_predicting
+from real_steps import assert_in_range, measure_while_predicting
 from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
 from lora_fsdp_kit.steppeak import case_model
 from lora_fsdp_kit.testing import covering_array
@@ -164,13 +164,9 @@ def real():
                                   if n in KNOWN else n for n in REAL])
 def test_real_ranks_within_the_predicted_range(real, name):
     got, pred = real[name], predicted(name)
-    assert all(isinstance(g, int) for g in got), got
+    assert_in_range(name, got, pred)
     for r, g in enumerate(got):
         t = pred.traces[pred.trace_of[r]]
-        print(f"{name} rank {r}: measured {g:,}, peak {t.peak / g - 1:+.3%}, worst {t.worst_peak / g - 1:+.3%}")
-        assert t.peak * 0.99 <= g <= t.worst_peak * 1.01, (
-            f"rank {r}: measured {g:,}, predicted {t.peak:,} ({t.peak / g - 1:+.3%}) to {t.worst_peak:,} "
-            f"({t.worst_peak / g - 1:+.3%}), {pred.label}")
         # the late-freed all-gather was seen at worlds 3-4 only: at world 2 the usual peak holds to 1 %
         if len(got) == 2: assert abs(t.peak / g - 1) <= 0.01, f"rank {r}: {t.peak / g - 1:+.3%}, {pred.label}"
         assert sum(t.by_category.values()) == t.peak
