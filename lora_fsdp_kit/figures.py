@@ -9,8 +9,7 @@ import io
 
 from matplotlib.figure import Figure
 
-# fmt_bytes labels byte_axis' ticks; fmt_count and parse_bytes only until every caller imports them from `units`
-from .units import fmt_bytes, fmt_count, parse_bytes
+from .units import fmt_bytes   # labels byte_axis' ticks
 
 class KitFigure(Figure):
     "A matplotlib `Figure` that shows itself as a PNG in any Jupyter front end, whatever backend is selected."
