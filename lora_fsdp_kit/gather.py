@@ -29,8 +29,7 @@ from .votes import RankFailure, RankVote
 from .shards import clean_name, join_name
 from .sharded import ShardedParam, ShardedUnit, ShardedView, sharded_view
 from .packing import (PackPlan, TensorShards, output_buffer, pack, pack_plan, receive_buffer, scratch_buffer,
-                                   split_buckets,
-                                   tensor_shards, unpack)
+                                   split_buckets, tensor_shards, unpack)
 
 # %% auto #0
 __all__ = ['unwrapped_name', 'MissingLoraError', 'GatherEngine', 'Fsdp1GatherEngine', 'Fsdp2GatherEngine', 'packed_jobs',
@@ -396,10 +395,8 @@ def gather_lora(model:nn.Module,              # an FSDP1- or FSDP2-wrapped peft 
 
 def _wanted(engine:GatherEngine, adapter_name:str)->tuple[list[str], list[str], dict[str, str]]:
     "(the names to collect, peft's key for each, {name: key}): worked out once per engine and adapter."
-    def make():
-        w = engine.lora_names(adapter_name)
-        return list(w), list(w.values()), w
-    return engine.memo(("wanted", adapter_name), make)
+    return engine.memo(("wanted", adapter_name),   # lora_names checks the adapter and copies peft's answer: once
+                       lambda: (list(w := engine.lora_names(adapter_name)), list(w.values()), w))
 
 def check_collected(wanted, got:dict, engine:GatherEngine|None=None):
     "Raise `MissingLoraError` naming every wanted tensor that is not in `got` (and the unit that owns it)."
