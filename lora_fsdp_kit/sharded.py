@@ -28,9 +28,7 @@ _lazy_init = internal("torch.distributed.fsdp._runtime_utils:_lazy_init")
 
 # %% auto #0
 __all__ = ['ShardedParam', 'ShardedUnit', 'ShardedView', 'sharded_view', 'view_rows', 'reshard_units', 'intercept_collectives',
-           'collective_ranks', 'fsdp1_flat_params', 'flat_layout', 'flat_orig_params', 'flat_local_shard',
-           'fsdp2_unit_ran', 'local_tensor', 'tracker_live', 'tracker_modules', 'tracker_in_optimizer',
-           'fsdp1_under_fake_tensors']
+           'collective_ranks']
 
 # %% ../nbs/04a_sharded.ipynb #5371eb09
 @dataclass(frozen=True, eq=False)
