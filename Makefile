@@ -48,6 +48,10 @@ demo: $(STAMP)
 # tests/test_device_check.py runs in `make test-oldest` only (see there): once, where it proves something new.
 PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --ignore=tests/test_device_check.py tests
 test nbtest pytest test-oldest: export OMP_NUM_THREADS ?= 1
+# A prediction's traces run in forked copies of the process, one per core (lora_fsdp_kit.forks): the suite's 2 workers
+# already keep both cores busy, where the copies would only add their copy-on-write pages. The chapters and tests of
+# the forked path set LFK_TRACE_FORK themselves.
+test nbtest pytest test-oldest: export LFK_TRACE_FORK ?= 0
 
 # nbdev_test and pytest one after the other: run side by side (tried 2026-12-01) they took more CPU in all, from
 # contention on 2 cores, and no less time. One pool with the notebooks as pytest items (tried too) took longer still:

@@ -53,11 +53,11 @@ def job(what:str, layers:str, out:str):
     "Child process: one measured job, with the trace's `layers` mode; its seconds, answer and peak RSS to `out`."
     import functools, pickle, contextlib, io as _io, tempfile
     import lora_fsdp_kit.fits as F
-    from lora_fsdp_kit.fits_trace import trace_rank
+    from lora_fsdp_kit.fits_trace import trace_many
     seen = []   # every trace the command makes, in order
     def traced(*args, **kw):
-        seen.append(trace_rank(*args, layers=layers, **kw)); return seen[-1]
-    F.trace_rank = traced
+        got = trace_many(*args, layers=layers, **kw); seen.extend(got); return got
+    F.trace_many = traced
     cfg_path = os.path.join(tempfile.mkdtemp(), "config.json")
     with open(cfg_path, "w") as f: json.dump(LLAMA_70B if what.startswith("70b") else LLAMA3_8B, f)
     t0, c0 = time.perf_counter(), cpu_s()

@@ -209,6 +209,7 @@ _OTHER_INTERNALS = [
     # tracing a rank on fake tensors (fits_trace, through sharded's accessors): the trackers it subclasses, the
     # fake process group, and the two FSDP1 functions it patches for tensors without data pointers
     Internal(f"{_T}._tools.mem_tracker:_MemRefType", _FITS, attrs=("GRAD",)),
+    Internal(f"{_T}._tools.fsdp2_mem_tracker:_FSDPRefType", _FITS, attrs=("UNSHARDED_PARAM",)),
     Internal(f"{_T}._tools.fsdp2_mem_tracker:FSDPMemTracker", _FITS, params=("mod", "optm"),
              attrs=("_fsdp_param_group_post_backward",)),
     Internal(f"{_T}._tools.mod_tracker:ModTracker", _FITS, attrs=("parents", "is_bw", "register_user_hooks")),

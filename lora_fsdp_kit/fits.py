@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .fits_trace import CATEGORIES, RankTrace, attention_kernel, trace_rank
+from .fits_trace import CATEGORIES, RankTrace, attention_kernel, rank_signatures, trace_many
 from .families import experts_implementation
 from .units import fmt_bytes, fmt_count
 from .plan import dtype_itemsize
@@ -169,8 +169,14 @@ def _known_failure(model:nn.Module, cfg:WrapConfig, world:int=1)->str|None:
     if f is None: return None
     return f"FSDP refuses it ({f.check}): {f.message.splitlines()[0]}; fix: {f.fix}"
 
-def _trace(model, cfg, world, rank, batch, seq, backend, attention)->RankTrace:
-    try: return trace_rank(model, cfg, world, rank, batch, seq, backend, attention)
+def _trace(model, cfg, world, ranks, batch, seq, backend, attention)->tuple[list[RankTrace], list[int]]:
+    "One trace per signature among `ranks` (its first rank's), traced side by side; per rank, its trace's index."
+    try:
+        sig = rank_signatures(model, cfg, world)
+        keys = list(dict.fromkeys(sig[r] for r in ranks))   # each signature once, its first rank traced
+        firsts = [next(r for r in ranks if sig[r] == s) for s in keys]
+        traces = trace_many(model, cfg, world, firsts, batch, seq, backend, attention)
+        return traces, [keys.index(sig[r]) for r in ranks]
     except (RuntimeError, NotImplementedError, TypeError, ValueError, AssertionError) as e:
         why = _explain(e, model)
         if why is None: raise
@@ -297,13 +303,7 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
     if why := _known_failure(model, cfg, world): raise FitsError(why)
     att = attention_kernel(model, cfg, backend) if attention == "auto" else attention
     ranks = list(range(world)) if rank is None else [rank]
-    first = _trace(model, cfg, world, ranks[0], batch, seq, backend, att)
-    traces, index, trace_of = [first], {first.signatures[ranks[0]]: 0}, []
-    for r in ranks:
-        s = first.signatures[r]
-        if s not in index:
-            index[s] = len(traces); traces.append(_trace(model, cfg, world, r, batch, seq, backend, att))
-        trace_of.append(index[s])
+    traces, trace_of = _trace(model, cfg, world, ranks, batch, seq, backend, att)
     label = (f"{cfg.label}, batch {batch} x seq {seq}" + (f", {backend}" if backend != "nccl" else "")
              + (", math attention" if att == "math" else ""))
     closed = {t.rank: closed_form(model, cfg, world, t.rank) for t in traces}

@@ -5,7 +5,7 @@
 # %% ../nbs/11a_fits_trace.ipynb #879c119f
 from __future__ import annotations
 
-import contextlib, copy, dataclasses, functools, gc, logging, math, os, pickle, re, select, signal, sys, time, warnings
+import contextlib, copy, dataclasses, functools, gc, logging, math, os, re, sys, time, warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -18,13 +18,15 @@ from lora_fsdp_kit.fits_reduced import REDUCED_H, _LayerSegments, _NotReduced, _
     why_not_reduced
 from .families import attention_heads, text_config
 from .sharded import (flat_layout, flat_local_shard, flat_orig_params, fsdp1_flat_params,
-                                   fsdp1_under_fake_tensors, fsdp2_unit_ran, local_tensor, tracker_in_optimizer,
-                                   tracker_live, tracker_modules)
+                                   fsdp1_under_fake_tensors, fsdp2_unit_ran, fsdp2_unsharded_params, local_tensor,
+                                   tracker_in_optimizer, tracker_live, tracker_modules)
+from .forks import fork_map
 from .shards import chunk_spans, clean_name, piece_length, shard_group_size
 from .wrap import WrapConfig
 
 # %% auto #0
-__all__ = ['CATEGORIES', 'STAGING_BACKENDS', 'fake_world', 'RankTrace', 'attention_kernel', 'tie_keeping_init', 'trace_rank']
+__all__ = ['CATEGORIES', 'STAGING_BACKENDS', 'fake_world', 'RankTrace', 'attention_kernel', 'tie_keeping_init', 'rank_signatures',
+           'trace_many', 'trace_rank']
 
 # %% ../nbs/11a_fits_trace.ipynb #9e5fcb84
 CATEGORIES = ("sharded parameters", "unsharded parameters", "buffers", "gradients", "unsharded gradients",
@@ -381,6 +383,38 @@ def tie_keeping_init(device:str="cpu")->Callable[[nn.Module], None]:
     return init
 
 
+# %% ../nbs/11a_fits_trace.ipynb #1f013a87
+def _sharded(model:nn.Module, cfg:WrapConfig, world:int, fake)->nn.Module:
+    "A copy of the meta `model` sharded as `cfg` says, its tensors fake ones of `fake` (inside `fake_world`)."
+    m, mesh = copy.deepcopy(model), _mesh(cfg, world)
+    if cfg.flavour == "fsdp2":
+        wrapped = cfg.wrap(m, mesh=mesh)     # on meta: FSDP2 shards shapes, no memory
+        with fake: wrapped.to_empty(device="cpu")
+        return wrapped
+    with fake:   # FSDP1 materialises the meta model itself, unit by unit, as fake tensors
+        return cfg.wrap(m, mesh=mesh if cfg.hybrid else None, device_id=torch.device("cpu"),
+                        param_init_fn=tie_keeping_init())
+
+def rank_signatures(model:nn.Module, cfg:WrapConfig, world:int)->tuple:
+    "Per rank of `world`, what makes its trace its own (`_signatures`), read from the model sharded, no step run."
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    if why_not_reduced(model, cfg) is None: model = _reduced_model(model, 2 * REDUCED_H)   # as a reduced trace reads it
+    with fake_world(world, 0), _quiet(), _gc_paused():
+        return _signatures(_sharded(model, cfg, world, FakeTensorMode(allow_non_fake_inputs=True)), cfg, world)
+
+# %% ../nbs/11a_fits_trace.ipynb #b251796d
+def _first_step(wrapped:nn.Module, opt, batch:int, seq:int, vocab:int, attention:str, backend:str):
+    "The first iteration, untracked: AdamW's state and FSDP's lazily built tensors made, for the second to find."
+    with _attention(attention), (_cpu_rng_states() if backend in STAGING_BACKENDS else contextlib.nullcontext()):
+        _step(wrapped, opt, batch, seq, vocab)
+
+def _track_kept(tr, wrapped:nn.Module, cfg:WrapConfig):
+    "The tensors the first iteration left that torch's tracker does not find on entry, tracked as what they are."
+    if cfg.flavour != "fsdp2": return   # FSDP1: nothing (its categories came out equal without)
+    require("torch.distributed._tools.fsdp2_mem_tracker:_FSDPRefType")   # private: checked by `doctor`
+    from torch.distributed._tools.fsdp2_mem_tracker import _FSDPRefType
+    for p in fsdp2_unsharded_params(wrapped): tr._update_and_maybe_create_winfos(p, _FSDPRefType.UNSHARDED_PARAM)
+
 # %% ../nbs/11a_fits_trace.ipynb #bbce2873
 def _categories(snap:dict, sharded:int)->dict:
     "torch's categories at a peak as the kit's (FSDP1: its one kind of parameter split into the known shards, the rest)."
@@ -398,15 +432,8 @@ def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=
     t0 = time.perf_counter()
     vocab = model.get_input_embeddings().num_embeddings
     with fake_world(world, rank), _quiet(), _gc_paused(), _acyclic_module_hooks():
-        m, mesh = copy.deepcopy(model), _mesh(cfg, world)
         fake = FakeTensorMode(allow_non_fake_inputs=True)   # the meta model's tensors become fake ones inside
-        if cfg.flavour == "fsdp2":
-            wrapped = cfg.wrap(m, mesh=mesh)     # on meta: FSDP2 shards shapes, no memory
-            with fake: wrapped.to_empty(device="cpu")
-        else:
-            with fake:   # FSDP1 materialises the meta model itself, unit by unit, as fake tensors
-                wrapped = cfg.wrap(m, mesh=mesh if cfg.hybrid else None, device_id=torch.device("cpu"),
-                                   param_init_fn=tie_keeping_init())
+        wrapped = _sharded(model, cfg, world, fake)
         sig = _signatures(wrapped, cfg, world)
         layers = None
         if prefix is not None:   # each decoder layer itself (wrappers share its clean name and come first)
@@ -415,6 +442,7 @@ def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=
             layers = {id(mod): j for j, mod in by_index.items()}
         with fake:
             opt = torch.optim.AdamW([p for p in wrapped.parameters() if p.requires_grad], lr=1e-4)
+            _first_step(wrapped, opt, batch, seq, vocab, attention, backend)
             cls = _tracker_class(cfg.flavour)
             tr = cls(wrapped, opt) if cfg.flavour == "fsdp2" else cls()
             if cfg.flavour == "fsdp1": tr.track_external(wrapped, opt)
@@ -425,9 +453,9 @@ def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=
             with tr, _attention(attention), (_cpu_rng_states() if backend in STAGING_BACKENDS
                                              else contextlib.nullcontext()):
                 if layers and cfg.flavour == "fsdp2": tracker_modules(tr).register_user_hooks(*tr._layer_hooks())
-                for i in range(2):
-                    tr.reset_mod_stats(); tr._new_iteration(); tr.recording = i == 1
-                    _step(wrapped, opt, batch, seq, vocab)
+                _track_kept(tr, wrapped, cfg)
+                tr.recording = True
+                _step(wrapped, opt, batch, seq, vocab)
     sharded, opt_bytes = _sharded_bytes(wrapped, cfg), _storage_bytes(v for s in opt.state.values() for v in s.values())
     # gloo: a rank may still hold the previous unit's all-gather output at its peak (its worker frees it late)
     worst = tr.peak + (tr.max_gather if backend in STAGING_BACKENDS else 0)
@@ -435,62 +463,34 @@ def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=
                      sharded, opt_bytes, time.perf_counter() - t0, worst_peak=worst), tr.keyed
 
 # %% ../nbs/11a_fits_trace.ipynb #fc1b1506
-def _fork_wanted()->bool:
-    "LFK_TRACE_FORK=1: fork; 0: never; unset: where this process may run on 4 cores or more (a spare one)."
-    if not hasattr(os, "fork"): return False
-    v = os.environ.get("LFK_TRACE_FORK", "")
-    return v == "1" if v else len(os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ()) >= 4
-
-def _forked(fn:Callable, *args)->Callable[[float], object]:
-    "Start `fn(*args)` in a forked child; returns a call that waits for its result (None: do it here instead)."
-    if not _fork_wanted(): return lambda took: None
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:   # the child: the result pickled into the pipe, nothing else of the parent's run
-        try:
-            os.close(rfd); data = pickle.dumps(fn(*args))
-        except BaseException: data = b""
-        try:
-            with os.fdopen(wfd, "wb") as f: f.write(data)
-        finally: os._exit(0)
-    os.close(wfd)
-    def result(took:float):
-        "The child's result; None if it failed or is still silent 60 s + 10x `took` (the parent's own trace) on."
-        chunks, deadline = [], time.monotonic() + 60 + 10 * took
-        with os.fdopen(rfd, "rb") as f:
-            while True:
-                if not select.select([f], [], [], max(0, deadline - time.monotonic()))[0]:
-                    os.kill(pid, signal.SIGKILL); chunks = []; break
-                chunk = os.read(f.fileno(), 1 << 20)
-                if not chunk: break
-                chunks.append(chunk)
-        os.waitpid(pid, 0)
-        return pickle.loads(b"".join(chunks)) if chunks else None
-    return result
+def _trace_plan(model, cfg, world, rank, batch, seq, backend, attention, layers)->tuple[list, Callable]:
+    "The calls of `_trace_once` a trace of `rank` makes, and how their results become its `RankTrace`."
+    if layers not in ("auto", "all"): raise ValueError(f"layers must be 'auto' or 'all', got {layers!r}")
+    whole = (model, cfg, world, rank, batch, seq, backend, attention)
+    if layers == "all" or why_not_reduced(model, cfg) is not None: return [whole], lambda got: got[0][0]
+    parent, attr, path = decoder_layers(model)
+    n, ks = len(getattr(parent, attr)), (2 * REDUCED_H, 2 * REDUCED_H + 1)
+    def combined(got:list)->RankTrace:
+        try: return _combine((ks[0],) + got[0], (ks[1],) + got[1], n, path + ".", _categories)
+        except _NotReduced: return _trace_once(*whole)[0]   # every layer, here
+    return [(_reduced_model(model, k),) + whole[1:] + (path + ".",) for k in ks], combined
 
 # %% ../nbs/11a_fits_trace.ipynb #da184200
-def trace_rank(model:nn.Module,      # a peft model on the meta device (copied, never changed)
+def trace_many(model:nn.Module,      # a peft model on the meta device (copied, never changed)
                cfg:WrapConfig,       # how it is sharded
                world:int,            # ranks
-               rank:int,             # the rank to trace
+               ranks:list[int],      # the ranks to trace
                batch:int=1, seq:int=512,
                backend:str="nccl",   # the job's backend: "gloo" adds its staging copies of collectives
                attention:str="fused",# the attention kernel: "fused" or "math" (`attention_kernel`)
                layers:str="auto",    # "auto": trace 2h and 2h+1 decoder layers when `why_not_reduced` allows; "all"
-              )->RankTrace:
+              )->list[RankTrace]:
+    "Each rank's trace (`trace_rank`), their calls run side by side in forked copies of this process."
+    plans = [_trace_plan(model, cfg, world, r, batch, seq, backend, attention, layers) for r in ranks]
+    with _gc_paused(): got = iter(fork_map(_trace_once, [c for calls, _ in plans for c in calls]))
+    return [finish([next(got) for _ in calls]) for calls, finish in plans]
+
+def trace_rank(model:nn.Module, cfg:WrapConfig, world:int, rank:int, batch:int=1, seq:int=512, backend:str="nccl",
+               attention:str="fused", layers:str="auto")->RankTrace:
     "Two training steps of `rank` of a `world`-rank job under fake tensors; the peak of the second."
-    if layers not in ("auto", "all"): raise ValueError(f"layers must be 'auto' or 'all', got {layers!r}")
-    if layers == "auto" and why_not_reduced(model, cfg) is None:
-        t0, (_, _, path) = time.perf_counter(), decoder_layers(model)
-        n = len(getattr(*decoder_layers(model)[:2]))
-        ks = (2 * REDUCED_H, 2 * REDUCED_H + 1)
-        args = {k: (_reduced_model(model, k), cfg, world, rank, batch, seq, backend, attention, path + ".") for k in ks}
-        try:
-            with _gc_paused():
-                later = _forked(_trace_once, *args[ks[1]])   # the larger copy in a child process, meanwhile
-                small = _trace_once(*args[ks[0]])
-                large = later(small[0].seconds) or _trace_once(*args[ks[1]])
-                got = [(ks[0],) + small, (ks[1],) + large]
-                return dataclasses.replace(_combine(*got, n, path + ".", _categories), seconds=time.perf_counter() - t0)
-        except _NotReduced: pass   # every layer, below
-    return _trace_once(model, cfg, world, rank, batch, seq, backend, attention)[0]
+    return trace_many(model, cfg, world, [rank], batch, seq, backend, attention, layers)[0]

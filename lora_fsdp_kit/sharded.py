@@ -395,3 +395,9 @@ def fsdp1_under_fake_tensors():
     finally:
         flat._same_storage, flat._data_ptr_allocated = same, alloc
         if not had: del FakeTensor.data_ptr
+
+# %% ../nbs/04a_sharded.ipynb #82e2ad37
+def fsdp2_unsharded_params(wrapped:nn.Module)->list:
+    "FSDP2: every unsharded parameter made so far (one per sharded parameter whose unit has all-gathered once)."
+    groups = [m._get_fsdp_state()._fsdp_param_group for m in wrapped.modules() if hasattr(m, "_get_fsdp_state")]
+    return [p._unsharded_param for g in groups if g is not None for p in g.fsdp_params if hasattr(p, "_unsharded_param")]

@@ -69,10 +69,10 @@ def test_what_is_traced_whole_says_why():
     assert t.traced_layers == ()
 
 def test_a_forked_trace_is_the_same(monkeypatch):
-    "The reduced trace's larger copy traced in a forked child (LFK_TRACE_FORK=1) gives the in-process answer."
+    "The reduced trace's two copies traced in forked copies of the process (LFK_TRACE_FORK=2) give the in-process answer."
     pm, cfg = six_layers("llama"), WRAPS["fsdp1 layer orig bf16 ac"]
     monkeypatch.setenv("LFK_TRACE_FORK", "0"); here = trace_rank(pm, cfg, 3, 1, 1, 16, "gloo")
-    monkeypatch.setenv("LFK_TRACE_FORK", "1"); forked = trace_rank(pm, cfg, 3, 1, 1, 16, "gloo")
+    monkeypatch.setenv("LFK_TRACE_FORK", "2"); forked = trace_rank(pm, cfg, 3, 1, 1, 16, "gloo")
     fields = ("peak", "worst_peak", "by_category", "module", "phase", "timeline", "signatures", "sharded_bytes",
               "optimizer_bytes", "traced_layers")
     assert [getattr(forked, f) for f in fields] == [getattr(here, f) for f in fields]
