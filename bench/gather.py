@@ -8,13 +8,26 @@ sharding (FSDP1 with LoRA leaves as units, FSDP1 with decoder layers as units, F
   plus the copies around it (packing this rank's bytes into the send buffer, copying the received bytes out);
 - `save_lora(model, dir)`, against the limit plus rank 0 writing the same tensors with safetensors.
 It prints each time as a ratio to its limit (goal: <= 3x; `-vote`: the gather's ratio less its failure check, what
-a check carried inside the data collective could at best reach), a raw `all_to_all_single` of the exact sizes (what
+a gather of one collective could at best reach), a raw `all_to_all_single` of the exact sizes (what
 the kit uses when pieces are uneven), the failure check of one gather alone (one 72-byte all-reduce of the failure
 flag and the ranks' call tags; included in the gather's time), the collectives and bytes of one gather, and the peak
 extra memory of one gather (torch's MemTracker) against the bound: send buffer + receive buffer + the full LoRA
 tensors (all made before the collective) + the check's 72 bytes.
 `--profile` prints cProfile's top functions of one (second) gather on rank 0. `--strategies` runs the older
 comparison of gather strategies (per unit, per tensor, whole model). Timings are noisy on a shared machine.
+
+Measured 2026-12-02, `--runs 7`, 2 cores shared with other work (load average 0.2-4.5 over three runs): 8, 11 and
+12 of the 16 gathers within 3x their limit; every peak within its bound. Four thinker cases (180 KiB of LoRA in 108
+tensors) miss in every run: 2 ranks FSDP1 leaves (4.9-5.7x) and FSDP2 (4.6-5.8x), 4 ranks FSDP2 (3.0-3.9x) and FSDP2
+hybrid (3.2-4.7x). Their limit is 0.4-0.9 ms at 2 ranks; a gather makes two collectives (the failure check, then the
+data) and does rank-side work that takes 0.3 ms on an idle core (the engine's look-up, 108 pieces read in, 108 tensors
+out: unbinding 108 views alone takes 0.08 ms) and 1-1.5 ms between two collectives here. With a free check the 2-rank
+ones would still be at 3.8-5x (`-vote`), the 4-rank ones at 2.3-3.9x. The check is not carried inside the data
+collective: under gloo an all-gather whose ranks pass unequal sizes aborts the process (SIGABRT), and one met by
+another rank's all-reduce times out and leaves the group unusable, so ranks at different calls (what the check's tags
+catch) must first meet in a collective whose size is the same for every call. On this machine a raw
+`all_to_all_single` of the same bytes beats the raw all-gather in most cases (the `a2a` column), but the kit would
+then send from a buffer of world copies of this rank's pieces (what it does only for uneven pieces).
 Run: `python bench/gather.py [--ranks 2 4] [--models llama thinker] [--runs 15] [--profile]`.
 """
 from __future__ import annotations
