@@ -16,17 +16,21 @@ x FSDP1/FSDP2 x activation checkpointing on/off x fp32/bf16 at worlds 2 and 3 --
 
     python bench/fits.py [--speed] [--only table,70b,max_batch] [--matrix] [--batch 2 --seq 256] [--out bench/out/fits]
 
-Each row gives wall seconds and CPU-seconds (the job's process and its forked children), the settings traced and
-the time per setting, and the peak RSS of the process and of its largest child; then one `goal` line per job.
-Measured 2026-12-02 on the 2-core shared machine at load 10-20, so the wall seconds are 5-10x the CPU-seconds and
-only the CPU-seconds compare (`--no-full`, LFK_TRACE_FORK=0: no forked child on 2 cores):
-- default table, 8B world 8 (4 settings): before (the code of 5a4ba2d) 18 traces, 86.0 CPU-s, 556 MiB; after rank
-  grouping 8 traces, 40.0 CPU-s, 452 MiB (each FSDP1 use_orig_params row: 3 traces, not 8);
-- --max-batch (FSDP2 and FSDP1, bf16, checkpointed, seq 4096): after 16 traces, 82.3 CPU-s, 457 MiB;
-- 70B at world 64 (FSDP2 and FSDP1, bf16, seq 4096): after 6 traces, 12.7 CPU-s per setting (16.8 s wall at load 4),
-  553 MiB.
-The CPU-seconds meet the goals but for the table (40 > 20) and --max-batch (82 > 60): on a machine with 4 free cores
-or more a reduced trace also runs its two copies at once (`fits_trace._forked`), about 25 % less wall per trace.
+Each row gives wall seconds and CPU-seconds (the job's process and its forked copies), the settings traced and
+the time per setting, and the peak RSS of the process and of its largest copy; then one `goal` line per job.
+A prediction's traces (its rank groups, and each reduced trace's two short copies) run side by side in forked copies
+of the process (`lora_fsdp_kit.forks`, one per core; LFK_TRACE_FORK=0: all here, in order).
+Measured 2026-12-02 on the 2-core machine at load 1-1.7, `--no-full`:
+- the code of bd9d563: table 51.4 s, --max-batch 109.5 s;
+- the first of a trace's two iterations untracked (`fits_trace._first_step`), all in one process (LFK_TRACE_FORK=0):
+  table 46.4 s, --max-batch 89.9 s;
+- and the traces side by side in 2 forked copies (the default here): table 40.3 s (63.1 CPU-s), --max-batch 62.1 s
+  (105.3 CPU-s), 70B at world 64 11.9 s per setting (17.7 CPU-s); peak RSS 416-528 MiB (a copy: 374-481 MiB).
+Goals: table <= 20 s NOT met (40.3), --max-batch <= 60 s nearly (62.1), 70B <= 60 s met, RSS <= 2 GB met. Two copies
+on this machine's 2 vCPUs each run about 1.6x slower than one alone (fake-tensor dispatch is memory-bound Python; a
+pure-Python loop scales 2x here), so the CPU-seconds rise by about half and the wall falls by 13-31 %; a machine
+with more cores traces an FSDP1 setting's rank groups all at once. The settings run one after another (run side by
+side, each in a copy, tried: 47 s for the table, each setting 1.6-1.9x its time alone).
 """
 import argparse, cProfile, io, json, os, pstats, resource, sys, time
 

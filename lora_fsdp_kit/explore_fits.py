@@ -183,8 +183,9 @@ def _pump(self:FitsTab):
 # %% ../nbs/14a_explore_fits.ipynb #55c43619
 def _trace_in_worker(built_from:tuple, wrap, kw:dict):
     "In the worker process: the model `built_from` names (built once, kept), and one setting's step memory."
-    import warnings
+    import os, warnings
     from lora_fsdp_kit.models import build_for_plan
+    os.environ["LFK_TRACE_FORK"] = "0"      # one core: the other is the kernel's, for the setting on the screen
     from lora_fsdp_kit.fits import predict_step_memory
     warnings.simplefilter("ignore")         # its stderr is the kernel's: a setting's warnings come with its answer
     if built_from not in _WORKER_MODELS: _WORKER_MODELS[built_from] = build_for_plan(*built_from)
