@@ -7,8 +7,8 @@ alike, to the byte: each rank traced alone over a covering array of wrappings x 
 for configurations the zoo matrix of tests/test_fits.py does not hold: FSDP1 SHARD_GRAD_OP with use_orig_params (it
 raised an AssertionError in the trace), fp32 master weights with bf16 compute under FSDP1 and FSDP2, a bf16 base with
 fp32 LoRA, LoRA dropout in train mode, and models built in-process from small transformers configs: GPT-2 (Conv1D,
-tied embeddings) and Phi-3 (fused qkv); at world 2 also within 1 % of the usual peak. Measured (2026-12-02): every
-rank of the 8 cases within 0.004 % of `peak`; `worst_peak` 4-10 % above. GPT-2 under FSDP1 with bf16 read -1.18 %
+tied embeddings) and Phi-3 (fused qkv); at world 2 also within 1 % of the usual peak or of the worst one. Measured
+(2026-12-02): every rank of the 8 cases within 0.004 % of `peak`; `worst_peak` 4-10 % above. GPT-2 under FSDP1 with bf16 read -1.18 %
 (33,112 B: oneDNN's bf16 matmul buffers, taken from torch's CPU allocator inside the kernel) until the trace counted
 them (`fits_trace._cpu_gemm_bytes`). Known misses would be strict xfails."""
 import functools
@@ -167,6 +167,9 @@ def test_real_ranks_within_the_predicted_range(real, name):
     assert_in_range(name, got, pred)
     for r, g in enumerate(got):
         t = pred.traces[pred.trace_of[r]]
-        # the late-freed all-gather was seen at worlds 3-4 only: at world 2 the usual peak holds to 1 %
-        if len(got) == 2: assert abs(t.peak / g - 1) <= 0.01, f"rank {r}: {t.peak / g - 1:+.3%}, {pred.label}"
+        # at world 2 a rank's peak is one of the two figures, to 1 %: the usual one, or (gloo's late-freed all-gather,
+        # first seen at worlds 3-4, then once at world 2 on a busy machine: GPT-2 FSDP2 rank 1, -5.2 % / +0.3 %) the worst
+        near = lambda p: abs(p / g - 1) <= 0.01
+        if len(got) == 2: assert near(t.peak) or near(t.worst_peak), \
+            f"rank {r}: peak {t.peak / g - 1:+.3%}, worst {t.worst_peak / g - 1:+.3%}, {pred.label}"
         assert sum(t.by_category.values()) == t.peak
