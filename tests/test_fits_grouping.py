@@ -10,10 +10,8 @@ from lora_fsdp_kit.fits_trace import trace_rank
 from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
 from lora_fsdp_kit.testing import covering_array
 from lora_fsdp_kit.wrap import WrapConfig
+from test_fits_accuracy import MOE, WRAPS   # the wrappings and the MoE kernel of the reduced-trace matrix
 
-MOE = dict(experts_implementation="batched_mm")
-
-# ranks grouped by signature == each rank traced
 # `predict_step_memory` traces one rank per signature (`fits_trace._signatures`; FSDP1 with use_orig_params: the
 # lengths of a rank's pieces of the TRAINABLE parameters, a frozen piece being a view of the shard with no bytes of its
 # own; FSDP2: the rows of every shard, frozen ones too: an empty frozen shard moves bytes between categories, which
@@ -21,9 +19,8 @@ MOE = dict(experts_implementation="batched_mm")
 # the byte: peak, worst peak, every category, shard and optimizer bytes.
 GROUP_WRAPS = {"fsdp2": WrapConfig(flavour="fsdp2"),
                "fsdp2 hybrid bf16": WrapConfig(flavour="fsdp2", sharding="HYBRID", shard_size=4, mixed_precision="bf16"),
-               "fsdp1 layer orig bf16 ac": WrapConfig(flavour="fsdp1", policy="layer", use_orig_params=True,
-                                                      mixed_precision="bf16", activation_checkpointing=True),
-               "fsdp1 sgo orig": WrapConfig(flavour="fsdp1", sharding="SHARD_GRAD_OP", use_orig_params=True),
+               "fsdp1 layer orig bf16 ac": WRAPS["fsdp1 layer orig bf16 ac"],
+               "fsdp1 sgo orig": WRAPS["fsdp1 sgo orig"],
                "fsdp1 lora orig": WrapConfig(flavour="fsdp1", use_orig_params=True)}
 GROUP_ROWS = covering_array(dict(wrap=list(GROUP_WRAPS), model=["llama", "qwen3_moe", "qwen2"], world=[3, 8],
                                  backend=["gloo", "nccl"]),
