@@ -7,7 +7,7 @@ jobs, so the wall seconds beside them vary, the CPU-seconds much less). `=`: not
 the previous measurement). tests/test_device_check.py is not here: it runs in `make test-oldest` only (see the
 Makefile). A file not listed runs after these, in collection order."""
 COST = {"test_fits_accuracy": 168,   # 2026-12-03, beside test_fits_grouping: 186 s wall (the two were one file of 295)
-        "test_fits_grouping": 127,   # 2026-12-03: 132 s wall
+        "test_fits_grouping": 59,    # 2026-12-03: 62 s wall (a sample of each group: 39 traces, not 80)
         "test_browser": 121,         # = (Chromium and Voila)
         "test_gather_ranks": 60,     # =
         "test_fits": 48,             # 412 s wall (B's figure, after the .pyc; was 139: the trace is faster)

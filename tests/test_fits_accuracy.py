@@ -67,14 +67,8 @@ def test_what_is_traced_whole_says_why():
     t = trace_rank(pm, root, 2, 0, 1, 16)
     assert t.traced_layers == ()
 
-def test_a_forked_trace_is_the_same(monkeypatch):
-    "The reduced trace's two copies traced in forked copies of the process (LFK_TRACE_FORK=2) give the in-process answer."
-    pm, cfg = six_layers("llama"), WRAPS["fsdp1 layer orig bf16 ac"]
-    monkeypatch.setenv("LFK_TRACE_FORK", "0"); here = trace_rank(pm, cfg, 3, 1, 1, 16, "gloo")
-    monkeypatch.setenv("LFK_TRACE_FORK", "2"); forked = trace_rank(pm, cfg, 3, 1, 1, 16, "gloo")
-    fields = ("peak", "worst_peak", "by_category", "module", "phase", "timeline", "signatures", "sharded_bytes",
-              "optimizer_bytes", "traced_layers")
-    assert [getattr(forked, f) for f in fields] == [getattr(here, f) for f in fields]
+# (a reduced trace traced in forked copies of the process gives the in-process answer: chapter 11a's trace_many cell,
+# at world 8, two ranks of different signatures, so a separate test here re-proved it)
 
 # ---------------------------------------------------------------- (2) real ranks, beyond the zoo
 BATCH, SEQ = 2, 64
