@@ -6,7 +6,7 @@ with the venv's .pyc files written as `make` lets them be (2026-12-02, issue 30;
 jobs, so the wall seconds beside them vary, the CPU-seconds much less). `=`: not measured this time (its owner's, or
 the previous measurement). tests/test_device_check.py is not here: it runs in `make test-oldest` only (see the
 Makefile). A file not listed runs after these, in collection order."""
-COST = {"test_fits_accuracy": 168,   # 2026-12-03, beside test_fits_grouping: 186 s wall (the two were one file of 295)
+COST = {"test_fits_accuracy": 154,   # 2026-12-03: 168 less the forked-trace test (14 s; it lives in chapter 11a now)
         "test_fits_grouping": 59,    # 2026-12-03: 62 s wall (a sample of each group: 39 traces, not 80)
         "test_browser": 121,         # = (Chromium and Voila)
         "test_gather_ranks": 60,     # =
