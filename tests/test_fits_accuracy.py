@@ -13,10 +13,9 @@ them (`fits_trace._cpu_gemm_bytes`). Known misses would be strict xfails."""
 import functools
 
 import pytest
-import torch
 
 from lora_fsdp_kit.fits import predict_step_memory
-from lora_fsdp_kit.fits_trace import CATEGORIES, trace_rank
+from lora_fsdp_kit.fits_trace import trace_rank
 from lora_fsdp_kit.fits_reduced import why_not_reduced
 from real_steps import assert_in_range, measure_while_predicting
 from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config

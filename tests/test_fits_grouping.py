@@ -17,8 +17,8 @@ from test_fits_accuracy import MOE, WRAPS   # the wrappings and the MoE kernel o
 # own; FSDP2: the rows of every shard, frozen ones too: an empty frozen shard moves bytes between categories, which
 # the fsdp2-qwen3_moe-8 row caught). Here ranks are traced on their own, and ranks of one signature must agree to the
 # byte: peak, worst peak, every category, shard and optimizer bytes. Of each group of several ranks: its first (the
-# rank `predict_step_memory` traces), its second and its last (at world 3 that is every rank of a group; at world 8,
-# 39 traces of the 80 ranks: a group's middle ranks are sharded as its second is, its last may hold the padding).
+# rank `predict_step_memory` traces), its second and its last: at world 3 every rank of a group, at world 8 a group's
+# middle ranks are sharded as its second is and its last may hold the padding (39 traces over the rows, not 80).
 # A rank alone in its group is compared with nothing: it is not traced.
 GROUP_WRAPS = {"fsdp2": WrapConfig(flavour="fsdp2"),
                "fsdp2 hybrid bf16": WrapConfig(flavour="fsdp2", sharding="HYBRID", shard_size=4, mixed_precision="bf16"),
@@ -44,8 +44,8 @@ def sampled(sig:tuple)->list[int]:
     return sorted({r for g in groups.values() if len(g) > 1 for r in (g[0], g[1], g[-1])})
 
 def test_sampled():
-    test = lambda sig, want: (sampled(sig) == want) or pytest.fail(f"{sig}: {sampled(sig)}, not {want}")
-    test("aab", [0, 1]); test("abcdeeee", [4, 5, 7]); test("aaaabbbb", [0, 1, 3, 4, 5, 7]); test("abc", [])
+    assert sampled("aab") == [0, 1] and sampled("abc") == []
+    assert sampled("abcdeeee") == [4, 5, 7] and sampled("aaaabbbb") == [0, 1, 3, 4, 5, 7]
 
 @pytest.mark.parametrize("row", GROUP_ROWS, ids=lambda r: "-".join(map(str, r.values())))
 def test_ranks_of_one_signature_trace_alike(row):
