@@ -288,7 +288,7 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
                         backend:str="nccl",            # the job's backend: "gloo" adds its staging copies
                         attention:str="auto",          # "auto" (what the job's devices run), "fused" or "math"
                        )->StepMemory:
-    "Per-rank peak memory of a LoRA training step (2 AdamW iterations, the second's peak), traced on fake tensors."
+    "Per-rank peak memory of a LoRA training step (an AdamW iteration after the first), traced on fake tensors."
     if not isinstance(world, int) or not 1 <= world <= 1024: raise FitsError(f"world must be 1-1024, got {world!r}")
     if batch < 1 or seq < 1: raise FitsError(f"batch and seq must be >= 1, got batch={batch}, seq={seq}")
     real = sorted({p.device.type for p in model.parameters()} - {"meta"})

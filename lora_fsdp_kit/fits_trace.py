@@ -18,8 +18,9 @@ from lora_fsdp_kit.fits_reduced import REDUCED_H, _LayerSegments, _NotReduced, _
     why_not_reduced
 from .families import attention_heads, text_config
 from .sharded import (flat_layout, flat_local_shard, flat_orig_params, fsdp1_flat_params,
-                                   fsdp1_under_fake_tensors, fsdp2_unit_ran, fsdp2_unsharded_params, local_tensor,
-                                   tracker_in_optimizer, tracker_live, tracker_modules)
+                                   fsdp1_under_fake_tensors, fsdp2_unsharded_params, fsdp_lazy_init, local_tensor,
+                                   tracker_in_optimizer, tracker_live, tracker_modules, tracker_saw)
+from . import forks
 from .forks import fork_map
 from .shards import chunk_spans, clean_name, piece_length, shard_group_size
 from .wrap import WrapConfig
@@ -144,6 +145,8 @@ def _measured_gemm_bytes(func, metas:tuple, threads:int)->int:
             yield from allocations(e.children)
     # kineto prints two USDT lines on stderr per profile unless its log level (read at its first start) is 6
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    if threads > 1 and forks._in_copy:   # a forked copy runs one thread (chapter 00f): its call runs in the parent
+        raise RuntimeError(f"a matmul's buffers on {threads} threads are measured outside a forked copy")
     with _disable_current_modes(), torch.no_grad():   # outside the trace's fake mode and tracker: real tensors
         args, was = [_dense_like(*m) for m in metas], torch.get_num_threads()
         torch.set_num_threads(threads)
@@ -180,11 +183,11 @@ def _tracker_class(flavour:str):
     if flavour == "fsdp2":
         from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
         def _fsdp_param_group_post_backward(self, fsdp_mod, orig):
-            # torch's wrapper reads every parameter's unsharded gradient; a unit that never ran in this step (the
-            # Omni thinker's audio and vision towers, on a text batch) has no unsharded parameter at all
+            # torch's wrapper reads the unit's statistics, and a unit that never ran in this step (the Omni
+            # thinker's audio and vision towers, on a text batch) has none
             inner = FSDPMemTracker._fsdp_param_group_post_backward(self, fsdp_mod, orig)
             def guarded(*args, **kwargs):
-                return (inner if fsdp2_unit_ran(fsdp_mod) else orig)(*args, **kwargs)
+                return (inner if tracker_saw(self, fsdp_mod) else orig)(*args, **kwargs)
             return guarded
         return type("FSDP2StepTracker", (_StepPeak, FSDPMemTracker),
                     dict(_fsdp_param_group_post_backward=_fsdp_param_group_post_backward))
@@ -403,13 +406,30 @@ def rank_signatures(model:nn.Module, cfg:WrapConfig, world:int)->tuple:
         return _signatures(_sharded(model, cfg, world, FakeTensorMode(allow_non_fake_inputs=True)), cfg, world)
 
 # %% ../nbs/11a_fits_trace.ipynb #b251796d
-def _first_step(wrapped:nn.Module, opt, batch:int, seq:int, vocab:int, attention:str, backend:str):
-    "The first iteration, untracked: AdamW's state and FSDP's lazily built tensors made, for the second to find."
-    with _attention(attention), (_cpu_rng_states() if backend in STAGING_BACKENDS else contextlib.nullcontext()):
-        _step(wrapped, opt, batch, seq, vocab)
+def _prime(wrapped:nn.Module, opt, cfg:WrapConfig)->list:
+    "What a first iteration leaves for the second, made without one; the parameters given AdamW state."
+    fsdp_lazy_init(wrapped)
+    if cfg.flavour == "fsdp2":   # each unit's all-gather outputs and unsharded parameters, made and freed
+        from torch.distributed.fsdp import FSDPModule
+        for m in wrapped.modules():
+            if isinstance(m, FSDPModule): m.unshard(); m.reshard()
+    primed = [p for g in opt.param_groups for p in g["params"] if p.numel()]   # FSDP1: an empty piece gets no gradient
+    for p in primed: p.grad = torch.zeros_like(p)
+    opt.step(); opt.zero_grad(set_to_none=True)   # AdamW's state, made by AdamW
+    return primed
+
+def _discount(tr, n:int, category:str):
+    "Take `n` bytes of `category`, live and unchanged through the recorded step, off every figure `tr` recorded."
+    if not n: return
+    for snap in {id(s): s for s in [tr.peak_snap] + [r[2][0] for r in tr.keyed or ()]}.values():
+        key = next(k for k in snap if _TORCH_CATEGORY.get(k, k) == category)
+        snap[key] -= n
+    tr.peak -= n
+    tr.timeline = [(i, v - n) for i, v in tr.timeline]
+    if tr.keyed is not None: tr.keyed = [(k, v - n, rest) for k, v, rest in tr.keyed]
 
 def _track_kept(tr, wrapped:nn.Module, cfg:WrapConfig):
-    "The tensors the first iteration left that torch's tracker does not find on entry, tracked as what they are."
+    "The tensors kept for the step that torch's tracker does not find on entry, tracked as what they are."
     if cfg.flavour != "fsdp2": return   # FSDP1: nothing (its categories came out equal without)
     require("torch.distributed._tools.fsdp2_mem_tracker:_FSDPRefType")   # private: checked by `doctor`
     from torch.distributed._tools.fsdp2_mem_tracker import _FSDPRefType
@@ -442,7 +462,8 @@ def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=
             layers = {id(mod): j for j, mod in by_index.items()}
         with fake:
             opt = torch.optim.AdamW([p for p in wrapped.parameters() if p.requires_grad], lr=1e-4)
-            _first_step(wrapped, opt, batch, seq, vocab, attention, backend)
+            primed, idle = _prime(wrapped, opt, cfg), []   # idle: primed, yet no gradient in the step
+            hook = opt.register_step_pre_hook(lambda o, a, k: idle.extend(p for p in primed if p.grad is None))
             cls = _tracker_class(cfg.flavour)
             tr = cls(wrapped, opt) if cfg.flavour == "fsdp2" else cls()
             if cfg.flavour == "fsdp1": tr.track_external(wrapped, opt)
@@ -456,6 +477,8 @@ def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=
                 _track_kept(tr, wrapped, cfg)
                 tr.recording = True
                 _step(wrapped, opt, batch, seq, vocab)
+            hook.remove()
+    _discount(tr, _storage_bytes(v for p in idle for v in opt.state.pop(p).values()), "optimizer state")
     sharded, opt_bytes = _sharded_bytes(wrapped, cfg), _storage_bytes(v for s in opt.state.values() for v in s.values())
     # gloo: a rank may still hold the previous unit's all-gather output at its peak (its worker frees it late)
     worst = tr.peak + (tr.max_gather if backend in STAGING_BACKENDS else 0)
@@ -492,5 +515,5 @@ def trace_many(model:nn.Module,      # a peft model on the meta device (copied, 
 
 def trace_rank(model:nn.Module, cfg:WrapConfig, world:int, rank:int, batch:int=1, seq:int=512, backend:str="nccl",
                attention:str="fused", layers:str="auto")->RankTrace:
-    "Two training steps of `rank` of a `world`-rank job under fake tensors; the peak of the second."
+    "A training step of `rank` of a `world`-rank job, as each after the first runs, under fake tensors; its peak."
     return trace_many(model, cfg, world, [rank], batch, seq, backend, attention, layers)[0]

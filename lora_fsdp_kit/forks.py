@@ -5,7 +5,7 @@
 # %% ../nbs/00f_forks.ipynb #52f20957
 from __future__ import annotations
 
-import os, pickle, select, signal, tempfile, time
+import os, pickle, select, signal, sys, tempfile, time
 from typing import Callable, Sequence
 
 # %% auto #0
@@ -36,6 +36,9 @@ def _start(fn:Callable, args:tuple)->tuple[int, int, str]:
         _in_copy, code = True, 1
         try:
             os.close(rfd)
+            # one thread: a forked child of a process whose OpenMP pool has run hangs at its first parallel region
+            # (GNU libgomp is not fork-safe; seen: a bf16 matmul in a copy, after one here, waited until its deadline)
+            if "torch" in sys.modules: sys.modules["torch"].set_num_threads(1)
             with open(path, "wb") as f: pickle.dump(fn(*args), f, protocol=pickle.HIGHEST_PROTOCOL)
             code = 0
         except BaseException: pass

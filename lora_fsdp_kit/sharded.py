@@ -357,10 +357,12 @@ def flat_local_shard(fp)->torch.Tensor:
     "This rank's shard of a FlatParameter (set at FSDP1's lazy init, the first forward)."
     return fp._local_shard
 
-def fsdp2_unit_ran(fsdp_mod:nn.Module)->bool:
-    "FSDP2: whether every parameter of this unit was unsharded in this step (a unit no batch reaches never is)."
-    group = fsdp_mod._get_fsdp_state()._fsdp_param_group
-    return group is None or all(hasattr(p, "_unsharded_param") for p in group.fsdp_params)
+def fsdp_lazy_init(wrapped:nn.Module):
+    "What the root of a wrapped model does at its first forward (FSDP's lazy init), done now."
+    if not isinstance(wrapped, _FSDP1): return wrapped._get_fsdp_state()._lazy_init()
+    require("torch.distributed.fsdp._runtime_utils:_lazy_init")
+    from torch.distributed.fsdp._runtime_utils import _lazy_init
+    _lazy_init(wrapped, wrapped)
 
 def local_tensor(t:torch.Tensor)->torch.Tensor:
     "A DTensor's local tensor; any other tensor itself."
@@ -376,6 +378,7 @@ def tracker_modules(tracker):
     return tracker._mod_tracker
 
 def tracker_in_optimizer(tracker)->bool: return tracker._in_opt   # torch's memory tracker: in the optimizer step
+def tracker_saw(tracker, module:nn.Module)->bool: return module in tracker.memory_tracking   # ... and `module` ran
 
 @contextlib.contextmanager
 def fsdp1_under_fake_tensors():
