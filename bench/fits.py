@@ -26,7 +26,16 @@ Measured 2026-12-02 on the 2-core machine at load 1-1.7, `--no-full`:
   table 46.4 s, --max-batch 89.9 s;
 - and the traces side by side in 2 forked copies (the default here): table 40.3 s (63.1 CPU-s), --max-batch 62.1 s
   (105.3 CPU-s), 70B at world 64 11.9 s per setting (17.7 CPU-s); peak RSS 416-528 MiB (a copy: 374-481 MiB).
-Goals: table <= 20 s NOT met (40.3), --max-batch <= 60 s nearly (62.1), 70B <= 60 s met, RSS <= 2 GB met. Two copies
+Goals: table <= 20 s NOT met (40.3), --max-batch <= 60 s nearly (62.1), 70B <= 60 s met, RSS <= 2 GB met.
+Measured 2026-12-03, same machine and command, one run after another at load 0.7-1.6 (the machine was slower that
+day: the code above gave table 51.7 s / 77.4 CPU-s, --max-batch 105.8 s / 168.9 CPU-s):
+- no first iteration run (`fits_trace._prime` makes what it leaves): table 37.4 s (61.3 CPU-s), --max-batch 82.4 s;
+- and a tensor's device answered before the tracker and the fake mode (`fits_trace._device_of`; 2/3 of a step's
+  calls), one plan per prediction: table 31.2 s (48.1 CPU-s), --max-batch 56.7 s (93.0 CPU-s); RSS 416-419 MiB.
+Goals: table <= 20 s NOT met (31.2), --max-batch <= 60 s met (56.7), RSS met. Where the table's time goes now
+(cProfile, in one process, 80 s): the traced steps 54 % (fake-tensor dispatch), wrapping the short copies 15 %,
+building the model from its config 9 %, grouping ranks (`rank_signatures`: a wrap per setting) 8 %, the plans of the
+checks 7 %, `_prime` 5 %; the FSDP1 settings trace 3 rank groups each at world 8, 12 of the table's 16 traces. Two copies
 on this machine's 2 vCPUs each run about 1.6x slower than one alone (fake-tensor dispatch is memory-bound Python; a
 pure-Python loop scales 2x here), so the CPU-seconds rise by about half and the wall falls by 13-31 %; a machine
 with more cores traces an FSDP1 setting's rank groups all at once. The settings run one after another (run side by
