@@ -20,8 +20,8 @@ from .families import attention_heads, text_config
 from .sharded import (flat_layout, flat_local_shard, flat_orig_params, fsdp1_flat_params,
                                    fsdp1_under_fake_tensors, fsdp2_unsharded_params, fsdp_lazy_init, local_tensor,
                                    tracker_in_optimizer, tracker_live, tracker_modules, tracker_saw)
-from . import forks
 from .forks import fork_map
+from .kernel_bytes import _GATHERS, _cpu_gemm_bytes, _cuda_temp_bytes, _staging_bytes
 from .shards import chunk_spans, clean_name, piece_length, shard_group_size
 from .wrap import WrapConfig
 
@@ -106,24 +106,6 @@ class _StepPeak(_LayerSegments):
         return res
 
 # %% ../nbs/11a_fits_trace.ipynb #74044ea0
-def _cuda_temp_bytes(func, args)->int:
-    "Bytes a CUDA kernel allocates inside itself where the CPU's does not (read from an H200's allocator history)."
-    # softmax's backward on CUDA first computes `grad * output` into a temporary of the gradient's size; it matters
-    # where the softmax is big: the math attention kernel's B x H x L x L scores
-    if func is torch.ops.aten._softmax_backward_data.default: return args[0].numel() * args[0].element_size()
-    return 0
-
-_GATHERS = (torch.ops.c10d._allgather_base_.default, torch.ops.c10d.allgather_.default)
-
-def _staging_bytes(func, args)->int:
-    "Bytes gloo copies a collective through: the output of an all-gather, the input of a reduce-scatter."
-    c10d = torch.ops.c10d
-    if func is c10d._allgather_base_.default: ts = [args[0]]
-    elif func is c10d.allgather_.default: ts = [t for ts in args[0] for t in ts]   # FSDP1 on the CPU: a list
-    elif func is c10d._reduce_scatter_base_.default: ts = [args[1]]
-    else: return 0
-    return sum(t.numel() * t.element_size() for t in ts)
-
 _DEVICE = torch.ops.prim.device.default
 
 @functools.cache
@@ -136,56 +118,6 @@ def _device_of(func, args, kwargs):
     a = args[0]
     if type(a) is _fake_tensor_class() and not a.fake_mode.in_kernel_invocation: return a.fake_device
     return func(*args, **(kwargs or {}))
-
-# %% ../nbs/11a_fits_trace.ipynb #6a6f612f
-_GEMMS = {torch.ops.aten.mm.default: 0, torch.ops.aten.addmm.default: 1, torch.ops.aten.bmm.default: 0,
-          torch.ops.aten.baddbmm.default: 1}   # a matmul -> the index of its left matrix
-_GEMM_FLOPS = 1 << 36   # the largest product run as it is (~0.3 s on one core); a larger one is run with fewer rows
-
-def _dense_like(shape:tuple, stride:tuple, dtype)->torch.Tensor:
-    "Real zeros of `shape`, dense, their dimensions laid out in memory in the order `stride` gives."
-    order = sorted(range(len(shape)), key=lambda d: -stride[d])
-    return torch.zeros([shape[d] for d in order], dtype=dtype).permute([order.index(d) for d in range(len(shape))])
-
-@functools.cache
-def _measured_gemm_bytes(func, metas:tuple, threads:int)->int:
-    "Peak bytes `func` allocates on the CPU beyond its output, run once on real zeros with `threads` threads."
-    from torch.profiler import ProfilerActivity, profile
-    from torch._C._profiler import _EventType
-    from torch.utils._python_dispatch import _disable_current_modes
-    def allocations(events):
-        for e in events:
-            if e.typed[0] == _EventType.Allocation: yield e.start_time_ns, e.typed[1]
-            yield from allocations(e.children)
-    # kineto prints two USDT lines on stderr per profile unless its log level (read at its first start) is 6
-    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
-    if threads > 1 and forks._in_copy:   # a forked copy runs one thread (chapter 00f): its call runs in the parent
-        raise RuntimeError(f"a matmul's buffers on {threads} threads are measured outside a forked copy")
-    with _disable_current_modes(), torch.no_grad():   # outside the trace's fake mode and tracker: real tensors
-        args, was = [_dense_like(*m) for m in metas], torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof: out = func(*args)
-        finally: torch.set_num_threads(was)
-    allocs = [a for _, a in sorted(allocations(prof.profiler.kineto_results.experimental_event_tree()),
-                                   key=lambda x: x[0])]
-    if not allocs: return 0
-    base = allocs[0].total_allocated - allocs[0].alloc_size
-    return max(0, max(a.total_allocated for a in allocs) - base - out.numel() * out.element_size())
-
-def _cpu_gemm_bytes(func, args, threads:int)->int:
-    "Bytes a CPU matmul in bf16/fp16 allocates inside itself (oneDNN's packed blocks and fp32 accumulator), measured."
-    i = _GEMMS.get(func)
-    if i is None or args[i].dtype not in (torch.bfloat16, torch.float16): return 0
-    a, b = args[i], args[i + 1]
-    flops = 2 * a.numel() * b.shape[-1]
-    rows = max(1, a.shape[-2] * _GEMM_FLOPS // flops) if flops > _GEMM_FLOPS else a.shape[-2]
-    def meta(t, j):
-        shape = list(t.shape)
-        if j < i + 1 and t.dim() >= 2 and shape[-2] == a.shape[-2]: shape[-2] = rows   # the left matrix, the addend
-        return tuple(shape), tuple(t.stride()), t.dtype
-    return _measured_gemm_bytes(func, tuple(meta(t, j) for j, t in enumerate(args[:i + 2])), threads)
-
 
 # %% ../nbs/11a_fits_trace.ipynb #72dfa532
 @functools.cache
