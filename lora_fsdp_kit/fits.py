@@ -12,6 +12,8 @@ import torch
 from torch import nn
 
 from .fits_trace import CATEGORIES, RankTrace, attention_kernel, rank_signatures, trace_many
+from .fits_reduced import why_not_reduced
+from .forks import copies
 from .families import experts_implementation
 from .units import fmt_bytes, fmt_count
 from .plan import dtype_itemsize
@@ -170,19 +172,26 @@ def _known_failure(model:nn.Module, cfg:WrapConfig, world:int=1, plan=None)->str
     if f is None: return None
     return f"FSDP refuses it ({f.check}): {f.message.splitlines()[0]}; fix: {f.fix}"
 
+
+# %% ../nbs/11_fits.ipynb #23d6965f
 def _trace(model, cfg, world, ranks, batch, seq, backend, attention)->tuple[list[RankTrace], list[int]]:
     "One trace per signature among `ranks` (its first rank's), traced side by side; per rank, its trace's index."
+    args = (batch, seq, backend, attention)
     try:
-        sig = rank_signatures(model, cfg, world)
+        first, steps = [], 2 if why_not_reduced(model, cfg) is None else 1   # traced steps per rank
+        if copies() <= steps:   # a rank's steps fill the copies: the first rank's trace names every rank's signature
+            first = trace_many(model, cfg, world, ranks[:1], *args); sig = first[0].signatures
+        else: sig = rank_signatures(model, cfg, world)   # a wrap, no step: then every signature in one round
         keys = list(dict.fromkeys(sig[r] for r in ranks))   # each signature once, its first rank traced
         firsts = [next(r for r in ranks if sig[r] == s) for s in keys]
-        traces = trace_many(model, cfg, world, firsts, batch, seq, backend, attention)
+        traces = first + trace_many(model, cfg, world, firsts[len(first):], *args)
         return traces, [keys.index(sig[r]) for r in ranks]
     except (RuntimeError, NotImplementedError, TypeError, ValueError, AssertionError) as e:
         why = _explain(e, model)
         if why is None: raise
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         raise FitsError(f"{type(base).__name__}: {why}") from None
+
 
 # %% ../nbs/11_fits.ipynb #2f0019bc
 _DTYPES = {"fp32": torch.float32, "float32": torch.float32, **{k: _MP_DTYPE[v] for k, v in _MP.items()}}  # wrap's names
@@ -301,7 +310,8 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
     model = _stored_as(model, param_dtype, lora_dtype)[0]
     if attention not in ("auto", "fused", "math"):
         raise FitsError(f"attention must be 'auto', 'fused' or 'math', got {attention!r}")
-    plan = cfg.plan(model)   # one plan for the checks and every rank's closed form
+    plan = cfg.plan(model)   # one plan for the checks, the layer reduction and every rank's closed form
+    why_not_reduced(model, cfg, plan)   # read with it here, kept for every trace of this model and wrapping
     if why := _known_failure(model, cfg, world, plan): raise FitsError(why)
     att = attention_kernel(model, cfg, backend) if attention == "auto" else attention
     ranks = list(range(world)) if rank is None else [rank]

@@ -71,16 +71,17 @@ def _layer_signature(layer:nn.Module)->tuple:
 
 def why_not_reduced(model:nn.Module, # a peft model on the meta device
                     cfg:WrapConfig,  # how it is sharded
+                    plan=None,       # `cfg.plan(model)`, when the caller has made it (else made here, once)
                    )->str|None:      # None: `trace_rank` may trace 2h and 2h+1 layers for all of them
     "Why a trace of this model and wrapping must run every decoder layer, in a few words; None if it need not."
     key = (id(model), repr(cfg))
-    if key not in _WHY or _WHY[key][0]() is not model: _WHY[key] = (weakref.ref(model), _why_not(model, cfg))
+    if key not in _WHY or _WHY[key][0]() is not model: _WHY[key] = (weakref.ref(model), _why_not(model, cfg, plan))
     return _WHY[key][1]
 
 _WHY: dict = {}   # (id(model), repr(cfg)) -> (weakref to the model, the answer): the plan is read once per pair
 
 # %% ../nbs/11c_fits_reduced.ipynb #669bb1a5
-def _why_not(model:nn.Module, cfg:WrapConfig)->str|None:
+def _why_not(model:nn.Module, cfg:WrapConfig, plan=None)->str|None:
     found = decoder_layers(model)
     if found is None: return "no list of num_hidden_layers decoder layers"
     parent, attr, path = found
@@ -92,7 +93,7 @@ def _why_not(model:nn.Module, cfg:WrapConfig)->str|None:
     if len(set(getattr(t, "layer_types", None) or [])) > 1: return "the layers' types differ (layer_types)"
     if getattr(t, "mlp_only_layers", None): return "some layers have no experts (mlp_only_layers)"
     pre = path + "."
-    for u in cfg.plan(model).units:   # each unit inside one layer, or outside every layer: its shards do not move
+    for u in (cfg.plan(model) if plan is None else plan).units:   # each unit inside one layer, or outside every layer: its shards do not move
         idx = {p.name[len(pre):].split(".")[0] if p.name.startswith(pre) else None for p in u.params}
         if len(idx) > 1 or (idx - {None} and not u.name.startswith(pre)):
             return f"unit {u.name or '<root>'!r} holds parameters of several layers"

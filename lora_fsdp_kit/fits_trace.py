@@ -74,7 +74,7 @@ class _StepPeak(_LayerSegments):
     def _where(self)->tuple[str, str]:
         mods = tracker_modules(self)
         parents = [p for p in mods.parents if p != "Global"]
-        mod = max(parents, key=lambda p: p.count("."), default="")
+        mod = max(sorted(parents), key=lambda p: p.count("."), default="")   # a tie: the first by name, every run
         mod = clean_name(mod.split(".", 1)[1]) if "." in mod else ""   # ModTracker prefixes the root's class name
         phase = "optimizer step" if tracker_in_optimizer(self) else "backward" if mods.is_bw else "forward"
         return mod, phase

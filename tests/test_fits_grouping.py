@@ -50,7 +50,8 @@ def test_sampled():
 @pytest.mark.parametrize("row", GROUP_ROWS, ids=lambda r: "-".join(map(str, r.values())))
 def test_ranks_of_one_signature_trace_alike(row):
     pm, cfg, world = two_layers(row["model"]), GROUP_WRAPS[row["wrap"]], row["world"]
-    sig = rank_signatures(pm, cfg, world)   # read with no step run, as `predict_step_memory` groups the ranks
+    sig = rank_signatures(pm, cfg, world)   # read with no step run (as `predict_step_memory` groups the ranks with
+    # copies to spare; else it reads them from its first rank's trace: equal, as the next line checks)
     ranks = sampled(sig)
     traces = dict(zip(ranks, trace_many(pm, cfg, world, ranks, 1, 16, row["backend"])))
     assert all(t.signatures == sig for t in traces.values())   # every rank traced sees the same grouping
