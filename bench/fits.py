@@ -32,10 +32,15 @@ day: the code above gave table 51.7 s / 77.4 CPU-s, --max-batch 105.8 s / 168.9 
 - no first iteration run (`fits_trace._prime` makes what it leaves): table 37.4 s (61.3 CPU-s), --max-batch 82.4 s;
 - and a tensor's device answered before the tracker and the fake mode (`fits_trace._device_of`; 2/3 of a step's
   calls), one plan per prediction: table 31.2 s (48.1 CPU-s), --max-batch 56.7 s (93.0 CPU-s); RSS 416-419 MiB.
-Goals: table <= 20 s NOT met (31.2), --max-batch <= 60 s met (56.7), RSS met. Where the table's time goes now
-(cProfile, in one process, 80 s): the traced steps 54 % (fake-tensor dispatch), wrapping the short copies 15 %,
-building the model from its config 9 %, grouping ranks (`rank_signatures`: a wrap per setting) 8 %, the plans of the
-checks 7 %, `_prime` 5 %; the FSDP1 settings trace 3 rank groups each at world 8, 12 of the table's 16 traces. Two copies
+Goals: table <= 20 s NOT met (31.2), --max-batch <= 60 s met (56.7), RSS met.
+Measured later on 2026-12-03, the code before and after, one run after the other at load 1.3-1.6:
+- the ranks grouped by the first rank's trace, not by a wrap of their own, where the copies are no more than a rank's
+  traced steps (here: 2 copies, 2 steps), and one plan per prediction for the layer reduction too: table 34.7 s
+  (51.5 CPU-s) -> 27.3 s (44.5 CPU-s), the same table to the byte; --max-batch 57.7 s (98.6 CPU-s).
+Goals: table <= 20 s NOT met (27.3). Where the table's time goes now: the imports the command makes (transformers and
+peft, about 5 s), the model built (1 s), 8 rounds of traces in the 2 copies (2.5 s each: FSDP2 settings 1 round, FSDP1
+settings 3: their ranks fall in 3 groups at world 8, 2 traced steps each). Within a trace (cProfile, in one process):
+the traced step 76 % (fake-tensor dispatch: 3/4 of it), wrapping the short copy 18 %, `_prime` 6 %. Two copies
 on this machine's 2 vCPUs each run about 1.6x slower than one alone (fake-tensor dispatch is memory-bound Python; a
 pure-Python loop scales 2x here), so the CPU-seconds rise by about half and the wall falls by 13-31 %; a machine
 with more cores traces an FSDP1 setting's rank groups all at once. The settings run one after another (run side by
