@@ -32,6 +32,7 @@ import argparse, json, os, sys, time
 
 import torch
 
+from lora_fsdp_kit.fits_trace import train_kwargs   # the step fits predicts: no KV cache
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.measure import GATHER_STRATEGIES, measure_gather
 from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
@@ -154,7 +155,8 @@ def memory_rank(batch:int, seq:int)->list[dict]:
             for i in range(2):
                 if i == 1: plat.synchronize(); plat.reset_peak_memory_stats()
                 ids = torch.randint(0, vocab, (batch, seq), device=dev)
-                fm(input_ids=ids, labels=ids).loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+                fm(input_ids=ids, labels=ids, **train_kwargs(pm)).loss.backward()
+                opt.step(); opt.zero_grad(set_to_none=True)
             plat.synchronize()
             # the allocator's reserved peak beside it: what the device really gave (blocks cached, fragmentation)
             max_reserved = int(getattr(plat.device_module, "max_memory_reserved", lambda: 0)())

@@ -116,8 +116,10 @@ LORA_LAYERS: dict[str, str] = {   # class name -> what peft does with it (names:
 }
 
 def lora_layer_names(model:Any)->list[str]:
-    "Names of the modules of `model` peft can adapt (a class of `LORA_LAYERS`), in module order."
-    return [n for n, m in _inner(model).named_modules() if n and type(m).__name__ in LORA_LAYERS]
+    "Names of the modules of `model` peft can adapt (a class of `LORA_LAYERS` or a subclass), in module order."
+    # a subclass counts: peft adapts by isinstance (Falcon's FalconLinear is a Linear)
+    return [n for n, m in _inner(model).named_modules()
+            if n and any(c.__name__ in LORA_LAYERS for c in type(m).__mro__)]
 
 def ties_embeddings(model:Any)->bool:
     "Does the text model tie its input embedding and output head (`tie_word_embeddings`)? False where unsaid."

@@ -44,7 +44,7 @@ def _in_words(words:Sequence[str])->str:
 def _sb(n:int)->str:
     "Bytes in at most 5 characters: 30.1G, 512M, 1.5K."
     for div, u in ((2**40, "T"), (2**30, "G"), (2**20, "M"), (2**10, "K")):
-        if abs(n) >= div: return f"{n / div:.3g}{u}"
+        if abs(n) >= div: return f"{n / div:.0f}{u}" if abs(n) >= 999.5 * div else f"{n / div:.3g}{u}"   # 1020K
     return f"{n}B"
 
 # %% ../nbs/11b_fits_report.ipynb #1f4c22aa

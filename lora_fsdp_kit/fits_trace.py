@@ -5,7 +5,7 @@
 # %% ../nbs/11a_fits_trace.ipynb #879c119f
 from __future__ import annotations
 
-import contextlib, copy, dataclasses, functools, gc, logging, math, os, re, sys, time, warnings
+import contextlib, copy, dataclasses, functools, gc, inspect, logging, math, os, re, sys, time, warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -26,8 +26,8 @@ from .shards import chunk_spans, clean_name, piece_length, shard_group_size
 from .wrap import WrapConfig
 
 # %% auto #0
-__all__ = ['CATEGORIES', 'STAGING_BACKENDS', 'fake_world', 'RankTrace', 'attention_kernel', 'tie_keeping_init', 'rank_signatures',
-           'trace_many', 'trace_rank']
+__all__ = ['CATEGORIES', 'STAGING_BACKENDS', 'fake_world', 'RankTrace', 'train_kwargs', 'attention_kernel', 'tie_keeping_init',
+           'rank_signatures', 'trace_many', 'trace_rank']
 
 # %% ../nbs/11a_fits_trace.ipynb #9e5fcb84
 CATEGORIES = ("sharded parameters", "unsharded parameters", "buffers", "gradients", "unsharded gradients",
@@ -273,13 +273,32 @@ def _signatures(wrapped:nn.Module, cfg:WrapConfig, world:int)->tuple:
             o += n
     return tuple(tuple(piece_length(s, e, c, r % k) for s, e, c in spans) for r in range(world))
 
-# %% ../nbs/11a_fits_trace.ipynb #380c114b
+# %% ../nbs/11a_fits_trace.ipynb #adc896f6
+def train_kwargs(model:nn.Module)->dict:
+    "What a training step passes its model's forward beyond the batch: `use_cache=False`, where the forward takes it."
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model   # (an FSDP1 wrapper hands it on)
+    return {"use_cache": False} if "use_cache" in inspect.signature(base.forward).parameters else {}
+
+@contextlib.contextmanager
+def _unpacked_batch():
+    "Inside: transformers finds no packed sequences in the step's batch, as on real tensors (one sequence per row)."
+    # With no cache, transformers reads position_ids' values for packed sequences; on fake tensors it cannot, takes them
+    # as packed and builds a B x 1 x L x L mask that the job does not (+5 % on a tiny Llama). The step's are 0..L-1.
+    mu = sys.modules.get("transformers.masking_utils")
+    saved = getattr(mu, "find_packed_sequence_indices", None)
+    if saved is not None: mu.find_packed_sequence_indices = lambda position_ids: None
+    try: yield
+    finally:
+        if saved is not None: mu.find_packed_sequence_indices = saved
+
 def _step(model:nn.Module, opt, batch:int, seq:int, vocab:int):
-    "The step: loss of the batch on its own tokens, backward, AdamW step, gradients freed."
+    "The step: loss of the batch on its own tokens (no KV cache), backward, AdamW step, gradients freed."
     ids = torch.randint(0, vocab, (batch, seq))
-    model(input_ids=ids, labels=ids).loss.backward()
+    with _unpacked_batch(): model(input_ids=ids, labels=ids, **train_kwargs(model)).loss.backward()
     opt.step(); opt.zero_grad(set_to_none=True)
 
+
+# %% ../nbs/11a_fits_trace.ipynb #380c114b
 def attention_kernel(model:nn.Module, cfg:WrapConfig, backend:str)->str:
     "The attention kernel the job's devices run: 'math' (softmax(QK^T)V, the B x H x L x L scores kept) or 'fused'."
     # On CUDA, SDPA has no fused kernel for float32 with grouped-query heads: flash takes only fp16/bf16 and the
