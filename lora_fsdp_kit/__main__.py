@@ -311,6 +311,8 @@ def _fits_args(a)->int|None:
     for name, ok in words.items():
         bad = [v for v in str(getattr(a, name)).split(",") if v.strip().lower() not in ok]
         if bad: return refuse(f"--{name.replace('_', '-')} takes {', '.join(ok)}; got {bad[0]!r}")
+    if str(a.targets).lower() != "none" and (str(a.policy).lower() != "none" or "fsdp1" in str(a.flavour)):
+        return refuse("--targets names FSDP2's units in place of a policy: add --policy none --flavour fsdp2")
     return None
 
 def _cmd_fits(a)->int:
