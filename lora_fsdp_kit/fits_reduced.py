@@ -93,7 +93,8 @@ def _why_not(model:nn.Module, cfg:WrapConfig, plan=None)->str|None:
     if len(set(getattr(t, "layer_types", None) or [])) > 1: return "the layers' types differ (layer_types)"
     if getattr(t, "mlp_only_layers", None): return "some layers have no experts (mlp_only_layers)"
     pre = path + "."
-    for u in (cfg.plan(model) if plan is None else plan).units:   # each unit inside one layer, or outside every layer: its shards do not move
+    # each unit inside one layer, or outside every layer: its shards do not move
+    for u in (cfg.plan(model) if plan is None else plan).units:
         idx = {p.name[len(pre):].split(".")[0] if p.name.startswith(pre) else None for p in u.params}
         if len(idx) > 1 or (idx - {None} and not u.name.startswith(pre)):
             return f"unit {u.name or '<root>'!r} holds parameters of several layers"
