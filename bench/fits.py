@@ -37,7 +37,10 @@ Measured later on 2026-12-03, the code before and after, one run after the other
 - the ranks grouped by the first rank's trace, not by a wrap of their own, where the copies are no more than a rank's
   traced steps (here: 2 copies, 2 steps), and one plan per prediction for the layer reduction too: table 34.7 s
   (51.5 CPU-s) -> 27.3 s (44.5 CPU-s), the same table to the byte; --max-batch 57.7 s (98.6 CPU-s).
-Goals: table <= 20 s NOT met (27.3). Where the table's time goes now: the imports the command makes (transformers and
+Then at 15:10 the same day, on the same machine at load 1.0-1.5 (the host no longer slowed: the same work took half
+the CPU-seconds), three runs each, the code before and after, interleaved: table 14.3-15.4 s (22.6-23.9 CPU-s) before,
+13.4-14.9 s (21.7-23.5 CPU-s) after; --max-batch 30.5 s (50.4 CPU-s). This host's speed moves 2x within a day.
+Goals: table <= 20 s met on the unslowed host (13.4-14.9 s), not on the slowed one (27.3 s). Where its time goes: the imports the command makes (transformers and
 peft, about 5 s), the model built (1 s), 8 rounds of traces in the 2 copies (2.5 s each: FSDP2 settings 1 round, FSDP1
 settings 3: their ranks fall in 3 groups at world 8, 2 traced steps each). Within a trace (cProfile, in one process):
 the traced step 76 % (fake-tensor dispatch: 3/4 of it), wrapping the short copy 18 %, `_prime` 6 %. Two copies
