@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .fits_trace import CATEGORIES, RankTrace, attention_kernel, rank_signatures, trace_many
-from .fits_reduced import why_not_reduced
+from .fits_trace import CATEGORIES, RankTrace, attention_kernel, rank_signatures, steps_per_rank, trace_many
 from .forks import copies
 from .families import experts_implementation
 from .units import fmt_bytes, fmt_count
@@ -174,12 +173,13 @@ def _known_failure(model:nn.Module, cfg:WrapConfig, world:int=1, plan=None)->str
 
 
 # %% ../nbs/11_fits.ipynb #23d6965f
-def _trace(model, cfg, world, ranks, batch, seq, backend, attention)->tuple[list[RankTrace], list[int]]:
+def _trace(model, cfg, world, ranks, batch, seq, backend, attention, plan)->tuple[list[RankTrace], list[int]]:
     "One trace per signature among `ranks` (its first rank's), traced side by side; per rank, its trace's index."
     args = (batch, seq, backend, attention)
     try:
-        first, steps = [], 2 if why_not_reduced(model, cfg) is None else 1   # traced steps per rank
-        if copies() <= steps:   # a rank's steps fill the copies: the first rank's trace names every rank's signature
+        first = []
+        # a rank's steps fill the copies: the first rank's trace, alone, names every rank's signature
+        if copies() <= steps_per_rank(model, cfg, plan=plan):
             first = trace_many(model, cfg, world, ranks[:1], *args); sig = first[0].signatures
         else: sig = rank_signatures(model, cfg, world)   # a wrap, no step: then every signature in one round
         keys = list(dict.fromkeys(sig[r] for r in ranks))   # each signature once, its first rank traced
@@ -311,11 +311,10 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
     if attention not in ("auto", "fused", "math"):
         raise FitsError(f"attention must be 'auto', 'fused' or 'math', got {attention!r}")
     plan = cfg.plan(model)   # one plan for the checks, the layer reduction and every rank's closed form
-    why_not_reduced(model, cfg, plan)   # read with it here, kept for every trace of this model and wrapping
     if why := _known_failure(model, cfg, world, plan): raise FitsError(why)
     att = attention_kernel(model, cfg, backend) if attention == "auto" else attention
     ranks = list(range(world)) if rank is None else [rank]
-    traces, trace_of = _trace(model, cfg, world, ranks, batch, seq, backend, att)
+    traces, trace_of = _trace(model, cfg, world, ranks, batch, seq, backend, att, plan)
     label = (f"{cfg.label}, batch {batch} x seq {seq}" + (f", {backend}" if backend != "nccl" else "")
              + (", math attention" if att == "math" else ""))
     closed = {t.rank: closed_form(model, cfg, world, t.rank, plan) for t in traces}

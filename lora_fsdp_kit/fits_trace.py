@@ -27,7 +27,7 @@ from .wrap import WrapConfig
 
 # %% auto #0
 __all__ = ['CATEGORIES', 'STAGING_BACKENDS', 'fake_world', 'RankTrace', 'train_kwargs', 'attention_kernel', 'tie_keeping_init',
-           'rank_signatures', 'trace_many', 'trace_rank']
+           'rank_signatures', 'steps_per_rank', 'trace_many', 'trace_rank']
 
 # %% ../nbs/11a_fits_trace.ipynb #9e5fcb84
 CATEGORIES = ("sharded parameters", "unsharded parameters", "buffers", "gradients", "unsharded gradients",
@@ -451,11 +451,15 @@ def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=
                      sharded, opt_bytes, time.perf_counter() - t0, worst_peak=worst), tr.keyed
 
 # %% ../nbs/11a_fits_trace.ipynb #fc1b1506
+def steps_per_rank(model, cfg, layers:str="auto", plan=None)->int:
+    "The steps one rank's trace runs: 2 (2h and 2h+1 decoder layers) where `why_not_reduced` allows, else 1 (all)."
+    if layers not in ("auto", "all"): raise ValueError(f"layers must be 'auto' or 'all', got {layers!r}")
+    return 2 if layers == "auto" and why_not_reduced(model, cfg, plan) is None else 1
+
 def _trace_plan(model, cfg, world, rank, batch, seq, backend, attention, layers)->tuple[list, Callable]:
     "The calls of `_trace_once` a trace of `rank` makes, and how their results become its `RankTrace`."
-    if layers not in ("auto", "all"): raise ValueError(f"layers must be 'auto' or 'all', got {layers!r}")
     whole = (model, cfg, world, rank, batch, seq, backend, attention)
-    if layers == "all" or why_not_reduced(model, cfg) is not None: return [whole], lambda got: got[0][0]
+    if steps_per_rank(model, cfg, layers) == 1: return [whole], lambda got: got[0][0]
     parent, attr, path = decoder_layers(model)
     n, ks = len(getattr(parent, attr)), (2 * REDUCED_H, 2 * REDUCED_H + 1)
     def combined(got:list)->RankTrace:
