@@ -240,8 +240,8 @@ _OTHER_INTERNALS = [
     Internal("peft.tuners.tuners_utils:BaseTunerLayer", "finding LoRA layers (models.add_lora, strip)"),
     Internal("peft.utils.other:ModulesToSaveWrapper", "merged weights via peft's merge (gather.iter_merged_weights)"),
     Internal("peft.utils.other:fsdp_auto_wrap_policy", "peft's own FSDP1 policy (plan.peft_policy)"),
-    Internal("peft:PeftModel._get_base_model_class", "saving a peft adapter without a task type (export.save_lora)",
-             params=("is_prompt_tuning",)),
+    Internal("peft.tuners.trainable_tokens:TrainableTokensLayer",
+             "merged weights of trainable tokens (gather.iter_merged_weights)"),
 ]
 
 KIT_INTERNALS: dict[str, Internal] = {i.path: i for i in [*_FSDP2_INTERNALS, *_FSDP1_INTERNALS,

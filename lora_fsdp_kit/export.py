@@ -19,10 +19,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from .sharded import reshard_units, sharded_view
-from .shards import clean_name
+from .shards import WRAPPER_SEGMENTS, clean_name
 from .gather import (MissingLoraError, check_collected, fsdp_flavour, gather_engine,
                                   gather_lora, iter_merged_weights)
-from .doctor import require
 from .publish import clean_leftovers, fsync_tree, new_tmp, publish, save_target
 from .votes import (CallMismatch, RankFailure, RankVote, bounded_wait, mismatches,
                                   sigint_held)
@@ -78,9 +77,10 @@ def lora_keys(model:nn.Module,             # a peft model, FSDP-wrapped or not
 class SaveError(RankFailure):
     "`save_lora` failed on at least one rank; the adapter directory was left as it was."
 
-def _unsharded_class(cls:type)->type:
-    "The model class FSDP2 derived `cls` from (`fully_shard` swaps a module's class for `FSDP<name>`)."
-    return next(c for c in cls.__mro__ if not issubclass(c, FSDPModule))
+def _unsharded(module:nn.Module)->tuple[nn.Module, type]:
+    "`module` inside any FSDP1, checkpoint or compile wrapper, and its class before FSDP2 swapped it for `FSDP<name>`."
+    while inner := next((module._modules[s] for s in WRAPPER_SEGMENTS if s in module._modules), None): module = inner
+    return module, next(c for c in type(module).__mro__ if not issubclass(c, FSDPModule))
 
 # %% ../nbs/09_export.ipynb #260ea910
 def write_adapter(model:nn.Module,              # the peft model the tensors come from (FSDP-wrapped or not)
@@ -103,12 +103,12 @@ def write_adapter(model:nn.Module,              # the peft model the tensors com
     cfg = adapter_config(model, adapter_name)
     kept = cfg.base_model_name_or_path, cfg.inference_mode
     if cfg.base_model_name_or_path is None:
-        cfg.base_model_name_or_path = pm.base_model.model.__dict__.get("name_or_path", None) or None
+        cfg.base_model_name_or_path = _unsharded(pm.base_model.model)[0].__dict__.get("name_or_path", None) or None
     cfg.inference_mode = True
     auto = None
     if cfg.task_type is None:   # peft then records the base model class, to rebuild the right PeftModel class
-        require("peft:PeftModel._get_base_model_class")   # private: checked by `doctor`
-        cls = _unsharded_class(pm._get_base_model_class(is_prompt_tuning=cfg.is_prompt_learning))
+        # what peft's private `_get_base_model_class` reads, inside the wrappers FSDP1 may put around the model itself
+        cls = _unsharded(pm.base_model if cfg.is_prompt_learning else pm.base_model.model)[1]
         auto = {"base_model_class": cls.__name__, "parent_library": cls.__module__}
     try: cfg.save_pretrained(str(folder), auto_mapping_dict=auto)
     finally: cfg.base_model_name_or_path, cfg.inference_mode = kept
@@ -255,7 +255,7 @@ class ShardWriter:
         if self.view is None: return self.params[name].data, full
         # the sharded view knows where this rank's piece lies (FSDP1's flat shard, FSDP2's DTensor shard, or the
         # whole tensor where FSDP does not manage it): FSDP's own chunking, cut out locally
-        p = self.view.param(name)
+        p = self.view.param(self.view.primary(name))   # a tied second name: its weight's shard (one tensor)
         dst = p.local()
         return None if dst.numel() == 0 else (dst, p.piece_of(full.to(p.dtype)))
 

@@ -21,6 +21,7 @@ from .methods import patch_to
 _swap_tensor = internal("torch.nn.utils._named_member_accessor:swap_tensor")
 _LoraLayer = internal("peft.tuners.lora:LoraLayer")
 _ModulesToSaveWrapper = internal("peft.utils.other:ModulesToSaveWrapper")
+_TokensLayer = internal("peft.tuners.trainable_tokens:TrainableTokensLayer")
 
 from .platform import EngineRegistry
 from .launch import launched_from_notebook
@@ -69,6 +70,9 @@ class GatherEngine:
     def unsharded(self, unit:ShardedUnit, rank0_only:bool=False)->Iterator[dict[str, torch.Tensor]]:
         "Unshard `unit` alone (never its children); yield its own parameters, full, by unwrapped name."
         raise NotImplementedError
+    def masters(self, unit:ShardedUnit):
+        "`unit`'s own parameters, full, as stored (master weights, never compute copies): `unsharded`, where it is so."
+        return self.unsharded(unit)
     @contextlib.contextmanager
     def all_unsharded(self)->Iterator[dict[str, torch.Tensor]]:
         "Unshard the whole model at once (the baseline); yield every parameter, full."
@@ -118,9 +122,10 @@ def param_order(self)->list[str]:
 
 @patch_to(GatherEngine)
 def lora_units(self, names)->list[tuple[ShardedUnit, list[str]]]:
-    "The units that own at least one of `names`, in unit order, each with the names it owns."
-    want = set(names)
-    res = [(u, [n for n in u.param_names if n in want]) for u in self.units]
+    "The units that own at least one of `names`, in unit order, each with its names (a tied second name: its weight's)."
+    want = {}
+    for n in names: want.setdefault(self.primary(n), []).append(n)
+    res = [(u, [a for n in u.param_names for a in want.get(n, ())]) for u in self.units]
     return [(u, ns) for u, ns in res if ns]
 
 # %% ../nbs/05_gather.ipynb #c67661a4
@@ -231,7 +236,7 @@ class Fsdp2GatherEngine(GatherEngine):
         "One `full_tensor()` per LoRA tensor (the per-tensor path `measure_gather` compares with), of the master."
         with torch.no_grad():
             for n in names:
-                p = self.by_name[n]
+                p = self.by_name[self.primary(n)]   # a tied second name: its weight's record
                 t = p.sharded_param()
                 # full_tensor() returns a fresh tensor: copying it again would only double the transient memory
                 yield n, (_fresh_or_copy(t.full_tensor(), t.to_local()) if t is not None
@@ -243,6 +248,16 @@ class Fsdp2GatherEngine(GatherEngine):
         unit.module.unshard()
         try: yield {p.name: getattr(p.module, p.attr) for p in unit.params}
         finally: unit.module.reshard()
+
+    @contextlib.contextmanager
+    def masters(self, unit):
+        "The unit's own parameters, full, as stored: under a mixed-precision policy, never `unshard()`'s compute copies."
+        group = None if unit.module is None else unit.module._get_fsdp_state()._fsdp_param_group
+        to = None if group is None else group.mp_policy.param_dtype   # None: the policy does not cast
+        casts = to is not None and any(p.dtype != to for p in unit.params)
+        if not casts:
+            with self.unsharded(unit) as full: yield full
+        else: yield self.collect([p.name for p in unit.params])   # the sharded masters' bytes, one packed collective
 
     @contextlib.contextmanager
     def all_unsharded(self):
@@ -411,6 +426,7 @@ def plain_name(name:str, adapter_name:str="default")->str:
     "The name a parameter has in the plain transformers model (no `base_model.model.`, `base_layer`, wrappers)."
     name = unwrapped_name(name).removeprefix("base_model.model.")
     name = name.replace(f".modules_to_save.{adapter_name}.", ".").replace(".original_module.", ".")
+    name = name.replace(".token_adapter.", ".")   # peft's trainable tokens (`trainable_token_indices`)
     # peft nests one ParamWrapper per adapted parameter of fused experts: `.base_layer` may repeat
     return re.sub(r"(?:\.base_layer)+\.", ".", name).removeprefix("base_layer.")
 
@@ -426,7 +442,7 @@ def _adapter_layers(engine:GatherEngine, adapter_name:str)->tuple[dict[str, nn.M
     layers, drop, names = {}, set(), list(engine.by_name) + list(engine.aliases)
     for mn, m in engine.model.named_modules():
         n = unwrapped_name(mn)
-        if isinstance(m, _LoraLayer): layers[n] = m
+        if isinstance(m, (_LoraLayer, _TokensLayer)): layers[n] = m   # both merge into their `base_layer`
         if isinstance(m, _ModulesToSaveWrapper):   # keep the adapter's own copy (or the original when it has none)
             keep = (f"{n}.modules_to_save.{adapter_name}." if adapter_name in m.modules_to_save
                     else f"{n}.original_module.")
@@ -480,7 +496,7 @@ def iter_merged_weights(model:nn.Module,            # an FSDP1- or FSDP2-wrapped
     seen = set()
     walk = [u for u in engine.units if any(n not in drop for n in u.param_names)]
     for u in _progress_bar(walk, show, f"merged weights ({engine.flavour})"):
-        with engine.unsharded(u) as full:
+        with engine.masters(u) as full:
             full = dict(full)
             for prim in list(full):
                 for a in second.get(prim, ()): full[a] = full[prim]
@@ -489,10 +505,10 @@ def iter_merged_weights(model:nn.Module,            # an FSDP1- or FSDP2-wrapped
                 if home[ln] is u:
                     ts = {n: t for n, t in full.items() if n.startswith(ln + ".base_layer.")}
                     ts.update({n: (full[n] if n in full else other[engine.primary(n)]) for n in lora_of[ln]})
-                    merged.update(_peft_merge(m, ln, ts, engine, adapter_name))
-            # a tied weight is one tensor: peft's merge into either name changes both
-            for a in [a for a in merged if a in engine.aliases]: merged[engine.aliases[a][1]] = merged[a]
-            for prim in [p for p in merged if p in second]: merged.update({a: merged[prim] for a in second[prim]})
+                    for n, t in _peft_merge(m, ln, ts, engine, adapter_name).items():
+                        # a tied weight is one tensor: a merge into either name changes both, and the next adds to it
+                        prim = engine.primary(n)
+                        for a in (prim, *second.get(prim, ())): merged[a] = full[a] = t
             for n in [*u.param_names, *(a for p in u.param_names for a in second.get(p, ()))]:
                 if n in drop: continue
                 pn = plain_name(n, adapter_name)

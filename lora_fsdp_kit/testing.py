@@ -104,7 +104,9 @@ def case_wrap(pm:nn.Module,                 # the model from `case_model`
 
 # %% ../nbs/95_testing.ipynb #t95t07
 def _vocab(model:nn.Module)->int:
-    return peft_model_of(model).get_input_embeddings().num_embeddings
+    # the first nn.Embedding inside: peft's layers around it (LoRA, trainable tokens) do not say its size
+    emb = peft_model_of(model).get_input_embeddings()
+    return next(m for m in emb.modules() if isinstance(m, nn.Embedding)).num_embeddings
 
 def training_batch(model:nn.Module,    # a peft model, FSDP-wrapped or not
                    step:int,           # the step's index
@@ -147,8 +149,9 @@ def peft_reference(wrapped:nn.Module,        # the trained FSDP-wrapped model
     "peft's adapter state dict and `merge_and_unload()` of `copy_` after loading the trained weights into it."
     eng = gather_engine(wrapped)
     own = dict(copy_.named_parameters())
-    with torch.no_grad(), eng.all_unsharded() as full:
-        for n, t in full.items(): own[n].copy_(t)
+    for u in eng.units:   # the master weights (under FSDP2's mixed precision, not its compute copies)
+        with torch.no_grad(), eng.masters(u) as full:
+            for n, t in full.items(): own[n].copy_(t)
     sd = {k: v.detach().clone() for k, v in get_peft_model_state_dict(copy_, adapter_name=adapter_name).items()}
     merged = copy_.merge_and_unload(adapter_names=[adapter_name])
     return sd, {n: p.detach().clone() for n, p in merged.named_parameters(remove_duplicate=False)}

@@ -10,6 +10,8 @@ import torch.distributed as dist
 from peft import LoraConfig, PeftModel, get_peft_model_state_dict
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+import beyond_cases
+from beyond_cases import SETTINGS as BEYOND_SETTINGS
 import lora_fsdp_kit.export as E
 from lora_fsdp_kit.gather import gather_lora, iter_merged_weights
 from lora_fsdp_kit.memory import AllGatherCounter
@@ -331,8 +333,10 @@ def load_faults(fm, d:Path)->list[dict]:
 
 def everything(folder:str, settings:tuple, fault_settings:tuple, gather_fault:tuple)->dict:
     """Rank function, the file's one launch per world: `run(settings)`, the faults of each of `fault_settings`, and
-    last (it closes the group) those of `gather_fault` = (setting, failing rank) with the fault inside the gather."""
+    last (it closes the group) those of `gather_fault` = (setting, failing rank) with the fault inside the gather;
+    at 3 ranks also `beyond_cases.run`."""
     out = dict(run=run(folder, settings), faults={})
+    if dist.get_world_size() == 3: out["beyond"] = beyond_cases.run(os.path.join(folder, "beyond"))   # uneven shards
     for s in fault_settings: out["faults"][s, None] = faults(folder, s)
     out["faults"][tuple(gather_fault)] = faults(folder, *gather_fault)
     return out

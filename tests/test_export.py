@@ -3,7 +3,8 @@ use_orig_params=True) and FSDP2 after real optimizer steps writes the same adapt
 save_pretrained of an unwrapped copy holding torch's full state dict, which plain peft loads bit for bit;
 load_lora writes each rank's shard with no collective and resumes to the same losses; interrupted saves keep the
 old adapter and raise on every rank; buckets respect their limit, concatenate to the unbucketed stream, and keep
-the measured peak within one unit + one bucket — on 2 gloo ranks, and FSDP1/FSDP2 cases on 3."""
+the measured peak within one unit + one bucket — on 2 gloo ranks, and FSDP1/FSDP2 cases on 3; at 3 ranks too, the
+cases of tests/beyond_cases.py (tied weights streamed, loaded and merged, trainable tokens, mixed precision)."""
 import os, sys, tempfile
 
 import pytest
@@ -181,3 +182,32 @@ def test_load_faults_raise_on_every_rank_and_change_no_model(fault_runs):
             assert r["kind"] == "LoadError" and f"failed on rank(s) [{who}]" in r["message"], where
             assert C.LOAD_CAUSE[f] in r["message"] and "left as it was on every rank" in r["message"], where
     assert seen == set(C.LOAD_CAUSE), seen
+
+
+# beyond the matrix, at 3 ranks (tests/beyond_cases.py): each case was wrong before it was here
+@pytest.fixture(scope="module")
+def beyond(launched):
+    ranks = [r["beyond"] for r in launched[3]]
+    errors = {k: v["error"] for r in ranks for k, v in r.items() if "error" in v}
+    assert not errors, "\n".join(f"{k}:\n{e}" for k, e in errors.items())
+    return ranks
+
+def test_tied_head_streams_and_loads(beyond):
+    # peft's state dict of a LoRA'd tied head holds the tied base weight under its second name: the streams used to
+    # miss it (MissingLoraError), and FSDP2's load wrote it as a whole DTensor into nothing
+    for r in beyond:
+        for s in C.BEYOND_SETTINGS:
+            assert r[f"tied_stream_and_load {s}"] == dict(tied_in_state=True, iter_lora=True, buckets=True, loaded=True)
+
+@pytest.mark.parametrize("case", ["tied_both_merged", "trainable_tokens_merged", "mixed_precision_merged"])
+def test_merged_weights_equal_peft_s(beyond, case):
+    # a tied weight with LoRA on both names (peft adds both deltas), trainable tokens (were left unmerged), and bf16
+    # mixed precision under FSDP2 (were its bf16 compute copies, not the fp32 masters merged)
+    for r in beyond:
+        for s in C.BEYOND_SETTINGS: assert r[f"{case} {s}"]["merged"], (case, s)
+    assert all(r[f"mixed_precision_merged {s}"]["dtypes"] == ["torch.float32"] for r in beyond for s in C.BEYOND_SETTINGS)
+
+def test_adapter_config_names_the_model_not_its_fsdp1_wrapper(beyond):
+    got = beyond[0]["automap_of_wrapped_model"]
+    assert got["wrapped"] == "FullyShardedDataParallel"      # FSDP1 wraps the decoder model itself here
+    assert got["auto_mapping"] == got["peft_auto_mapping"] and got["auto_mapping"]["base_model_class"] == "MistralForCausalLM"

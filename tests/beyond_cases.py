@@ -1,0 +1,119 @@
+"""Rank-side cases beyond the gather matrix, each against peft (or torch) on the unwrapped model, at any world size:
+a tied head with LoRA streamed (`iter_lora`, `iter_lora_buckets`) and loaded back (`load_lora`); a tied weight with
+LoRA on both its names, trainable tokens and FSDP's bf16 mixed precision merged (`iter_merged_weights`); and the
+adapter config of a model that FSDP1 wraps whole (`save_lora`). Each was wrong before it was a case here."""
+from __future__ import annotations
+
+import copy, json, traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from peft import LoraConfig, get_peft_model
+
+from lora_fsdp_kit import export as E
+from lora_fsdp_kit.gather import gather_lora, iter_merged_weights, unwrapped_name
+from lora_fsdp_kit.models import model_from_config, shipped_config, tiny_model
+from lora_fsdp_kit.testing import case_model, case_wrap, training_batch
+from lora_fsdp_kit.wrap import WrapConfig
+
+SETTINGS = ("fsdp1-orig", "fsdp2")
+# a Mistral (no shipped config: beyond the zoo) whose decoder model the guarded policy wraps as a unit of its own
+MISTRAL = dict(model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=64, intermediate_size=128,
+               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256,
+               max_position_embeddings=128)
+
+def _equal(a:dict, b:dict)->bool: return list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in b)
+def _same(a:dict, b:dict)->bool: return set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in b)
+
+def _merged_ref(pm)->dict:
+    return {n: p.detach().clone() for n, p in copy.deepcopy(pm).merge_and_unload().named_parameters(remove_duplicate=False)}
+
+def tied_stream_and_load(folder:Path, setting:str)->dict:
+    "LoRA on a tied head: the streams equal `gather_lora`; `save_lora` then `load_lora` into a fresh wrap restores it."
+    fm = case_wrap(case_model("llama", tied=True, head_lora=True), "layer", setting)
+    ref = gather_lora(fm)
+    out = dict(tied_in_state=any(".base_layer." in k for k in ref),   # peft's state dict holds the tied base weight
+               iter_lora=_same(dict(E.iter_lora(fm)), ref),
+               buckets=_same({k: t for b in E.iter_lora_buckets(fm, bucket_bytes=4096) for k, t in b}, ref))
+    E.save_lora(fm, folder/"tied")
+    fresh = case_wrap(case_model("llama", tied=True, head_lora=True, r=8), "layer", setting)
+    with torch.no_grad():
+        for p in fresh.parameters():
+            if p.requires_grad: p.zero_()   # the adapter comes from the file alone
+    E.load_lora(fresh, folder/"tied")
+    out["loaded"] = _same(gather_lora(fresh), ref)
+    return out
+
+def tied_both_merged(setting:str)->dict:
+    "A tied weight with LoRA on the embedding and the head: peft's merge adds both deltas to the one tensor."
+    cfg = dict(shipped_config("llama"), tie_word_embeddings=True)
+    torch.manual_seed(1)
+    pm = get_peft_model(model_from_config(cfg, device="cpu", seed=0),
+                        LoraConfig(r=4, lora_alpha=8, target_modules=["embed_tokens", "lm_head"]))
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_B" in n or "lora_embedding_B" in n: p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+    ref = _merged_ref(pm)
+    fm = case_wrap(pm, "layer", setting)
+    training_batch(fm, 0)   # the vocabulary is read through peft's LoRA embedding
+    return dict(merged=_same(dict(iter_merged_weights(fm)), ref))
+
+def trainable_tokens_merged(setting:str)->dict:
+    "`trainable_token_indices` beside LoRA: the merged embedding holds the trained rows, as peft's merge writes them."
+    torch.manual_seed(0)
+    pm = get_peft_model(tiny_model("llama"), LoraConfig(r=4, target_modules=["q_proj"], trainable_token_indices=[1, 5, 9]))
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_B" in n or "trainable_tokens_delta" in n: p.add_(0.1)
+    ref = _merged_ref(pm)
+    return dict(merged=_same(dict(iter_merged_weights(case_wrap(pm, "layer", setting))), ref))
+
+def mixed_precision_merged(setting:str)->dict:
+    "bf16 compute, fp32 masters: the merged weights are the masters' (torch's own full tensors / full params)."
+    pm = get_peft_model(model_from_config(MISTRAL, device="cpu", seed=0),
+                        LoraConfig(r=7, lora_alpha=6, target_modules=["q_proj", "v_proj"]))
+    copy_ = copy.deepcopy(pm)
+    fm = (WrapConfig(flavour="fsdp2", policy="layer", mixed_precision="bf16") if setting == "fsdp2" else
+          WrapConfig(flavour="fsdp1", policy="layer", use_orig_params=True, mixed_precision="bf16")).wrap(pm)
+    loss = fm(input_ids=(ids := training_batch(fm, 0)), labels=ids).loss   # a step: FSDP2 then holds compute copies
+    loss.backward()
+    torch.optim.AdamW([p for p in fm.parameters() if p.requires_grad], lr=1e-2).step()
+    own = dict(copy_.named_parameters())
+    with torch.no_grad():
+        if setting == "fsdp2":
+            for n, p in pm.named_parameters(): own[n].copy_(p.full_tensor())
+        else:
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            with FSDP.summon_full_params(fm, writeback=False):
+                for n, p in fm.named_parameters(): own[unwrapped_name(n)].copy_(p)
+    got = dict(iter_merged_weights(fm))
+    return dict(merged=_same(got, _merged_ref(copy_)), dtypes=sorted({str(t.dtype) for t in got.values()}))
+
+def automap_of_wrapped_model(folder:Path)->dict:
+    "No task_type: save_lora names the model class peft names (FSDP1 wraps the decoder model itself here)."
+    base = model_from_config(MISTRAL, device="cpu", seed=0)
+    pm = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    ref = copy.deepcopy(pm)
+    fm = case_wrap(pm, "guarded", "fsdp1-orig")
+    wrapped = type(pm.base_model.model).__name__
+    E.save_lora(fm, folder/"automap")
+    if dist.get_rank() != 0: return {}
+    ref.save_pretrained(str(folder/"peft_automap"))
+    read = lambda d: json.loads((folder/d/"adapter_config.json").read_text()).get("auto_mapping")
+    return dict(wrapped=wrapped, auto_mapping=read("automap"), peft_auto_mapping=read("peft_automap"))
+
+def run(folder:str)->dict:
+    "Every case on every setting; an error is kept as its text, so one case failing shows beside the others."
+    folder, out = Path(folder), {}
+    cases = [(f"{name} {s}", fn) for s in SETTINGS for name, fn in (
+                 ("tied_stream_and_load", lambda s=s: tied_stream_and_load(folder/s, s)),
+                 ("tied_both_merged", lambda s=s: tied_both_merged(s)),
+                 ("trainable_tokens_merged", lambda s=s: trainable_tokens_merged(s)),
+                 ("mixed_precision_merged", lambda s=s: mixed_precision_merged(s)))]
+    cases.append(("automap_of_wrapped_model", lambda: automap_of_wrapped_model(folder)))
+    for name, fn in cases:
+        try: out[name] = fn()
+        except Exception: out[name] = dict(error=traceback.format_exc()[-3000:])
+    return out
