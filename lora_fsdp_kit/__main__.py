@@ -96,17 +96,24 @@ def flag_language(text:str)->str:
     return '"'.join(parts)
 
 def _cmd_plan(a)->int:
-    from lora_fsdp_kit.demo import check_output_path
-    if a.model is None and a.config is None: raise ValueError("plan: give --model NAME or --config path/to/config.json")
-    for flag, path in (("--png", a.png), ("--json", a.json)):
-        if path is not None: check_output_path(path, what=flag)   # before any work, not a traceback at the end
-    from lora_fsdp_kit.viz import plan_command
-    if a.world is not None and not 1 <= a.world <= 1024: raise ValueError(f"--world must be 1-1024, got {a.world}")
+    from lora_fsdp_kit.viz import plan_command   # the arguments were checked before this import (`_plan_args`)
     cfg = wrap_config_of(a)
     report = plan_command(model=a.model, config=a.config, lora_r=a.lora_r, targets=a.lora_targets, png=a.png,
                           json_path=a.json, wrap=cfg, speak=flag_language)
     print(report)
     return max(report.exit_code, _world_refusals(report.plan, cfg, a.world))   # 1 on a ✖ error: a CI job gates on it
+
+def _plan_args(a)->int|None:
+    "2 (one line on stderr) for what plan's arguments alone refuse; `main` asks before it imports anything (torch)."
+    from lora_fsdp_kit.publish import check_output_path   # the standard library only
+    def refuse(text): print(f"plan: error: {text}", file=sys.stderr); return 2
+    if a.model is None and a.config is None: return refuse("give --model NAME or --config path/to/config.json")
+    if a.world is not None and not 1 <= a.world <= 1024: return refuse(f"--world must be 1-1024, got {a.world}")
+    for flag, path in (("--png", a.png), ("--json", a.json)):   # before any work, not a traceback at the end
+        try:
+            if path is not None: check_output_path(path, what=flag)
+        except ValueError as e: return refuse(str(e))
+    return refuse(why) if (why := _wrap_args(a)) else None
 
 def _world_refusals(plan, cfg, world:int|None)->int:
     "With `--world`: print the refusals that depend on the world size, one line each; 1 if there is one."
@@ -200,6 +207,51 @@ def wrap_config_of(a:argparse.Namespace)->"WrapConfig":
     "The one `WrapConfig` a command's wrap flags spell."
     return wrap_configs_of(a)[0]
 
+# %% ../nbs/90_cli.ipynb #83009db6
+def _wrap_args(a:argparse.Namespace,  # parsed flags of a command with `add_wrap_flags`
+               sweep:bool=False,      # comma lists sweep (fits)
+              )->str|None:            # one line, in the flags' words, or None
+    "What the wrap flags alone refuse, before any import: a word no field takes, a number out of its range."
+    words = dict(flavour=("fsdp1", "fsdp2"), mixed_precision=("none", "bf16", "bfloat16", "fp16", "float16"),
+                 policy=("none", *module_constant("wrap", "POLICIES")),   # read from the source: no torch
+                 sharding=("none", *module_constant("wrap", "FSDP1_SHARDING")))
+    for name, _, typ, _ in wrap_fields():
+        text, flag = getattr(a, name), "--" + name.replace("_", "-")
+        if not isinstance(text, str) or "tuple" in typ: continue   # names of classes and modules: checked on the model
+        for v in (text.split(",") if sweep else [text]):
+            v = v.strip()
+            ok = words.get(name)   # policies and FSDP1's shardings exactly as spelled; the rest in any case
+            if ok and v not in ok and not (name in ("flavour", "mixed_precision") and v.lower() in ok):
+                return f"{flag} takes {', '.join(words[name])}; got {v!r}{did_you_mean(v, words[name])}"
+            try: x = _value(v, name, typ)
+            except ValueError as e: return str(e)
+            low = 1 if name == "shard_size" else 0   # the shard group's size; counts and dims from 0
+            if isinstance(x, int) and not isinstance(x, bool) and x < low: return f"{flag} must be >= {low}, got {x}"
+    return None
+
+def _whole(lo:int, hi:int|None=None):
+    "An argparse `type`: a whole number from `lo` (to `hi`), refused in one line otherwise."
+    def read(text:str)->int:
+        try: v = int(text)
+        except ValueError: raise argparse.ArgumentTypeError(f"takes a whole number, got {text!r}") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"must be {lo}-{hi}, got {v}" if hi else f"must be >= {lo}, got {v}")
+        return v
+    return read
+
+def _seconds(text:str)->float:
+    "An argparse `type`: a time in seconds, more than 0."
+    try: v = float(text)
+    except ValueError: raise argparse.ArgumentTypeError(f"takes seconds, got {text!r}") from None
+    if not v > 0: raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    return v
+
+def _version()->str:
+    "The installed package's version (its metadata: no import of the kit's modules)."
+    from importlib.metadata import PackageNotFoundError, version
+    try: return version("lora_fsdp_kit")
+    except PackageNotFoundError: return "(not installed)"
+
 # %% ../nbs/90_cli.ipynb #89121b82
 def _shipped_names()->str:
     "The models shipped with the kit, read from its configs folder (no transformers import: help stays fast)."
@@ -224,7 +276,7 @@ def _plan_parser(sub):
                                "--use-orig-params --align-lora-dtype. exit codes: 0 no ✖ error finding; 1 at least "
                                "one (FSDP would refuse, crash or hang, or ranks would diverge); 2 bad input")
     _model_flags(pl)
-    pl.add_argument("--lora-r", type=int, default=8, help="LoRA rank (default 8; alpha is twice the rank)")
+    pl.add_argument("--lora-r", type=_whole(1), default=8, help="LoRA rank (default 8; alpha is twice the rank)")
     pl.add_argument("--lora-targets", default=PLAN_TARGETS, help=f"comma-separated LoRA target modules (default "
                     f"{PLAN_TARGETS}, as demo and fits)")
     pl.add_argument("--world", type=int, default=None, help="ranks of the job: adds the refusals that depend on it "
@@ -232,7 +284,7 @@ def _plan_parser(sub):
     add_wrap_flags(pl, defaults=dict(flavour="fsdp1"))   # plan's default: FSDP1 (the policies' reference)
     pl.add_argument("--png", default=None, help="write the plan chart here")
     pl.add_argument("--json", default=None, help="write the plan as JSON here")
-    pl.set_defaults(fn=_cmd_plan)
+    pl.set_defaults(fn=_cmd_plan, precheck=_plan_args)
 
 @functools.cache
 def _module_tree(module:str):
@@ -293,11 +345,12 @@ FITS_DEFAULTS = dict(flavour="fsdp2,fsdp1", policy="layer", use_orig_params="on"
 def _fits_args(a)->int|None:
     "2 (one line on stderr) for what the arguments alone refuse; `main` asks before it imports anything (torch)."
     from lora_fsdp_kit.units import parse_bytes   # the standard library only: no torch, no matplotlib
+    from lora_fsdp_kit.publish import check_output_path
     sizes = {}
     words = dict(param_dtype=("config", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16"),
-                 lora_dtype=("base", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16"),
-                 flavour=("fsdp1", "fsdp2"), mixed_precision=("none", "bf16", "bfloat16", "fp16", "float16"))
+                 lora_dtype=("base", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16"))
     def refuse(text): print(f"fits: error: {text}", file=sys.stderr); return 2
+    if a.model is None and a.config is None: return refuse("give --model NAME or --config path/to/config.json")
     for flag, text in (("--device-memory", a.device_memory), ("--reserve", a.reserve)):
         try: sizes[flag] = parse_bytes(text)
         except ValueError as e: return refuse(f"{flag} {e}")
@@ -313,6 +366,12 @@ def _fits_args(a)->int|None:
         if bad: return refuse(f"--{name.replace('_', '-')} takes {', '.join(ok)}; got {bad[0]!r}")
     if str(a.targets).lower() != "none" and (str(a.policy).lower() != "none" or "fsdp1" in str(a.flavour)):
         return refuse("--targets names FSDP2's units in place of a policy: add --policy none --flavour fsdp2")
+    if why := _wrap_args(a, sweep=True): return refuse(why)
+    only1 = [s for s in str(a.sharding).split(",") if s.strip() not in ("none", "HYBRID")]   # FSDP1's words
+    if only1 and "fsdp2" in str(a.flavour): return refuse(f"--sharding {only1[0]} is FSDP1's: add --flavour fsdp1")
+    try:
+        if a.png: check_output_path(a.out, folder=True, what="--out")   # before the traces, not after them
+    except ValueError as e: return refuse(str(e))
     return None
 
 def _cmd_fits(a)->int:
@@ -385,8 +444,11 @@ def _input_problem(a:argparse.Namespace)->str|None:
     return None
 
 def _from_transformers(e:BaseException)->bool:
-    "An error raised by transformers or huggingface_hub while it read a config (their validation is no ValueError)."
-    return type(e).__module__.split(".")[0] in ("transformers", "huggingface_hub")
+    "An error of transformers or huggingface_hub reading a config (no ValueError), or one raised in their code."
+    import traceback
+    frames = traceback.extract_tb(e.__traceback__)   # a bad value transformers' model code trips on (a KeyError...)
+    return (type(e).__module__.split(".")[0] in ("transformers", "huggingface_hub")
+            or bool(frames) and f"{os.sep}transformers{os.sep}" in frames[-1].filename)
 
 # %% ../nbs/90_cli.ipynb #442db780
 def parser()->argparse.ArgumentParser:
@@ -396,12 +458,13 @@ def parser()->argparse.ArgumentParser:
                                             "and which known failure a configuration would hit.",
                                 epilog="exit codes: 0 done; 1 a rank failed or a result is wrong; 2 bad input "
                                        "(one line on stderr); 130 Ctrl-C; 128+N stopped by signal N (143: SIGTERM)")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")   # a parser without help= is not listed
     d = sub.add_parser("detect", help="print the platform detection report")
-    d.add_argument("--smi-timeout", type=float, default=10.0, help="seconds each SMI probe may take")
+    d.add_argument("--smi-timeout", type=_seconds, default=10.0, help="seconds each SMI probe may take")
     d.set_defaults(fn=_cmd_detect)
     s = sub.add_parser("smoke", help="a 2-rank all_reduce through the kit's launcher")
-    s.add_argument("--nprocs", type=int, default=2, help="ranks to launch (default 2)")
+    s.add_argument("--nprocs", type=_whole(1), default=2, help="ranks to launch (default 2)")
     s.add_argument("-v", "--verbose", action="store_true", help="show the ranks' own output")
     s.set_defaults(fn=_cmd_smoke)
     _plan_parser(sub)
@@ -409,14 +472,14 @@ def parser()->argparse.ArgumentParser:
     about = "the plan explorer and its 'will it fit?' tab as a web app (Voilà), at the URL it prints; Ctrl-C stops it"
     ex = sub.add_parser("explore", help=about, description=about + " (pip install 'lora_fsdp_kit[explore]')")
     _model_flags(ex)
-    ex.add_argument("--port", type=int, default=None, help="the port (default 8866, or the next free one)")
+    ex.add_argument("--port", type=_whole(1, 65535), default=None, help="the port (default 8866, or the next free one)")
     ex.set_defaults(fn=_cmd_explore)
     de = sub.add_parser("demo", help="the end-to-end tour: strip, LoRA, plan, FSDP1/FSDP2 gathers, plots, report")
     de.add_argument("--out", default="demo_out", help="folder for the figures and the report (the previous demo's "
                     "files in it are replaced at the end; other files stay)")
     _model_flags(de, model_help="a tiny model shipped with the kit (default: qwen3_omni; see plan --help for the "
                  "names)", config_help="a transformers config.json (meta: plan + strip only)")
-    de.add_argument("--nprocs", type=int, default=2, help="ranks to launch (default 2)")
+    de.add_argument("--nprocs", type=_whole(1), default=2, help="ranks to launch (default 2)")
     de.set_defaults(fn=_cmd_demo)
     dr = sub.add_parser("doctor", help="versions found, and every private torch/transformers/peft object the kit "
                                        "uses, checked (exit 1 on a problem)")
@@ -453,8 +516,8 @@ def _run_command(argv:list[str])->int:
         return 2
     except Exception as e:
         if not (getattr(a, "config", None) and _from_transformers(e)): raise   # a bug: its traceback is the report
-        print(f"error: {a.config}: transformers cannot build it: {type(e).__name__}: {str(e).splitlines()[0]}",
-              file=sys.stderr)
+        why = " ".join(l.strip() for l in str(e).splitlines()[:2])   # a validation error's field, then its reason
+        print(f"error: {a.config}: transformers cannot build it: {type(e).__name__}: {why}", file=sys.stderr)
         return 2
 
 # %% ../nbs/90_cli.ipynb #5fbe88fb

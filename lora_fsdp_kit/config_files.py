@@ -48,7 +48,7 @@ def read_config(cfg:str|Path|dict,   # a config.json, its folder, a shipped name
 
 # %% ../nbs/00e_config_files.ipynb #4ad8ce31
 _POSITIVE = ("hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "intermediate_size",
-             "vocab_size", "head_dim")
+             "vocab_size", "head_dim", "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok")
 _DTYPES = ("auto", "float32", "float16", "bfloat16", "float64", "float", "half", "double")
 
 def _dicts(d:dict, at:str=""):
@@ -64,6 +64,10 @@ def _transformers_knows(model_type:str)->bool:
     return root is None or (root/model_type.replace("-", "_")).is_dir()
 
 # %% ../nbs/00e_config_files.ipynb #cb6ee1ea
+def _experts(sub:dict)->int|None:
+    "The experts of a MoE config, under the names transformers' families use (None: not a MoE config)."
+    return next((sub[k] for k in ("num_local_experts", "num_experts", "n_routed_experts") if k in sub), None)
+
 def config_problem(d:dict,           # a config as `read_config` returns it
                    src:str="config", # where it came from, for the message
                   )->str|None:       # one line, or None when nothing is wrong that can be seen here
@@ -83,8 +87,13 @@ def config_problem(d:dict,           # a config as `read_config` returns it
                     "(or give head_dim)")
         if isinstance(n, int) and isinstance(kv, int) and n % kv:
             return f"{src}: {at}num_attention_heads {n} is not a multiple of {at}num_key_value_heads {kv}"
+        e, top = _experts(sub), sub.get("num_experts_per_tok")
+        if isinstance(e, int) and isinstance(top, int) and e >= 1 and top > e:
+            return f"{src}: {at}num_experts_per_tok {top} is more than the {e} experts"
         for k in ("torch_dtype", "dtype"):
             v = sub.get(k)
+            if v is not None and not isinstance(v, (str, dict)):   # transformers reads a name (or one per sub-config)
+                return f"{src}: {at}{k} is {v!r}; it must be a dtype's name, e.g. bfloat16"
             if isinstance(v, str) and v not in _DTYPES:
                 near = difflib.get_close_matches(v, _DTYPES, n=1)
                 return (f"{src}: {at}{k} {v!r} is not a dtype" + (f" (did you mean {near[0]}?)" if near else "")

@@ -17,13 +17,14 @@ from .launch import launch, _SignalsToExit
 from .models import tiny_model, model_from_config, add_lora, model_names, summarize_model
 from .families import text_model_of
 from .units import fmt_bytes, fmt_count
+from .publish import check_output_path
 from .strip import strip_submodules, strip_names_for, StripReport
 from . import plan as P
 from .wrap import WrapConfig
 
 # %% auto #0
 __all__ = ['DEMO_MODEL', 'DEMO_TARGETS', 'DEMO_CONFIGS', 'build_demo_model', 'demo_plans', 'findings_summary', 'demo_rank',
-           'check_output_path', 'run_demo', 'demo_summary_text', 'demo_report_md']
+           'run_demo', 'demo_summary_text', 'demo_report_md']
 
 # %% ../nbs/08_tour.ipynb #df2c2da9
 DEMO_MODEL = "qwen3_omni"          # the embedded default
@@ -84,22 +85,6 @@ def demo_rank(name:str|None=DEMO_MODEL,  # the tiny model
     return out
 
 # %% ../nbs/08_tour.ipynb #3d34653d
-def check_output_path(path:str|Path,     # where something will be written
-                      folder:bool=False,  # True: a folder (made if missing); False: a file
-                      what:str="output",  # how the message names it, e.g. "--out"
-                     )->Path:
-    "Refuse, with one line, an output path that cannot be written (a file where a folder is needed, under a file...)."
-    p = Path(path)
-    if folder and p.exists() and not p.is_dir():
-        raise ValueError(f"{what} {path} is a file, not a folder: give a folder")
-    if not folder and p.is_dir(): raise ValueError(f"{what} {path} is a folder: give a file name")
-    for a in p.parents:   # the nearest existing ancestor must be a folder we may write in
-        if not a.exists(): continue
-        if not a.is_dir(): raise ValueError(f"{what} {path}: {a} is a file, so nothing can be written under it")
-        if not os.access(a, os.W_OK | os.X_OK): raise ValueError(f"{what} {path}: no permission to write in {a}")
-        break
-    return p
-
 def _forget_previous_demo(out:Path):
     "Remove the figures and report an earlier demo wrote to `out` (listed in its summary.json) — nothing else."
     old = out/"summary.json"

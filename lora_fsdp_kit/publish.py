@@ -12,7 +12,7 @@ _HOST = socket.gethostname().replace("-", "_")   # in a temporary folder's name,
 _JOURNAL, _OLD = ".publishing", ".old"           # in the temporary folder, while its files move into the target
 
 # %% auto #0
-__all__ = ['save_target', 'new_tmp', 'fsync_tree', 'publish', 'roll_back', 'owner_alive', 'clean_leftovers']
+__all__ = ['save_target', 'new_tmp', 'fsync_tree', 'check_output_path', 'publish', 'roll_back', 'owner_alive', 'clean_leftovers']
 
 # %% ../nbs/08a_publish.ipynb #02861c21
 def save_target(path:Path)->Path:
@@ -50,6 +50,26 @@ def fsync_tree(folder:Path):
     fd = os.open(folder, os.O_RDONLY)
     try: os.fsync(fd)
     finally: os.close(fd)
+
+# %% ../nbs/08a_publish.ipynb #b9c2ab0e
+def check_output_path(path:str|Path,     # where something will be written
+                      folder:bool=False,  # True: a folder (made if missing); False: a file
+                      what:str="output",  # how the message names it, e.g. "--out"
+                     )->Path:
+    "Refuse, with one line, an output path that cannot be written (a file where a folder is needed, under a file...)."
+    p = Path(path)
+    if folder and p.exists() and not p.is_dir():
+        raise ValueError(f"{what} {path} is a file, not a folder: give a folder")
+    if not folder and p.is_dir(): raise ValueError(f"{what} {path} is a folder: give a file name")
+    if not folder and not p.parent.is_dir() and not any(a.exists() and not a.is_dir() for a in p.parents):
+        raise ValueError(f"{what} {path}: there is no folder {p.parent} (make it first)")
+    for a in p.parents:   # the nearest existing ancestor must be a folder we may write in
+        if not a.exists(): continue
+        if not a.is_dir(): raise ValueError(f"{what} {path}: {a} is a file, so nothing can be written under it")
+        if not os.access(a, os.W_OK | os.X_OK): raise ValueError(f"{what} {path}: no permission to write in {a}")
+        break
+    return p
+
 
 # %% ../nbs/08a_publish.ipynb #aff97409
 def publish(tmp:Path, path:Path):
