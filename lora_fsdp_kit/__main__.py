@@ -5,7 +5,7 @@
 # %% ../nbs/90_cli.ipynb #65c0ba79
 from __future__ import annotations
 
-import argparse, functools, json, os, sys, time
+import argparse, contextlib, functools, json, os, signal, sys, threading, time
 from pathlib import Path
 from typing import Any
 
@@ -492,10 +492,25 @@ def parser()->argparse.ArgumentParser:
 def main(argv:list[str]|None=None)->int:
     "Entry point of `python -m lora_fsdp_kit` and the `lfk` script; bad input is one line on stderr and exit code 2."
     argv = sys.argv[1:] if argv is None else list(argv)
-    try: return _run_command(argv)
+    try:
+        with _no_lost_interrupt(): return _run_command(argv)
     except KeyboardInterrupt:   # at any moment, imports included: one line, the shell's code for Ctrl-C
         print("interrupted", file=sys.stderr)
         return 130
+
+@contextlib.contextmanager
+def _no_lost_interrupt():
+    "A Ctrl-C that lands in a callback (a weakref's, in garbage collection) is raised again, outside it."
+    # Python prints such a KeyboardInterrupt as "Exception ignored in ..." and goes on: once in 17 tries, a fits run
+    # interrupted during its traces (torch's WeakIdKeyDictionary callbacks) printed its whole table and exited 0
+    old = sys.unraisablehook
+    def hook(u):
+        if not isinstance(u.exc_value, KeyboardInterrupt): return old(u)
+        # sent again from a thread, a moment later: raised now, it would land in this hook and be ignored too
+        threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+    sys.unraisablehook = hook
+    try: yield
+    finally: sys.unraisablehook = old
 
 def _run_command(argv:list[str])->int:
     p = parser()
