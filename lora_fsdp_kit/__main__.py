@@ -416,14 +416,20 @@ def unknown_input(p:argparse.ArgumentParser,  # the whole parser
                  )->str|None:                 # one line naming the first unknown command or flag, or None
     "A mistyped command or flag, with the nearest one it knows (argparse says only 'unrecognized arguments')."
     subs = _commands(p)
-    cmd = next((t for t in argv if not t.startswith("-")), None)
+    cmd = next((t for t in argv if t in subs), None) or next((t for t in argv if not t.startswith("-")), None)
     if cmd is None: return None                                   # --help, or nothing: argparse answers
+    first = argv[0].split("=", 1)[0]
+    if first not in ("-h", "--help", "--version") and cmd in subs and first.startswith("-"):   # `lfk --world 8 plan`
+        return f"{first} goes after the command: {p.prog} {cmd} {first} ..."
     shown = [s for s in subs if s != "readme"]
     if cmd not in subs: return f"unknown command {cmd!r}{did_you_mean(cmd, shown)} (commands: {', '.join(shown)})"
     known = [k for k in subs[cmd]._option_string_actions if k.startswith("--")]
     for t in argv[argv.index(cmd) + 1:]:
         flag = t.split("=", 1)[0]
         if flag == "--": break
+        if flag[:1] == "-" and flag[1:2].isalpha() and len(flag) > 2 and flag not in subs[cmd]._option_string_actions:
+            # one dash: -wrold (a value such as -80GiB or -1 starts with no letter)
+            return f"{cmd}: unknown flag {flag}" + (did_you_mean("-" + flag, known) or f"; see {p.prog} {cmd} --help")
         if not flag.startswith("--") or any(k.startswith(flag) for k in known): continue   # argparse's prefixes too
         # --help is never what anyone mistyped: it is not offered as the nearest flag, it is where to look
         near = did_you_mean(flag, [k for k in known if k != "--help"])
