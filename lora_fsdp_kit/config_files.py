@@ -34,7 +34,9 @@ def read_config(cfg:str|Path|dict,   # a config.json, its folder, a shipped name
     "A config as a dict, with its source: the file's JSON, a shipped config, or the dict itself."
     if isinstance(cfg, dict): return cfg, "config dict"
     p = Path(cfg)
-    if p.is_dir(): p = p/"config.json"
+    if p.is_dir():   # a model's folder: its config.json (a shipped name is never looked for there)
+        if not (p/"config.json").is_file(): raise FileNotFoundError(f"{cfg} is a folder with no config.json in it")
+        p = p/"config.json"
     if p.is_file():
         try: d = json.loads(p.read_text())
         except json.JSONDecodeError as e:
@@ -43,7 +45,8 @@ def read_config(cfg:str|Path|dict,   # a config.json, its folder, a shipped name
         except OSError as e: raise ValueError(f"{p} cannot be read: {e.strerror}") from None
         if not isinstance(d, dict): raise TypeError(f"{p} holds a JSON {type(d).__name__}, not a config object")
         return d, str(p)
-    if isinstance(cfg, str) and "/" not in cfg and not cfg.endswith(".json"): return shipped_config(cfg), cfg
+    if isinstance(cfg, str) and not any(c in cfg for c in "/ ") and not cfg.endswith(".json"):   # a name, not a path
+        return shipped_config(cfg), cfg
     raise FileNotFoundError(f"no config file at {str(cfg)!r}")
 
 # %% ../nbs/00e_config_files.ipynb #4ad8ce31
