@@ -149,7 +149,7 @@ def _idle_region(plan:Plan, name:str)->str|None:
             "that does not own it; FSDP2 refuses at the first forward",
             "put the modules that share it in one unit, or leave them to a common parent (FSDP2: fully_shard them "
             "together)",
-            predicts=["size mismatch", "already managed by another FSDP group"])
+            predicts=["size mismatch", "must be 2-D", "already managed by another FSDP group"])
 def tied_param_split(plan:Plan):
     unit_of = {n: u.name for u in plan.units for n in u.param_names}
     for names in plan.tied:
@@ -162,7 +162,7 @@ def tied_param_split(plan:Plan):
         idle = [n for n in names[1:] if _idle_region(plan, n)]
         msg = (f"{names[0]} lives in unit {owner or '<root>'!r}'s flat parameter but is also used as "
                f"{', '.join(names[1:])} from another unit: the forward fails once the owner has resharded it "
-               "(size mismatch)")
+               "(a size mismatch, or \"'weight' must be 2-D\" where an embedding reads its 1-D shard)")
         if idle and len(idle) == len(names) - 1:   # every other use is in a module that does not run
             yield owner, (msg + f"; today only from {', '.join(idle)}, which the forward does not run "
                           f"({dict(plan.idle)[_idle_region(plan, idle[0])]}): it fails when adapters are disabled "

@@ -19,6 +19,8 @@ from .policies import (WrapPolicy, is_lora_name, fsdp1_unit_modules, resolve_tar
     _targets_repr, _ignored_sets)
 from .checks import Finding, check_plan   # the checks read a plan, and import nothing of this module
 from .routing import expert_modules, fused_experts, param_wrappers   # experts: what the forward routes
+from .doctor import internal
+_managed_modules = internal("torch.distributed.fsdp._fully_shard._fsdp_init:_get_managed_modules")
 
 # %% auto #0
 __all__ = ['dtype_itemsize', 'ParamInfo', 'param_info', 'Unit', 'Plan', 'conditional_modules', 'mixed_precision_dtype',
@@ -226,16 +228,23 @@ def idle_modules(model:nn.Module)->tuple[tuple[str, str], ...]:
     return tuple(out)
 
 # %% ../nbs/03_plan.ipynb #efc7f466
+@functools.cache
+def _fsdp2_children_first()->bool:
+    "Does this torch's `fully_shard` list a module's own parameters after its children's (2.13: yes)? Asked of torch."
+    probe = nn.Linear(1, 1); probe.add_module("child", nn.Linear(1, 1))
+    return _managed_modules((probe,))[0] is not probe
+
 def _owned_params(unit_mods:list[nn.Module], names:dict, flavour:str, use_orig_params:bool, ignored:set,
                   shard_dim:int=0):
     "Per unit its own `ParamInfo`s in FSDP's order; the names each shared parameter has; FSDP1's copies."
-    is_unit, claimed = set(unit_mods), set()
+    is_unit, claimed, late = set(unit_mods), set(), flavour == "fsdp2" and _fsdp2_children_first()
     owned, holders, owner, copies = {}, {}, {}, {}   # unit -> infos; id -> names; id -> unit; (id, unit) -> name
     for um in unit_mods:
         ps = []
         if flavour == "fsdp2": claimed = set()    # fully_shard replaces only its own modules' parameters: a tied
                                                   # parameter reached from two units is sharded twice (untied)
         def visit(m, prefix):
+            if late: children(m, prefix)   # FSDP2 (torch's post-order walk): a module's children, then its own
             for pn, p in m.named_parameters(recurse=False):
                 full = clean_name(join_name(prefix, pn))
                 if p in ignored: continue
@@ -251,6 +260,8 @@ def _owned_params(unit_mods:list[nn.Module], names:dict, flavour:str, use_orig_p
                 claimed.add(p); owner[id(p)] = um
                 holders.setdefault(id(p), []).append(full)
                 ps.append(param_info(full, p, shard_dim))
+            if not late: children(m, prefix)
+        def children(m, prefix):
             for cn, c in m.named_children():
                 if c not in is_unit: visit(c, join_name(prefix, cn))
         visit(um, names[um])

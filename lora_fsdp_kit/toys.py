@@ -15,7 +15,7 @@ from .models import add_lora, model_from_config, tiny_model
 # %% auto #0
 __all__ = ['SWITCH_CONFIG', 'HAZARD_MODELS', 'EXPERTS', 'MOE_LORA', 'BranchExpert', 'BranchBlock', 'BranchLM',
            'branch_lora_model', 'switch_lora_model', 'BareRoutedBlock', 'BareRoutedLM', 'hazard_batch', 'hazard_loss',
-           'moe_lora_model', 'moe_batch', 'moe_loss']
+           'moe_lora_model', 'moe_batch', 'moe_loss', 'own_and_child_params_model']
 
 # %% ../nbs/95a_toys.ipynb #hzx00001
 class BranchExpert(nn.Module):
@@ -182,3 +182,10 @@ def moe_loss(model:nn.Module, name:str, ids:torch.Tensor)->torch.Tensor:
     "The language-modelling loss of a MoE case model on `ids` (the encoder-decoder reads them on both sides)."
     if MOE_LORA[name]["model"] == "switch": return model(input_ids=ids, decoder_input_ids=ids, labels=ids).loss
     return model(input_ids=ids, labels=ids).loss
+
+# %% ../nbs/95a_toys.ipynb #240e700e
+def own_and_child_params_model(r:int=2)->nn.Module:
+    "The tiny Llama with LoRA, each decoder layer holding a parameter of its own (`scale`) beside its child modules."
+    m = tiny_model("llama")
+    for layer in m.model.layers: layer.register_parameter("scale", nn.Parameter(torch.ones(m.config.hidden_size)))
+    return add_lora(m, r=r)

@@ -250,6 +250,7 @@ def label(self:WrapConfig)->str:
 @patch_to(WrapConfig)
 def prepare(self:WrapConfig, model:nn.Module)->nn.Module:
     "In place, what comes before sharding: cast the adapters (`align_lora_dtype`), checkpoint each decoder layer."
+    # (checkpointing also sets `config.use_cache = False`, as transformers' own gradient checkpointing does)
     if self.align_lora_dtype:
         align_lora_dtype(model, policy=None if self.policy == "targets" else self.auto_wrap_policy(model),
                          use_orig_params=self.use_orig_params or self.flavour == "fsdp2")
@@ -262,6 +263,11 @@ def prepare(self:WrapConfig, model:nn.Module)->nn.Module:
             wrapper = functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
             apply_activation_checkpointing(model, checkpoint_wrapper_fn=wrapper,
                                            check_fn=lambda m: isinstance(m, classes))
+        # a layer's forward runs again in the backward: with the KV cache on (the configs' default), it appends its
+        # keys twice (Gemma 2, Falcon: "The size of tensor a (32) must match the size of tensor b (16)"). transformers
+        # turns the cache off under its own checkpointing, which does not see torch's wrapper: so it is done here
+        for m in model.modules():
+            if getattr(getattr(m, "config", None), "use_cache", False): m.config.use_cache = False
     return model
 
 def _device_mesh(cfg:WrapConfig, mesh=None):

@@ -7,7 +7,7 @@ from lora_fsdp_kit import fidelity as F
 from lora_fsdp_kit.checks import CHECKS, predicted_by, predicted_errors
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.testing import covering_array
-from lora_fsdp_kit.toys import moe_lora_model
+from lora_fsdp_kit.toys import moe_lora_model, own_and_child_params_model
 from lora_fsdp_kit.models import tiny_lora_model
 from lora_fsdp_kit.wrap import WrapConfig
 
@@ -147,6 +147,8 @@ def results():
         fsdp1(policy="layer", use_orig_params=True, sharding="SHARD_GRAD_OP", mixed_precision="bf16"))]
     cases += [(bf16, c, dict(model="llama_bf16_aligned", forward=True)) for c in (
         fsdp1(policy="layer", use_orig_params=True, align_lora_dtype=True), fsdp2(align_lora_dtype=True))]
+    # a unit with its own parameter beside its child modules (CLIP's embeddings): FSDP2 orders it as this torch walks
+    cases += [(own_and_child_params_model, c, dict(model="own_and_child")) for c in (LAYERS, fsdp1(policy="layer"))]
     t0 = time.perf_counter()
     res = {2: launch(F.fidelity_check, cases, quiet=True, timeout=300)}
     t1 = time.perf_counter()
