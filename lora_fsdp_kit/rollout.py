@@ -73,16 +73,13 @@ def _packed_names(data:bytes)->list[str]:
 # %% ../nbs/13_rollout.ipynb #ab5da3fc
 class RolloutWorker:
     "Methods the kit runs inside vLLM's worker (`worker_extension_cls`); `self` is vLLM's worker."
-    def lfk_add_lora(self, lora_id:int, data:bytes|dict, peft_config:dict)->list[str]|dict:
-        "Build the adapter from `data` (`pack` bytes or tensors), register it as `lora_id`, pin it; its modules."
+    def lfk_add_lora(self, lora_id:int, data:bytes|dict, peft_config:dict, replaces:int|None=None)->list[str]|dict:
+        "Build the adapter from `data` (`pack` bytes or tensors), register it as `lora_id` (in place of `replaces`)."
         # a refusal comes back as a value: from a child process an exception arrives as a RuntimeError wrapped in
         # vLLM's words, its type lost
-        try: return _add_lora(self, lora_id, data, peft_config)
+        try: return _add_lora(self, lora_id, data, peft_config, replaces)
         except (ValueError, NotImplementedError, RuntimeError) as e:
             return {"lfk_error": type(e).__name__, "msg": str(e)}
-
-    def lfk_remove_lora(self, lora_id:int)->bool:
-        return self.model_runner.lora_manager._adapter_manager.remove_adapter(lora_id)
 
     def lfk_read_lora(self, lora_id:int)->bytes:
         "The engine's own copy of adapter `lora_id`, after its packing and scaling: `{module.lora_a.i: tensor}`."
@@ -113,7 +110,7 @@ class RolloutWorker:
         return n[0]
 
 # %% ../nbs/13_rollout.ipynb #ace38c8f
-def _add_lora(self, lora_id:int, data:bytes|dict, peft_config:dict)->list[str]:
+def _add_lora(self, lora_id:int, data:bytes|dict, peft_config:dict, replaces:int|None=None)->list[str]:
     "`RolloutWorker.lfk_add_lora`'s work, in vLLM's worker `self`."
     from vllm.lora.lora_model import LoRAModel
     from vllm.lora.peft_helper import PEFTHelper
@@ -135,6 +132,7 @@ def _add_lora(self, lora_id:int, data:bytes|dict, peft_config:dict)->list[str]:
                          f"{', '.join(stray[:4]) or '(none adapted)'}; vLLM serves LoRA on "
                          f"{', '.join(sorted(wm._adapter_manager.supported_lora_modules))}")
     am.remove_adapter(lora_id)
+    if replaces is not None: am.remove_adapter(replaces)   # the new version is built and checked: the old one goes
     if len(am._registered_adapters.pinned_items) >= am.capacity:
         raise RuntimeError(f"the engine already holds max_cpu_loras={am.capacity} adapters pushed by the kit: "
                            f"push under one of their names, or build the engine with a larger max_cpu_loras")
@@ -210,14 +208,15 @@ def push_lora(llm,                   # a `vllm.LLM` with LoRA enabled (see `engi
     _refuse_moe(list(own), cfg)
     st = _state(llm)
     data = own if _in_process(llm) else pack(own)   # across a process, tensors arrive as lists: bytes survive
-    if name in st.live:      # the old version goes first: pinned adapters are never evicted to make room
-        _rpc(llm, "lfk_remove_lora", st.live.pop(name).request.lora_int_id)
+    old = st.live[name].request.lora_int_id if name in st.live else None
     lid, st.next_id = st.next_id, st.next_id + 1
     # vLLM's prefix cache keys a prompt's KV on the adapter's name and path, not its weights: a path of its own per
     # version means a prefix computed under an older version is never served under this one
     from vllm.lora.request import LoRARequest
     req = LoRARequest(name, lid, f"/lfk-memory/{name}/v{lid}")
-    _rpc(llm, "lfk_add_lora", lid, data, cfg)
+    # the old version goes once the new one is built and checked (a refused push leaves it serving), and before the
+    # new one is registered: pinned adapters are never evicted to make room
+    _rpc(llm, "lfk_add_lora", lid, data, cfg, old)
     st.live[name] = _Pushed(req, data, cfg)
     return req
 
@@ -243,16 +242,21 @@ def fused_buckets(named_tensors,           # (name, tensor) pairs or buckets of 
                   fused:dict[str, list],   # the engine's fused parameters: {'qkv_proj': ['q_proj', ...], ...}
                   bucket_bytes:int,        # the most one bucket holds, unless one fused group alone is larger
                  ):                        # lists of (name, tensor): every part of a fused parameter in one of them
-    "Buckets of the stream that never cut a fused parameter's parts (q/k/v, gate/up) apart: one `reload` each."
+    "Buckets of the stream that never cut an engine module's tensors apart (q/k/v, gate/up, a weight and its bias)."
     parts = {p: (f, len(ps)) for f, ps in fused.items() for p in ps}
-    cur, size, held = [], 0, {}   # held: the parts come so far of fused parameters not yet complete
-    def whole():                  # (name, tensor) lists that may go to the engine: lone tensors, complete groups
+    cur, size = [], 0
+    def whole():   # (name, tensor) lists that may go to the engine alone: every tensor of one engine module
+        items, mod, held = [], None, {}   # held: parts come so far of fused parameters not yet complete
         for n, t in _pairs(named_tensors):
             key, k = _fused_key(n, parts)
-            if k == 1: yield [(n, t)]; continue
-            held.setdefault(key, []).append((n, t))
-            if len(held[key]) == k: yield held.pop(key)
-        yield from held.values()   # a stream that ended with a group incomplete: what came of it, still together
+            # vLLM's reload loads a layer from one call: its weight and bias (Qwen2's q/k/v) as much as q, k and v
+            m = key.rsplit(".", 1)[0]
+            if m != mod and items and not held: yield items; items = []
+            mod = m; items.append((n, t))
+            if k > 1:
+                held[key] = held.get(key, 0) + 1
+                if held[key] == k: del held[key]
+        if items: yield items   # a stream that ended with a group incomplete: what came of it, still together
     for items in whole():
         nbytes = sum(t.numel() * t.element_size() for _, t in items)
         if cur and size + nbytes > bucket_bytes: yield cur; cur, size = [], 0

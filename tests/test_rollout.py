@@ -188,11 +188,14 @@ def test_a_pushed_adapter_is_never_evicted(engine):
 
 def test_an_adapter_that_binds_nothing_is_refused(engine):
     llm, ref, _ = engine
+    req = R.push_lora(llm, adapter(ref, 11), ref.peft_config["default"], name="e")
     stray = {"base_model.model.model.layers.0.mlp.no_such_proj.lora_A.weight": torch.zeros(8, 128),
              "base_model.model.model.layers.0.mlp.no_such_proj.lora_B.weight": torch.zeros(128, 8)}
     with pytest.raises(ValueError, match="the engine has no LoRA layer for 1 of 1 adapted modules: "
                                          "model.layers.0.mlp.no_such_proj"):
         R.push_lora(llm, stray, ref.peft_config["default"], name="e")
+    # refused under a live name: the version it would have replaced serves on (it was removed before the check)
+    assert R._state(llm).live["e"].request == req and served_ok(llm, req, ref)
 
 def test_certify_names_what_differs(engine):
     llm, ref, _ = engine
