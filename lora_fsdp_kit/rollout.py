@@ -332,21 +332,28 @@ class Certificate:
                 + (f", {self.probes} probe tokens within {self.max_logprob_diff:.1e} of HF + peft"
                    if self.probes else ""))
 
-def certify(llm, request, tensors:Mapping[str, torch.Tensor],
+def certify(llm, request, tensors,                # what was pushed: a dict, (name, tensor) pairs or buckets
             reference:nn.Module|None=None,   # the trained HF + peft model (or merged HF model) to score against
             probe:list[int]|None=None,       # token ids to score under teacher forcing (with `reference`)
             atol:float=1e-3,                 # the most a logprob may differ (float32 engine)
            )->Certificate:
     "Prove the engine serves `tensors` under `request`: read back its copy, score `probe`; raise naming what differs."
+    live = _state(llm).live.get(request.lora_name)
+    if live is None or live.request.lora_int_id != request.lora_int_id:   # not what the engine serves under the name
+        raise CertifyError(f"{request.lora_name!r} (id {request.lora_int_id}) is not served by this engine: "
+                           + (f"a newer push replaced it (id {live.request.lora_int_id}); certify that request"
+                              if live else "the kit pushed no adapter under that name here"))
+    tensors = tensors if isinstance(tensors, Mapping) else dict(_pairs(tensors))   # as `push_lora` takes them
     got = engine_copy(llm, request)
-    want, source = expected_copy(llm, tensors, _state(llm).live[request.lora_name].peft_config)
+    want, source = expected_copy(llm, tensors, live.peft_config)
     diff = {k: (got[k] - want[k]).abs().max().item() if k in got and got[k].shape == want[k].shape else float("inf")
             for k in want}
     bad = sorted(source[k] for k, d in diff.items() if not d <= 1e-6 * (1 + want[k].abs().max().item()))
     if bad or set(got) != set(want):
         raise CertifyError(f"the engine's copy of {request.lora_name!r} differs in {len(bad)} tensors: "
                            f"{', '.join(bad[:4])}{' ...' if len(bad) > 4 else ''}"
-                           + (f"; it holds {len(got)} where {len(want)} were pushed" if len(got) != len(want) else ""))
+                           + (f"; the engine holds {len(got)} entries where these tensors give {len(want)}"
+                              if len(got) != len(want) else ""))
     dl = 0.0
     if reference is not None and probe:
         d = (served_logprobs(llm, request, probe) - reference_logprobs(reference, probe)).abs()

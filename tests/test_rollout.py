@@ -210,7 +210,10 @@ def test_certify_names_what_differs(engine):
     with pytest.raises(R.CertifyError, match=r"differs in 1 tensors: base_model\.model\.model\.layers\.1\.self_attn"
                                              r"\.o_proj\.lora_B\.weight"):
         R.certify(llm, req, sd)
-    req = R.push_lora(llm, sd, ref.peft_config["default"], name="f")
+    old, req = req, R.push_lora(llm, sd, ref.peft_config["default"], name="f")
+    with pytest.raises(R.CertifyError, match=r"'f' \(id \d+\) is not served by this engine: a newer push replaced it"):
+        R.certify(llm, old, sd)                                               # was: KeyError from inside the worker
+    assert R.certify(llm, req, list(sd.items())).tensors == 16               # the pairs push_lora takes
     adapter(ref, 7)                                                           # the reference now holds another version
     with pytest.raises(R.CertifyError, match="served logprobs differ from the reference by up to"):
         R.certify(llm, req, sd, ref, probe=PROMPTS[0])
