@@ -252,6 +252,13 @@ def _version()->str:
     try: return version("lora_fsdp_kit")
     except PackageNotFoundError: return "(not installed)"
 
+class _Version(argparse.Action):
+    "`--version`, read when asked: the metadata look-up takes ~90 ms, which every command would pay building its parser."
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog} {_version()}"); parser.exit()
+
 # %% ../nbs/90_cli.ipynb #89121b82
 def _shipped_names()->str:
     "The models shipped with the kit, read from its configs folder (no transformers import: help stays fast)."
@@ -464,7 +471,7 @@ def parser()->argparse.ArgumentParser:
                                             "and which known failure a configuration would hit.",
                                 epilog="exit codes: 0 done; 1 a rank failed or a result is wrong; 2 bad input "
                                        "(one line on stderr); 130 Ctrl-C; 128+N stopped by signal N (143: SIGTERM)")
-    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")   # a parser without help= is not listed
     d = sub.add_parser("detect", help="print the platform detection report")
     d.add_argument("--smi-timeout", type=_seconds, default=10.0, help="seconds each SMI probe may take")
