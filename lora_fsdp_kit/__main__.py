@@ -9,9 +9,12 @@ import argparse, contextlib, functools, json, os, signal, sys, threading, time
 from pathlib import Path
 from typing import Any
 
+from .cli_input import (_Parser, _Version, _from_transformers, _input_problem, _prog, _seconds, _whole,
+                                     did_you_mean, unknown_input)
+
 # %% auto #0
 __all__ = ['FLAG_WORDS', 'FITS_DEFAULTS', 'render_readme', 'flag_language', 'wrap_fields', 'add_wrap_flags', 'wrap_configs_of',
-           'wrap_config_of', 'module_constant', 'did_you_mean', 'unknown_input', 'parser', 'main']
+           'wrap_config_of', 'module_constant', 'parser', 'main']
 
 # %% ../nbs/90_cli.ipynb #5c72cea4
 def _readme_block(text:str, lang:str="")->str: return f"```{lang}\n{text.rstrip()}\n```"
@@ -99,9 +102,9 @@ def _cmd_plan(a)->int:
     from lora_fsdp_kit.viz import plan_command   # the arguments were checked before this import (`_plan_args`)
     cfg = wrap_config_of(a)
     report = plan_command(model=a.model, config=a.config, lora_r=a.lora_r, targets=a.lora_targets, png=a.png,
-                          json_path=a.json, wrap=cfg, speak=flag_language)
+                          json_path=a.json, wrap=cfg, world=a.world, speak=flag_language)
     print(report)
-    return max(report.exit_code, _world_refusals(report.plan, cfg, a.world))   # 1 on a ✖ error: a CI job gates on it
+    return report.exit_code   # 1 on a ✖ error finding: a CI job gates on it
 
 def _plan_args(a)->int|None:
     "2 (one line on stderr) for what plan's arguments alone refuse; `main` asks before it imports anything (torch)."
@@ -114,19 +117,6 @@ def _plan_args(a)->int|None:
             if path is not None: check_output_path(path, what=flag)
         except ValueError as e: return refuse(str(e))
     return refuse(why) if (why := _wrap_args(a)) else None
-
-def _world_refusals(plan, cfg, world:int|None)->int:
-    "With `--world`: print the refusals that depend on the world size, one line each; 1 if there is one."
-    if world is None: return 0
-    from lora_fsdp_kit.checks import uneven_shards
-    from lora_fsdp_kit.shards import shard_group_size
-    k = shard_group_size(world, cfg.hybrid, cfg.shard_size)
-    bad = uneven_shards(plan, k)
-    if bad:
-        p = next(q for u in plan.units for q in u.params if bad[0].message.startswith(f"FSDP2 refuses to shard {q.name} "))
-        print(f"✖ uneven-shard-dim at world {world}: {len(bad)} parameters do not divide over {k} ranks on dim "
-              f"{p.shard_dim} (e.g. {tuple(p.shape)}); fix: {flag_language(bad[0].fix)}")
-    return 1 if bad else 0
 
 # %% ../nbs/90_cli.ipynb #61bc4102
 def _cmd_doctor(a)->int:
@@ -228,36 +218,6 @@ def _wrap_args(a:argparse.Namespace,  # parsed flags of a command with `add_wrap
             low = 1 if name == "shard_size" else 0   # the shard group's size; counts and dims from 0
             if isinstance(x, int) and not isinstance(x, bool) and x < low: return f"{flag} must be >= {low}, got {x}"
     return None
-
-def _whole(lo:int, hi:int|None=None):
-    "An argparse `type`: a whole number from `lo` (to `hi`), refused in one line otherwise."
-    def read(text:str)->int:
-        try: v = int(text)
-        except ValueError: raise argparse.ArgumentTypeError(f"takes a whole number, got {text!r}") from None
-        if v < lo or (hi is not None and v > hi):
-            raise argparse.ArgumentTypeError(f"must be {lo}-{hi}, got {v}" if hi else f"must be >= {lo}, got {v}")
-        return v
-    return read
-
-def _seconds(text:str)->float:
-    "An argparse `type`: a time in seconds, more than 0."
-    try: v = float(text)
-    except ValueError: raise argparse.ArgumentTypeError(f"takes seconds, got {text!r}") from None
-    if not v > 0: raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
-    return v
-
-def _version()->str:
-    "The installed package's version (its metadata: no import of the kit's modules)."
-    from importlib.metadata import PackageNotFoundError, version
-    try: return version("lora_fsdp_kit")
-    except PackageNotFoundError: return "(not installed)"
-
-class _Version(argparse.Action):
-    "`--version`, read when asked: the metadata look-up takes ~90 ms, which every command would pay building its parser."
-    def __init__(self, option_strings, dest, **kw):
-        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
-    def __call__(self, parser, namespace, values, option_string=None):
-        print(f"{parser.prog} {_version()}"); parser.exit()
 
 # %% ../nbs/90_cli.ipynb #89121b82
 def _shipped_names()->str:
@@ -393,75 +353,6 @@ def _cmd_fits(a)->int:
                        targets=a.lora_targets, dora=a.dora, backend=a.backend, attention=a.attention, param_dtype=a.param_dtype,
                        lora_dtype=a.lora_dtype, reserve=a.reserve, max_batch=a.max_batch, max_seq=a.max_seq,
                        verbose=a.verbose, speak=flag_language, png=a.png, out=a.out)
-
-# %% ../nbs/90_cli.ipynb #15365ff1
-import difflib, re
-
-def did_you_mean(word:str, choices)->str:
-    "`'; did you mean X?'` for the nearest of `choices` to `word`, or `''` when none is near."
-    near = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"; did you mean {near[0]}?" if near else ""
-
-def _prog()->str:
-    "How the user called the kit: `lfk` (the installed script) or `python -m lora_fsdp_kit`."
-    return "lfk" if Path(sys.argv[0]).name.startswith("lfk") else "python -m lora_fsdp_kit"
-
-class _Parser(argparse.ArgumentParser):
-    "argparse, in one line that names the nearest choice when a value is not one of them (`--backend glo`)."
-    def error(self, message:str):
-        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
-        if m: message += did_you_mean(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")   # one line, not the usage
-
-def _commands(p:argparse.ArgumentParser)->dict[str, argparse.ArgumentParser]:
-    "The sub-commands' parsers, by name (the developers' `readme` is not offered)."
-    return next(a.choices for a in p._actions if isinstance(a, argparse._SubParsersAction))
-
-# %% ../nbs/90_cli.ipynb #05f85932
-def unknown_input(p:argparse.ArgumentParser,  # the whole parser
-                  argv:list[str],             # the arguments as typed
-                 )->str|None:                 # one line naming the first unknown command or flag, or None
-    "A mistyped command or flag, with the nearest one it knows (argparse says only 'unrecognized arguments')."
-    subs = _commands(p)
-    cmd = next((t for t in argv if t in subs), None) or next((t for t in argv if not t.startswith("-")), None)
-    if cmd is None: return None                                   # --help, or nothing: argparse answers
-    first = argv[0].split("=", 1)[0]
-    if first not in ("-h", "--help", "--version") and cmd in subs and first.startswith("-"):   # `lfk --world 8 plan`
-        return f"{first} goes after the command: {p.prog} {cmd} {first} ..."
-    shown = [s for s in subs if s != "readme"]
-    if cmd not in subs: return f"unknown command {cmd!r}{did_you_mean(cmd, shown)} (commands: {', '.join(shown)})"
-    known = [k for k in subs[cmd]._option_string_actions if k.startswith("--")]
-    for t in argv[argv.index(cmd) + 1:]:
-        flag = t.split("=", 1)[0]
-        if flag == "--": break
-        if flag[:1] == "-" and flag[1:2].isalpha() and len(flag) > 2 and flag not in subs[cmd]._option_string_actions:
-            # one dash: -wrold (a value such as -80GiB or -1 starts with no letter)
-            return f"{cmd}: unknown flag {flag}" + (did_you_mean("-" + flag, known) or f"; see {p.prog} {cmd} --help")
-        if not flag.startswith("--") or any(k.startswith(flag) for k in known): continue   # argparse's prefixes too
-        # --help is never what anyone mistyped: it is not offered as the nearest flag, it is where to look
-        near = did_you_mean(flag, [k for k in known if k != "--help"])
-        return f"{cmd}: unknown flag {flag}" + (near or f"; see {p.prog} {cmd} --help")
-    return None
-
-# %% ../nbs/90_cli.ipynb #cfa5fe81
-def _input_problem(a:argparse.Namespace)->str|None:
-    "What the arguments alone refuse, before any import: an unknown model name, an unusable --config."
-    from lora_fsdp_kit.config_files import config_problem, read_config, shipped_names
-    names = shipped_names()
-    if getattr(a, "model", None) is not None and a.model not in names:
-        return f"unknown model {a.model!r}{did_you_mean(a.model, names)} (available: {', '.join(names)})"
-    if getattr(a, "config", None) is not None:
-        try: d, src = read_config(a.config)
-        except (ValueError, TypeError, FileNotFoundError) as e: return str(e)
-        return config_problem(d, src)
-    return None
-
-def _from_transformers(e:BaseException)->bool:
-    "An error of transformers or huggingface_hub reading a config (no ValueError), or one raised in their code."
-    import traceback
-    frames = traceback.extract_tb(e.__traceback__)   # a bad value transformers' model code trips on (a KeyError...)
-    return (type(e).__module__.split(".")[0] in ("transformers", "huggingface_hub")
-            or bool(frames) and f"{os.sep}transformers{os.sep}" in frames[-1].filename)
 
 # %% ../nbs/90_cli.ipynb #442db780
 def parser()->argparse.ArgumentParser:

@@ -14,8 +14,8 @@ from .policies import is_lora_name   # a plan is read, never imported: `plan` im
 __all__ = ['SEVERITIES', 'CHECKS', 'Finding', 'Check', 'plan_check', 'check_plan', 'nested_lambda_units', 'lora_name_hidden',
            'lora_in_root', 'mixed_requires_grad', 'mixed_dtype', 'tied_param_split', 'tied_param_copied',
            'rank_divergent_unit', 'rank_divergent_grads', 'fused_experts_info', 'fused_lora_split', 'fused_lora_fsdp1',
-           'mixed_precision_lora_leaf', 'dora_lora_leaf', 'uneven_shards', 'checks_table', 'predicted_errors',
-           'predicted_by']
+           'mixed_precision_lora_leaf', 'dora_lora_leaf', 'uneven_shards', 'uneven_shard_dim', 'checks_table',
+           'predicted_errors', 'predicted_by']
 
 # %% ../nbs/03b_checks.ipynb #a27e6888
 @dataclass(frozen=True)
@@ -328,6 +328,18 @@ def uneven_shards(plan:Plan,   # an FSDP2 plan (FSDP1 flattens: dim 0, padded)
                                    f"{tuple(p.shape)} on dim {d} over {group} ranks (\"does not support uneven "
                                    "sharding\")", f"shard_dim=0, or a shard group that divides {p.shape[d]}"))
     return out
+
+# %% ../nbs/03b_checks.ipynb #18b6202f
+@plan_check("uneven-shard-dim", "error",
+            "FSDP2 sharding on a dim other than 0 that the shard group does not divide: `fully_shard` refuses it "
+            "(checked where the plan knows the world)",
+            "shard_dim=0, or a shard group that divides that dimension",
+            predicts=["does not support uneven sharding"])
+def uneven_shard_dim(plan:Plan):
+    units = {}   # one finding per unit, as every check gives: its parameters counted, the first named
+    for f in uneven_shards(plan, plan.shard_group) if plan.shard_group else (): units.setdefault(f.unit, []).append(f)
+    for u, fs in units.items():
+        yield u, (fs[0].message if len(fs) == 1 else f"{len(fs)} parameters of this unit, e.g.: {fs[0].message}")
 
 # %% ../nbs/03b_checks.ipynb #775f92a3
 def checks_table()->str:

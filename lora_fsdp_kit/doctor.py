@@ -224,7 +224,7 @@ _OTHER_INTERNALS = [
     Internal("torch.utils._python_dispatch:TorchDispatchMode", "counting all-gathered bytes (memory.AllGatherCounter)"),
     Internal("torch.utils._pytree:tree_flatten", "counting all-gathered bytes (memory.AllGatherCounter)"),
     Internal("torch.nn.utils._named_member_accessor:swap_tensor",
-             "merged weights via peft's merge (gather.iter_merged_weights)", params=("module", "name", "tensor")),
+             "merged weights via peft's merge (merged.iter_merged_weights)", params=("module", "name", "tensor")),
     Internal("torch.utils.deterministic:fill_uninitialized_memory",
              "NaN-marked uninitialised weights (models.model_from_config)"),
     # transformers
@@ -237,13 +237,13 @@ _OTHER_INTERNALS = [
     # peft
     Internal("peft:get_peft_model", "adding LoRA (models.add_lora)", params=("autocast_adapter_dtype",)),
     Internal("peft:get_peft_model_state_dict", "checking gathers against peft (gather, demo)"),
-    Internal("peft.tuners.lora:LoraLayer", "merged weights via peft's merge (gather.iter_merged_weights)",
+    Internal("peft.tuners.lora:LoraLayer", "merged weights via peft's merge (merged.iter_merged_weights)",
              attrs=("merge", "merged_adapters")),
     Internal("peft.tuners.tuners_utils:BaseTunerLayer", "finding LoRA layers (models.add_lora, strip)"),
-    Internal("peft.utils.other:ModulesToSaveWrapper", "merged weights via peft's merge (gather.iter_merged_weights)"),
+    Internal("peft.utils.other:ModulesToSaveWrapper", "merged weights via peft's merge (merged.iter_merged_weights)"),
     Internal("peft.utils.other:fsdp_auto_wrap_policy", "peft's own FSDP1 policy (plan.peft_policy)"),
     Internal("peft.tuners.trainable_tokens:TrainableTokensLayer",
-             "merged weights of trainable tokens (gather.iter_merged_weights)"),
+             "merged weights of trainable tokens (merged.iter_merged_weights)"),
 ]
 
 KIT_INTERNALS: dict[str, Internal] = {i.path: i for i in [*_FSDP2_INTERNALS, *_FSDP1_INTERNALS,

@@ -20,8 +20,7 @@ from safetensors.torch import save_file
 
 from .sharded import reshard_units, sharded_view
 from .shards import WRAPPER_SEGMENTS, clean_name
-from .gather import (MissingLoraError, check_collected, fsdp_flavour, gather_engine,
-                                  gather_lora, iter_merged_weights)
+from .gather import MissingLoraError, check_collected, fsdp_flavour, gather_engine, gather_lora
 from .publish import clean_leftovers, fsync_tree, new_tmp, publish, save_target
 from .votes import (CallMismatch, RankFailure, RankVote, bounded_wait, mismatches,
                                   sigint_held)

@@ -5,7 +5,7 @@
 # %% ../nbs/05_gather.ipynb #05ee0096
 from __future__ import annotations
 
-import contextlib, re
+import contextlib
 from collections import OrderedDict
 from typing import Callable, ClassVar, Iterator
 
@@ -15,14 +15,7 @@ from torch import nn
 from torch.distributed.fsdp import FullyShardedDataParallel as _FSDP1
 from peft import PeftModel
 
-from .doctor import internal
 from .methods import patch_to
-# private torch/peft objects: imported when first used, checked by `python -m lora_fsdp_kit doctor`
-_swap_tensor = internal("torch.nn.utils._named_member_accessor:swap_tensor")
-_LoraLayer = internal("peft.tuners.lora:LoraLayer")
-_ModulesToSaveWrapper = internal("peft.utils.other:ModulesToSaveWrapper")
-_TokensLayer = internal("peft.tuners.trainable_tokens:TrainableTokensLayer")
-
 from .platform import EngineRegistry
 from .launch import launched_from_notebook
 from .peft_names import peft_lora_names
@@ -34,8 +27,7 @@ from .packing import (PackPlan, TensorShards, output_buffer, pack, pack_plan, re
 
 # %% auto #0
 __all__ = ['unwrapped_name', 'MissingLoraError', 'GatherEngine', 'Fsdp1GatherEngine', 'Fsdp2GatherEngine', 'packed_jobs',
-           'run_packed', 'gather_packed', 'fsdp_flavour', 'gather_engine', 'gather_lora', 'check_collected',
-           'plain_name', 'iter_merged_weights']
+           'run_packed', 'gather_packed', 'fsdp_flavour', 'gather_engine', 'gather_lora', 'check_collected']
 
 # %% ../nbs/05_gather.ipynb #175d535a
 def unwrapped_name(*parts:str)->str:
@@ -420,98 +412,3 @@ def check_collected(wanted, got:dict, engine:GatherEngine|None=None):
     where = lambda n: (f" (unit {engine.unit_of[n].name or '<root>'!r})" if engine and n in engine.unit_of else "")
     shown = "\n  ".join(n + where(n) for n in missing[:20]) + ("\n  ..." if len(missing) > 20 else "")
     raise MissingLoraError(f"{len(missing)} of {len(wanted)} LoRA tensors were not collected:\n  {shown}")
-
-# %% ../nbs/05_gather.ipynb #8e2187f6
-def plain_name(name:str, adapter_name:str="default")->str:
-    "The name a parameter has in the plain transformers model (no `base_model.model.`, `base_layer`, wrappers)."
-    name = unwrapped_name(name).removeprefix("base_model.model.")
-    name = name.replace(f".modules_to_save.{adapter_name}.", ".").replace(".original_module.", ".")
-    name = name.replace(".token_adapter.", ".")   # peft's trainable tokens (`trainable_token_indices`)
-    # peft nests one ParamWrapper per adapted parameter of fused experts: `.base_layer` may repeat
-    return re.sub(r"(?:\.base_layer)+\.", ".", name).removeprefix("base_layer.")
-
-def _base_param(ln:str, m:nn.Module)->str:
-    "The base parameter a LoRA layer merges into: a peft ParamWrapper's fused parameter, else its `.base_layer.weight`."
-    if not hasattr(m, "parameter_name"): return ln + ".base_layer.weight"
-    path, base = ln, m
-    while hasattr(base, "parameter_name"): base, path = base.base_layer, path + ".base_layer"   # nested wrappers
-    return f"{path}.{m.parameter_name}"
-
-def _adapter_layers(engine:GatherEngine, adapter_name:str)->tuple[dict[str, nn.Module], set[str]]:
-    "({unwrapped name of each LoRA layer: layer}, names of parameters a merged model does not have)."
-    layers, drop, names = {}, set(), list(engine.by_name) + list(engine.aliases)
-    for mn, m in engine.model.named_modules():
-        n = unwrapped_name(mn)
-        if isinstance(m, (_LoraLayer, _TokensLayer)): layers[n] = m   # both merge into their `base_layer`
-        if isinstance(m, _ModulesToSaveWrapper):   # keep the adapter's own copy (or the original when it has none)
-            keep = (f"{n}.modules_to_save.{adapter_name}." if adapter_name in m.modules_to_save
-                    else f"{n}.original_module.")
-            drop |= {p for p in names if p.startswith(n + ".") and not p.startswith(keep)}
-    for ln in layers:   # everything under a LoRA layer except its base layer is adapter state
-        drop |= {p for p in names if p.startswith(ln + ".") and not p.startswith(ln + ".base_layer.")}
-    return layers, drop
-
-def _peft_merge(layer:nn.Module, lname:str, tensors:dict[str, torch.Tensor], engine:GatherEngine,
-                adapter_name:str)->dict[str, torch.Tensor]:
-    "Run peft's own `layer.merge()` of one adapter on copies of the base weights; {base param name: merged copy}."
-    base = {n: t.detach().clone() for n, t in tensors.items() if n.startswith(lname + ".base_layer.")}
-    swaps = {**tensors, **base}
-    saved = []
-    merged_before, caches = list(layer.merged_adapters), dict(getattr(layer, "_caches", {}))
-    try:
-        with torch.no_grad():
-            # point the real owners of these parameters (not FSDP wrappers) at the full tensors, merge, put back
-            for n, t in swaps.items():
-                p = engine.owner(n)
-                saved.append((p.module, p.attr, _swap_tensor(p.module, p.attr, t)))
-            layer.merged_adapters = []
-            layer.merge(safe_merge=False, adapter_names=[adapter_name])
-    finally:
-        for mod, attr, orig in reversed(saved): _swap_tensor(mod, attr, orig)
-        layer.merged_adapters = merged_before
-        if hasattr(layer, "_caches"): layer._caches = caches
-    # a ParamWrapper merges one fused parameter; the other copies (a nested wrapper's) must not overwrite its merge
-    return {_base_param(lname, layer): base[_base_param(lname, layer)]} if hasattr(layer, "parameter_name") else base
-
-# %% ../nbs/05_gather.ipynb #67fa9167
-def iter_merged_weights(model:nn.Module,            # an FSDP1- or FSDP2-wrapped peft model
-                        *,
-                        progress:bool|None=None,    # tqdm bar over units; None: on in a notebook on rank 0
-                        adapter_name:str="default", # the adapter to merge (peft's `merge(adapter_names=[...])`)
-                       )->Iterator[tuple[str, torch.Tensor]]: # (plain transformers name, merged full CPU tensor)
-    "Yield every base weight with one adapter's LoRA delta merged (peft's merge), unit by unit, under plain names."
-    engine = gather_engine(model)
-    engine.lora_names(adapter_name)   # an unknown adapter is an error naming the model's adapters
-    layers, drop = engine.memo(("adapter_layers", adapter_name), lambda: _adapter_layers(engine, adapter_name))
-    every = list(engine.by_name) + list(engine.aliases)
-    lora_of = {ln: [n for n in every if n.startswith(ln + ".") and n in drop] for ln in layers}
-    home = {ln: engine.unit_of.get(engine.primary(_base_param(ln, m))) for ln, m in layers.items()}
-    away = [n for ln, ns in lora_of.items() for n in ns if engine.unit_of.get(engine.primary(n)) is not home[ln]]
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    show = (launched_from_notebook() and rank == 0) if progress is None else bool(progress)
-    # LoRA tensors held by other units than their layer's: one packed collective before the walk
-    other = engine.collect(sorted({engine.primary(n) for n in away})) if away else {}
-    second = {}   # primary name -> its tied second names
-    for a, (_, prim) in engine.aliases.items(): second.setdefault(prim, []).append(a)
-    seen = set()
-    walk = [u for u in engine.units if any(n not in drop for n in u.param_names)]
-    for u in _progress_bar(walk, show, f"merged weights ({engine.flavour})"):
-        with engine.masters(u) as full:
-            full = dict(full)
-            for prim in list(full):
-                for a in second.get(prim, ()): full[a] = full[prim]
-            merged = {}
-            for ln, m in layers.items():
-                if home[ln] is u:
-                    ts = {n: t for n, t in full.items() if n.startswith(ln + ".base_layer.")}
-                    ts.update({n: (full[n] if n in full else other[engine.primary(n)]) for n in lora_of[ln]})
-                    for n, t in _peft_merge(m, ln, ts, engine, adapter_name).items():
-                        # a tied weight is one tensor: a merge into either name changes both, and the next adds to it
-                        prim = engine.primary(n)
-                        for a in (prim, *second.get(prim, ())): merged[a] = full[a] = t
-            for n in [*u.param_names, *(a for p in u.param_names for a in second.get(p, ()))]:
-                if n in drop: continue
-                pn = plain_name(n, adapter_name)
-                if pn in seen: continue
-                seen.add(pn)
-                yield pn, (merged[n] if n in merged else _own_cpu_copy(full[n]))

@@ -12,7 +12,8 @@ from pathlib import Path
 from torch import nn
 
 from .export import ADAPTER_WEIGHTS, _nbytes, buckets, iter_lora, save_lora
-from .gather import GatherEngine, gather_engine, iter_merged_weights
+from .gather import GatherEngine, gather_engine
+from .merged import iter_merged_weights
 from .memory import MemoryMeter
 from .units import fmt_bytes
 

@@ -147,7 +147,8 @@ def moe_roundtrip(name:str,         # a key of `MOE_LORA`
     "Inside a rank: gather, save, zero + load + gather, stream in buckets and merge the adapter of a wrapped model."
     import torch.distributed as dist
     from lora_fsdp_kit.export import save_lora, load_lora, iter_lora_buckets
-    from lora_fsdp_kit.gather import gather_lora, iter_merged_weights
+    from lora_fsdp_kit.gather import gather_lora
+    from lora_fsdp_kit.merged import iter_merged_weights
     npy = lambda d: {k: v.float().numpy() for k, v in d.items()}
     out = dict(error=None, stage="wrap")
     try:

@@ -104,7 +104,7 @@ class Unit:
                     params=[p.to_dict() for p in self.params])
 
 # %% ../nbs/03_plan.ipynb #41e70d63
-@dataclass(frozen=True, kw_only=True)   # 13 fields: built by name, never by position
+@dataclass(frozen=True, kw_only=True)   # 14 fields: built by name, never by position
 class Plan:
     "The FSDP units a model will get under a policy (FSDP1) or a list of targets (FSDP2)."
     flavour: str                     # "fsdp1" or "fsdp2"
@@ -119,6 +119,7 @@ class Plan:
     copied: tuple[tuple[str, str], ...] = ()       # (parameter, unit): tied parameters FSDP1 flattens again as a copy
     idle: tuple[tuple[str, str], ...] = ()         # (module, why): modules a forward does not run (peft originals)
     fused: tuple[tuple[str, str], ...] = ()        # (module, why): modules holding every expert in 3-D weights
+    shard_group: int|None = None     # ranks a parameter is sharded across, where the world is known (else None)
     param_wrappers: tuple[tuple[str, str], ...] = ()  # (wrapper, fused parameter): peft ParamWrappers (LoRA on experts)
 
     def __getitem__(self, name:str)->Unit:
@@ -179,7 +180,8 @@ def to_dict(self:Plan)->dict:
                 ignored=list(self.ignored), tied=[list(t) for t in self.tied], mixed_precision=self.mixed_precision,
                 conditional=[list(c) for c in self.conditional], copied=[list(c) for c in self.copied],
                 idle=[list(c) for c in self.idle], fused=[list(c) for c in self.fused],
-                param_wrappers=[list(c) for c in self.param_wrappers], units=[u.to_dict() for u in self.units],
+                param_wrappers=[list(c) for c in self.param_wrappers], shard_group=self.shard_group,
+                units=[u.to_dict() for u in self.units],
                 findings=[f.to_dict() for f in self.check()])
 
 # %% ../nbs/03_plan.ipynb #9b191e32

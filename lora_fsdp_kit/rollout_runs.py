@@ -143,7 +143,7 @@ def train_versions(flavour:str="fsdp2",        # "fsdp1" (FullyShardedDataParall
     import time, torch.distributed as dist
     from peft import set_peft_model_state_dict
     from lora_fsdp_kit.export import iter_lora_buckets
-    from lora_fsdp_kit.gather import iter_merged_weights
+    from lora_fsdp_kit.merged import iter_merged_weights
     from lora_fsdp_kit.wrap import WrapConfig
     pm = chapter_model()
     if adapter is not None: set_peft_model_state_dict(pm, unpack(adapter))

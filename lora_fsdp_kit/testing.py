@@ -17,7 +17,8 @@ from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from safetensors.torch import save_file
 
 from .export import load_lora, peft_model_of, save_lora
-from .gather import gather_engine, gather_lora, iter_merged_weights
+from .gather import gather_engine, gather_lora
+from .merged import iter_merged_weights
 from .measure import measure_gather, predict
 from .measure_streams import measure_save, measure_stream
 from .memory import AllGatherCounter

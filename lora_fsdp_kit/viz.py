@@ -312,6 +312,7 @@ def plan_command(model:str|None=None,        # a zoo name or a shipped full-size
                  lora_leaves:bool=True,      # FSDP1: the lambda part (each LoRA leaf its own unit); False is the fix
                                              # the nested-units and hidden-name warnings suggest
                  wrap:WrapConfig|None=None,  # the whole wrapping; None: built from fsdp, min_num_params, ...
+                 world:int|None=None,        # ranks of the job: adds the checks that need it (uneven-shard-dim)
                  speak=None,                 # rewrites the settings' spelling in the text (the CLI: its flags)
                 )->PlanReport:               # `print` it; `.exit_code` is what the command exits with
     "Build, add LoRA, plan and report: what `python -m lora_fsdp_kit plan` prints (and writes)."
@@ -320,7 +321,7 @@ def plan_command(model:str|None=None,        # a zoo name or a shipped full-size
         wrap = (WrapConfig(flavour="fsdp1", min_num_params=min_num_params, lora_leaves=lora_leaves,
                            use_orig_params=use_orig_params) if fsdp == 1 else WrapConfig(flavour="fsdp2"))
     m = build_for_plan(model, config, lora_r, targets)
-    plan = wrap.plan(m)
+    plan = wrap.plan(m, world_size=world)
     findings = plan.check()
     text = plan_text_grouped(plan, findings, speak)
     if png:

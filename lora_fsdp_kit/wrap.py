@@ -192,10 +192,11 @@ def plan(self:WrapConfig,
           model:nn.Module,                 # the model before FSDP (meta or real)
           conditional=None,                # modules (name globs) that may not run on every rank each step
           detect_experts:bool=True,        # also treat detected MoE experts as conditional
-          world_size:int|None=None,        # ranks; None: the current process group's, or 1 (FSDP1 orig params)
+          world_size:int|None=None,        # ranks; None: the current process group's, else unknown (1 for FSDP1)
           rank:int|None=None,              # the rank to plan for; None: this one, or 0
          )->Plan:
     "The units this configuration gives `model`, with their checks (no process group needed)."
+    import torch.distributed as dist
     _refuse_wrapped(model, "WrapConfig.plan")
     mp = mixed_precision_dtype(self.compute_dtype)
     if self.flavour == "fsdp1":
@@ -209,6 +210,8 @@ def plan(self:WrapConfig,
                 else f"the units of {self.auto_wrap_policy(model)!r}".replace("\n", "; "))
         plan = _build_plan(model, claims, "fsdp2", f"fully_shard on {what}, then the root", True, set(), mp,
                            conditional_modules(model, conditional, detect_experts), self.shard_dim)
+    if world_size is not None or dist.is_initialized():   # the world is known: its checks run too (uneven-shard-dim)
+        plan = dataclasses.replace(plan, shard_group=_shard_rank(self, world_size, rank)[0])
     return _aligned(plan, _adapter_dtypes(model)) if self.align_lora_dtype else plan
 
 # %% ../nbs/03c_wrap.ipynb #effa262f

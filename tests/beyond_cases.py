@@ -12,7 +12,8 @@ import torch.distributed as dist
 from peft import LoraConfig, get_peft_model
 
 from lora_fsdp_kit import export as E
-from lora_fsdp_kit.gather import gather_lora, iter_merged_weights, unwrapped_name
+from lora_fsdp_kit.gather import gather_lora, unwrapped_name
+from lora_fsdp_kit.merged import iter_merged_weights
 from lora_fsdp_kit.models import model_from_config, shipped_config, tiny_model
 from lora_fsdp_kit.testing import case_model, case_wrap, training_batch
 from lora_fsdp_kit.wrap import WrapConfig

@@ -13,7 +13,8 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 import beyond_cases
 from beyond_cases import SETTINGS as BEYOND_SETTINGS
 import lora_fsdp_kit.export as E
-from lora_fsdp_kit.gather import gather_lora, iter_merged_weights
+from lora_fsdp_kit.gather import gather_lora
+from lora_fsdp_kit.merged import iter_merged_weights
 from lora_fsdp_kit.memory import AllGatherCounter
 from lora_fsdp_kit.measure_streams import measure_save, measure_stream
 from lora_fsdp_kit.testing import case_config, train_steps

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from lora_fsdp_kit.gather import Fsdp1GatherEngine, MissingLoraError, gather_lora, iter_merged_weights
+from lora_fsdp_kit.gather import Fsdp1GatherEngine, MissingLoraError, gather_lora
+from lora_fsdp_kit.merged import iter_merged_weights
 from lora_fsdp_kit.platform import EngineRegistry
 from lora_fsdp_kit.testing import case_model, case_wrap, gather_case
 
