@@ -127,7 +127,7 @@ def _cmd_doctor(a)->int:
 
 def _cmd_explore(a)->int:
     from lora_fsdp_kit.explore import serve   # Voilà serves the explorer as an app, until Ctrl-C
-    serve(config=a.config, model=a.model, port=a.port)
+    serve(config=a.config, model=a.model, port=a.port, lora_r=a.lora_r, targets=a.lora_targets)
     return 0
 
 def _cmd_demo(a)->int:
@@ -376,6 +376,8 @@ def parser()->argparse.ArgumentParser:
     about = "the plan explorer and its 'will it fit?' tab as a web app (Voilà), at the URL it prints; Ctrl-C stops it"
     ex = sub.add_parser("explore", help=about, description=about + " (pip install 'lora_fsdp_kit[explore]')")
     _model_flags(ex)
+    ex.add_argument("--lora-r", type=_whole(1), default=8, help="LoRA rank of the models it builds (default 8)")
+    ex.add_argument("--lora-targets", default=PLAN_TARGETS, help=f"their LoRA target modules (default {PLAN_TARGETS})")
     ex.add_argument("--port", type=_whole(1, 65535), default=None, help="the port (default 8866, or the next free one)")
     ex.set_defaults(fn=_cmd_explore)
     de = sub.add_parser("demo", help="the end-to-end tour: strip, LoRA, plan, FSDP1/FSDP2 gathers, plots, report")

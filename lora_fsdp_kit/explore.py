@@ -15,7 +15,7 @@ from .explore_fits import FitsTab, figure_svg   # the fourth tab (its chapter: 1
 # module to start Voilà, and so starts in a fraction of a second, not after seconds of imports it does not need
 
 # %% auto #0
-__all__ = ['AHEAD_DELAY_S', 'AHEAD_FIRST_DELAY_S', 'APP_CELLS', 'PlanExplorer', 'explore', 'app_command', 'serve']
+__all__ = ['AHEAD_DELAY_S', 'AHEAD_FIRST_DELAY_S', 'APP_CELLS', 'PlanExplorer', 'explore', 'app_panel', 'app_command', 'serve']
 
 # %% ../nbs/14_explore.ipynb #e812af19
 class PlanExplorer:
@@ -341,14 +341,24 @@ def explore(model:nn.Module|str|None=None,  # a (peft) model, a zoo or shipped c
     return PlanExplorer(model, layer_cls, lora_r, targets, config, ahead)
 
 # %% ../nbs/14_explore.ipynb #c6761414
-APP_CELLS = ("import os\nfrom lora_fsdp_kit.explore import explore\n"           # the panel: the page's one output
-             "explore(os.environ.get('LFK_EXPLORE_MODEL') or None, config=os.environ.get('LFK_EXPLORE_CONFIG') or None)",
-             "if os.environ.get('LFK_EXPLORE_READY'): open(os.environ['LFK_EXPLORE_READY'], 'a').close()")  # drawn
+def app_panel()->PlanExplorer:
+    "The app's panel, from the environment `app_command` sets; why it cannot be drawn goes where `serve` looks, then up."
+    env = os.environ
+    try: return explore(env.get("LFK_EXPLORE_MODEL") or None, config=env.get("LFK_EXPLORE_CONFIG") or None,
+                        lora_r=int(env.get("LFK_EXPLORE_LORA_R") or 8), targets=env.get("LFK_EXPLORE_TARGETS") or PLAN_TARGETS)
+    except Exception as e:   # a model the panel cannot show: `serve` says so and stops, where it would wait for ever
+        if env.get("LFK_EXPLORE_FAILED"): Path(env["LFK_EXPLORE_FAILED"]).write_text(f"{type(e).__name__}: {e}")
+        raise
+
+APP_CELLS = ("from lora_fsdp_kit.explore import app_panel\napp_panel()",   # the panel: the page's one output
+             "import os\nif os.environ.get('LFK_EXPLORE_READY'): open(os.environ['LFK_EXPLORE_READY'], 'a').close()")  # drawn
 
 def app_command(folder:str|Path,             # where the app notebook is written
                 config:str|None=None,        # a config.json (or its folder) to explore
                 model:str|None=None,         # or a zoo or shipped config name; neither: the tiny Llama
                 port:int|None=None,          # Voilà's port (None: 8866, or the next free one)
+                lora_r:int=8,                # LoRA rank of the models the panel builds
+                targets:str=PLAN_TARGETS,    # their LoRA target modules (as `plan --lora-targets`)
                 preheat:bool=True,           # run the app in a kernel kept ready before any page is opened
                )->tuple[list[str], dict]:    # the command line and the environment that serve the app
     "The Voilà command and environment `serve` runs (Voilà is imported by the command, not here)."
@@ -361,9 +371,11 @@ def app_command(folder:str|Path,             # where the app notebook is written
                                          "source": s} for s in APP_CELLS], "nbformat": 4, "nbformat_minor": 5,
                               "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
                                                           "name": "python3"}}}))
-    ready = Path(folder)/"lfk_explore.ready"; ready.unlink(missing_ok=True)
+    ready, failed = Path(folder)/"lfk_explore.ready", Path(folder)/"lfk_explore.failed"
+    for f in (ready, failed): f.unlink(missing_ok=True)
     env = {**os.environ, "LFK_EXPLORE_MODEL": model or "", "LFK_EXPLORE_CONFIG": config or "",
-           "LFK_EXPLORE_READY": str(ready)}
+           "LFK_EXPLORE_LORA_R": str(lora_r), "LFK_EXPLORE_TARGETS": targets, "LFK_EXPLORE_READY": str(ready),
+           "LFK_EXPLORE_FAILED": str(failed)}
     cmd = [sys.executable, "-m", "voila", str(nb), "--no-browser", f"--port={port or 8866}", "--Voila.ip=127.0.0.1",
            "--show_tracebacks=True"]
     if preheat: cmd += ["--preheat_kernel=True", "--pool_size=1"]     # the page takes a kernel that has run the app
@@ -373,6 +385,8 @@ def app_command(folder:str|Path,             # where the app notebook is written
 def serve(config:str|None=None,   # a config.json (or its folder) to explore
           model:str|None=None,    # or a zoo or shipped config name (`qwen3_omni_default`); neither: the tiny Llama
           port:int|None=None,     # the port (None: 8866, or the next free one)
+          lora_r:int=8,           # LoRA rank of the models the panel builds
+          targets:str=PLAN_TARGETS,  # their LoRA target modules (as `plan --lora-targets`)
          )->None:                 # returns when the server stops (Ctrl-C)
     "Serve the explorer as a web app with Voilà: print its URL once the app is ready, serve until Ctrl-C."
     import importlib.util, re, threading
@@ -384,7 +398,7 @@ def serve(config:str|None=None,   # a config.json (or its folder) to explore
     t0 = time.monotonic()
     print("the explorer: starting (Voilà runs the app once before the first page is opened)…", flush=True)
     with tempfile.TemporaryDirectory() as d:
-        cmd, env = app_command(d, config, model, port)
+        cmd, env = app_command(d, config, model, port, lora_r, targets)
         proc = subprocess.Popen(cmd, cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
         seen, tail = [], []
@@ -396,6 +410,9 @@ def serve(config:str|None=None,   # a config.json (or its folder) to explore
         try:
             while not (seen and Path(env["LFK_EXPLORE_READY"]).exists()):     # the URL, and the app run once
                 if proc.poll() is not None: raise RuntimeError(f"voila exited ({proc.returncode}):\n{''.join(tail)}")
+                if (failed := Path(env["LFK_EXPLORE_FAILED"])).exists():   # the app raised: it will never be ready
+                    raise ValueError(f"the explorer cannot show {model or config or 'the model'}: "
+                                     f"{failed.read_text().splitlines()[0]}")
                 time.sleep(0.1)
             print(f"the explorer: {seen[0]}  (ready in {time.monotonic() - t0:.0f} s; Ctrl-C stops it)", flush=True)
             proc.wait()

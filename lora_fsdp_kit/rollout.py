@@ -15,9 +15,9 @@ from torch import nn
 WORKER_EXTENSION = "lora_fsdp_kit.rollout.RolloutWorker"   # what `engine_args` names as vLLM's worker extension
 
 # %% auto #0
-__all__ = ['WORKER_EXTENSION', 'quiet', 'engine_args', 'pack', 'unpack', 'RolloutWorker', 'push_lora', 'fused_buckets',
-           'push_merged', 'engine_copy', 'expected_copy', 'served_logprobs', 'reference_logprobs', 'CertifyError',
-           'Certificate', 'certify', 'bucket_bytes']
+__all__ = ['WORKER_EXTENSION', 'quiet', 'engine_args', 'pack', 'unpack', 'RolloutWorker', 'push_lora', 'bucket_problem',
+           'fused_buckets', 'push_merged', 'engine_copy', 'expected_copy', 'served_logprobs', 'reference_logprobs',
+           'CertifyError', 'Certificate', 'certify', 'bucket_bytes']
 
 # %% ../nbs/13_rollout.ipynb #78eb29b2
 @contextlib.contextmanager
@@ -109,6 +109,23 @@ class RolloutWorker:
         self.reload_weights(weights_iterator=count(stream))
         return n[0]
 
+# %% ../nbs/13_rollout.ipynb #ab6391f3
+def _shape_problems(am, lora)->list[str]:
+    "One line per module of vLLM's `LoRAModel` `lora` whose A or B does not fit the engine's LoRA slots (`am`'s)."
+    slot = {s: (m, i) for m, subs in am.packed_modules.items() for i, s in enumerate(subs)}
+    out = []
+    for name, w in lora.loras.items():
+        m, i = slot.get(name, (name, 0))
+        mod = am.modules.get(m)
+        if mod is None or not hasattr(mod, "lora_a_stacked") or "Embedding" in type(mod).__name__: continue
+        a_in, b_out = mod.lora_a_stacked[i].shape[-1], mod.lora_b_stacked[i].shape[-2]   # (.., r, in), (.., out, r)
+        if w.lora_a.shape[0] != w.lora_b.shape[1]:
+            out.append(f"{name}: lora_A has rank {w.lora_a.shape[0]}, lora_B {w.lora_b.shape[1]}")
+        elif w.lora_a.shape[1] != a_in or w.lora_b.shape[0] != b_out:
+            out.append(f"{name}: lora_A {tuple(w.lora_a.shape)} and lora_B {tuple(w.lora_b.shape)} where the engine's "
+                       f"layer takes {a_in} features in and gives {b_out} out")
+    return out
+
 # %% ../nbs/13_rollout.ipynb #ace38c8f
 def _add_lora(self, lora_id:int, data:bytes|dict, peft_config:dict, replaces:int|None=None)->list[str]:
     "`RolloutWorker.lfk_add_lora`'s work, in vLLM's worker `self`."
@@ -127,6 +144,9 @@ def _add_lora(self, lora_id:int, data:bytes|dict, peft_config:dict, replaces:int
     packed = {s for subs in am.packed_modules.values() for s in subs}
     stray = sorted(m for m in lora.loras if m not in am.modules and m not in packed)
     # vLLM serves an adapter that binds no module as the base model, saying so only at debug level
+    if bad := _shape_problems(am, lora):   # vLLM copies into its slots without a check: a short tensor is zero-padded
+        raise ValueError(f"the adapter does not fit the engine's model in {len(bad)} of {len(lora.loras)} modules: "
+                         f"{'; '.join(bad[:3])} (a rank's shards? push the gathered adapter: gather_lora, iter_lora)")
     if stray or not lora.loras:
         raise ValueError(f"the engine has no LoRA layer for {len(stray)} of {len(lora.loras)} adapted modules: "
                          f"{', '.join(stray[:4]) or '(none adapted)'}; vLLM serves LoRA on "
@@ -155,6 +175,7 @@ class _EngineState:
     next_id: int = 1
     live: dict = field(default_factory=dict)   # name -> _Pushed
     reloads: int = 0                           # calls the last `push_merged` made
+    params: tuple|None = None                  # ({name: shape} of the engine's model, its class): `_engine_params`
 
 def _state(llm)->_EngineState:
     if not hasattr(llm, "_lfk_rollout"): llm._lfk_rollout = _EngineState()
@@ -206,6 +227,11 @@ def push_lora(llm,                   # a `vllm.LLM` with LoRA enabled (see `engi
     own = {n: t.detach().to("cpu", copy=True) for n, t in
            (tensors.items() if isinstance(tensors, Mapping) else _pairs(tensors))}   # vLLM scales lora_B in place
     _refuse_moe(list(own), cfg)
+    halves = {}   # module -> the halves it has: vLLM scales a missing lora_B (a TypeError from inside the worker)
+    for k in own:
+        if ".lora_" in k: m, rest = k.rsplit(".lora_", 1); halves.setdefault(m, set()).add(rest.split(".")[0][-1:])
+    if lone := sorted(m for m, s in halves.items() if len(s & {"A", "B"}) == 1):
+        raise ValueError(f"{len(lone)} adapted modules have one of lora_A and lora_B: {', '.join(lone[:3])}")
     st = _state(llm)
     data = own if _in_process(llm) else pack(own)   # across a process, tensors arrive as lists: bytes survive
     old = st.live[name].request.lora_int_id if name in st.live else None
@@ -229,6 +255,44 @@ def _refuse_moe_engine(am):
         raise NotImplementedError(f"vLLM's CPU build serves no LoRA on a MoE model: its MoE LoRA kernels are Triton's "
                                   f"(GPU only), and {len(moe)} expert layers ({', '.join(moe[:2])}, ...) would run "
                                   f"them; serve it on a GPU, or push merged weights to an engine without LoRA")
+
+# %% ../nbs/13_rollout.ipynb #f8c62a89
+def _engine_params(llm)->tuple[dict|None, str]:
+    "({name: shape} of every parameter of the engine's model as transformers names them, its class), built on meta once."
+    st = _state(llm)
+    if st.params is None:
+        import transformers, warnings
+        try:
+            with torch.device("meta"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                m = transformers.AutoModelForCausalLM.from_config(llm.model_config.hf_config)
+            st.params = {n: tuple(p.shape) for n, p in m.named_parameters(remove_duplicate=False)}, type(m).__name__
+        except Exception as e:   # never silent: the push goes on unchecked, and says so
+            warnings.warn(f"push_merged cannot check streams against the engine's model ({type(e).__name__}: {e}): "
+                          "a bad name or shape will fail inside vLLM's reload", stacklevel=3)
+            st.params = None, ""
+    return st.params
+
+def bucket_problem(bucket:list,                 # (name, tensor) pairs that one reload would take
+                   params:dict[str, tuple],     # {name: shape} of the engine's model (`_engine_params`)
+                   fused:dict[str, list],       # its fused parameters (`RolloutWorker.lfk_fused`)
+                   model_class:str="the model", # for the message
+                  )->str|None:                  # why vLLM must not reload it, or None
+    "A name the engine's model lacks, a shape it does not have, or a layer of it that the bucket holds only part of."
+    parts = {p: (f, len(ps)) for f, ps in fused.items() for p in ps}
+    layer = lambda n: _fused_key(n, parts)[0].rsplit(".", 1)[0]   # the engine's layer a tensor loads into
+    if unknown := [n for n, _ in bucket if n not in params]:
+        return (f"{len(unknown)} names are not parameters of the engine's {model_class}: {', '.join(unknown[:3])} "
+                "(it takes the plain transformers names that iter_merged_weights gives, not peft's)")
+    if shapes := [f"{n} is {tuple(t.shape)}, not {params[n]}" for n, t in bucket if tuple(t.shape) != params[n]]:
+        return f"{len(shapes)} shapes differ from the engine's {model_class}: {'; '.join(shapes[:3])}"
+    names, members = {n for n, _ in bucket}, {}
+    for n in params: members.setdefault(layer(n), []).append(n)
+    for l in dict.fromkeys(map(layer, names)):
+        if missing := [n for n in members[l] if n not in names]:
+            return (f"it holds part of the engine's layer {l}, without {', '.join(missing[:3])}: vLLM would rebuild "
+                    "that layer with the rest uninitialised (stream every tensor of a layer in one push)")
+    return None
 
 # %% ../nbs/13_rollout.ipynb #bf7bfd67
 def _fused_key(name:str, parts:dict[str, tuple[str, int]])->tuple[str, int]:
@@ -266,19 +330,24 @@ def fused_buckets(named_tensors,           # (name, tensor) pairs or buckets of 
 def push_merged(llm,                       # a `vllm.LLM`
                 named_tensors,             # (name, tensor) pairs or buckets: `iter_merged_weights`, `buckets(...)`
                 bucket_bytes:int|None=None,# the most one reload takes; None: a quarter of the available memory
-               )->int:                     # how many tensors the engine loaded
+               )->int:                     # how many tensors the engine reloaded
     "Stream merged base weights into the engine in `fused_buckets`, then push again the adapters this drops."
     if bucket_bytes is None:
         import psutil
         bucket_bytes = psutil.virtual_memory().available // 4
-    inproc, n, calls = _in_process(llm), 0, 0
-    for b in fused_buckets(named_tensors, _rpc(llm, "lfk_fused"), bucket_bytes):
-        # across a process tensors arrive as lists: bytes survive
-        n += _rpc(llm, "lfk_reload_weights", b if inproc else pack(b)); calls += 1
-    _state(llm).reloads = calls
-    # vLLM's reload drops every adapter: the kit pushes each one again, under its same request (id and path)
-    for p in _state(llm).live.values(): _rpc(llm, "lfk_add_lora", p.request.lora_int_id, p.data, p.peft_config)
-    llm.reset_prefix_cache()   # every cached prefix was computed with the old base weights
+    inproc, n, calls, fused, (params, cls) = _in_process(llm), 0, 0, _rpc(llm, "lfk_fused"), _engine_params(llm)
+    try:
+        for b in fused_buckets(named_tensors, fused, bucket_bytes):
+            if params and (why := bucket_problem(b, params, fused, cls)):   # a failed reload wedges the engine
+                raise ValueError(f"push_merged refused bucket {calls + 1}: {why}; "
+                                 + (f"the {n} tensors before it are loaded" if n else "nothing was loaded"))
+            # across a process tensors arrive as lists: bytes survive
+            n += _rpc(llm, "lfk_reload_weights", b if inproc else pack(b)); calls += 1
+    finally:
+        _state(llm).reloads = calls
+        if calls:   # vLLM's reload drops every adapter: pushed again under their same requests (id and path)
+            for p in _state(llm).live.values(): _rpc(llm, "lfk_add_lora", p.request.lora_int_id, p.data, p.peft_config)
+            llm.reset_prefix_cache()   # every cached prefix was computed with the old base weights
     return n
 
 # %% ../nbs/13_rollout.ipynb #be601db2
@@ -289,11 +358,12 @@ def engine_copy(llm, request)->dict[str, torch.Tensor]:
 def expected_copy(llm, tensors:Mapping[str, torch.Tensor], peft_config)->tuple[dict, dict]:
     "What `engine_copy` must hold for these tensors, and which peft key each entry comes from."
     from vllm.lora.peft_helper import PEFTHelper
-    from vllm.lora.utils import parse_fine_tuned_lora_name
+    from vllm.lora.utils import is_base_embedding_weights, parse_fine_tuned_lora_name
     helper = PEFTHelper.from_dict(_config_dict(peft_config))
     slot = {s: (m, i) for m, subs in _rpc(llm, "lfk_packing").items() for i, s in enumerate(subs)}
     want, source = {}, {}
     for key, t in tensors.items():
+        if is_base_embedding_weights(key): continue   # peft keeps a LoRA'd embedding's base weight: vLLM skips it
         module, is_a = parse_fine_tuned_lora_name(key)
         scale = 1.0 if is_a else helper.get_rank_and_scaling(module)[1]
         m, i = slot.get(module, (module, 0))

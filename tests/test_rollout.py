@@ -50,7 +50,7 @@ def engine():
     "One in-process engine for the module, on the chapter's tiny Llama, and the HF + peft reference beside it."
     folder = tempfile.mkdtemp()
     ref = RR.chapter_model(folder)
-    llm = LLM(**R.engine_args(folder, max_model_len=128, block_size=32, max_cpu_loras=8))   # a name per test
+    llm = LLM(**R.engine_args(folder, max_model_len=128, block_size=32, max_cpu_loras=10))   # a name per test
     yield llm, ref, folder
     llm.llm_engine.engine_core.shutdown(); del llm
     # importing vLLM leaves ~700K objects that the interpreter's last collections walk at exit (10-30 s of this job,
@@ -171,6 +171,55 @@ def test_merged_buckets_never_split_a_fused_group(engine):
     R.push_merged(llm, base, bucket_bytes=64 << 10)                          # the base back, in 64 KiB buckets
     with ref.disable_adapter():
         assert R._state(llm).reloads > 1 and served_ok(llm, None, ref)
+
+def test_a_bad_merged_stream_is_refused_before_the_engine_sees_it(engine):
+    "vLLM's reload fails half way on a name or shape its model lacks (layers left on meta: the engine fails or hangs"
+    " from then on), and serves a layer loaded in part (q and v without k) half-initialised: the kit refuses first."
+    llm, ref, _ = engine
+    base = RR._base_weights(ref)
+    R.push_merged(llm, base)
+    q = "model.layers.0.self_attn.q_proj.weight"
+    adapter(ref, 12); merged = merged_by_hand(ref, base)
+    for stream, says in [([("base_model.model." + q.replace(".weight", ".base_layer.weight"), merged[q])],
+                          "names are not parameters of the engine's LlamaForCausalLM"),
+                         ([(q, merged[q][:, :-1])], f"{q} is {tuple(merged[q][:, :-1].shape)}, not {tuple(merged[q].shape)}"),
+                         ([(q, merged[q]), (q.replace("q_proj", "v_proj"), merged[q.replace("q_proj", "v_proj")])],
+                          "without model.layers.0.self_attn.k_proj.weight")]:
+        with pytest.raises(ValueError, match="push_merged refused bucket 1: .*" + says.replace("(", r"\(").replace(")", r"\)")):
+            R.push_merged(llm, stream)
+    with ref.disable_adapter():
+        assert served_ok(llm, None, ref)                                      # the base, as before: nothing loaded
+
+def test_an_adapter_that_does_not_fit_is_refused(engine):
+    "vLLM copies a short lora_A or lora_B into its slot zero-padded, and serves it: a rank's shards, not gathered."
+    llm, ref, _ = engine
+    sd = adapter(ref, 13)
+    req = R.push_lora(llm, sd, ref.peft_config["default"], name="g")
+    shards = {k: v[: v.shape[0] // 2].clone() for k, v in sd.items()}        # what an FSDP2 rank holds of each
+    with pytest.raises(ValueError, match=r"the adapter does not fit the engine's model in (\d+) of \1 modules: .* \(a "
+                                         r"rank's shards\? push the gathered adapter"):
+        R.push_lora(llm, shards, ref.peft_config["default"], name="g")
+    lone = {k: v for k, v in sd.items() if not k.endswith("layers.1.self_attn.o_proj.lora_B.weight")}
+    with pytest.raises(ValueError, match=r"1 adapted modules have one of lora_A and lora_B: base_model\.model\.model"
+                                         r"\.layers\.1\.self_attn\.o_proj"):
+        R.push_lora(llm, lone, ref.peft_config["default"], name="g")
+    assert R._state(llm).live["g"].request == req and served_ok(llm, req, ref)   # the last good version serves on
+
+def test_certify_an_adapter_on_the_head(engine):
+    "peft keeps a LoRA'd head's (or embedding's) base weight in the adapter's state dict; vLLM skips it, so does certify."
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+    from transformers import AutoModelForCausalLM
+    llm, _, folder = engine
+    head = get_peft_model(AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32),
+                          LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "lm_head"])).eval()
+    g = torch.Generator().manual_seed(14)
+    sd = {k: (torch.randn(v.shape, generator=g) * 0.05 if "lora_B" in k else v.clone())
+          for k, v in get_peft_model_state_dict(head).items()}
+    set_peft_model_state_dict(head, sd)
+    assert "base_model.model.lm_head.base_layer.weight" in sd
+    req = R.push_lora(llm, sd, head.peft_config["default"], name="h")
+    assert served_ok(llm, req, head)
+    assert R.certify(llm, req, sd, head, probe=PROMPTS[0]).tensors == len([k for k in sd if ".base_layer." not in k])
 
 def test_a_pushed_adapter_is_never_evicted(engine):
     llm, ref, folder = engine
