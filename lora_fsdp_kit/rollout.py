@@ -144,13 +144,13 @@ def _add_lora(self, lora_id:int, data:bytes|dict, peft_config:dict, replaces:int
     packed = {s for subs in am.packed_modules.values() for s in subs}
     stray = sorted(m for m in lora.loras if m not in am.modules and m not in packed)
     # vLLM serves an adapter that binds no module as the base model, saying so only at debug level
-    if bad := _shape_problems(am, lora):   # vLLM copies into its slots without a check: a short tensor is zero-padded
-        raise ValueError(f"the adapter does not fit the engine's model in {len(bad)} of {len(lora.loras)} modules: "
-                         f"{'; '.join(bad[:3])} (a rank's shards? push the gathered adapter: gather_lora, iter_lora)")
     if stray or not lora.loras:
         raise ValueError(f"the engine has no LoRA layer for {len(stray)} of {len(lora.loras)} adapted modules: "
                          f"{', '.join(stray[:4]) or '(none adapted)'}; vLLM serves LoRA on "
                          f"{', '.join(sorted(wm._adapter_manager.supported_lora_modules))}")
+    if bad := _shape_problems(am, lora):   # vLLM copies into its slots without a check: a short tensor is zero-padded
+        raise ValueError(f"the adapter does not fit the engine's model in {len(bad)} of {len(lora.loras)} modules: "
+                         f"{'; '.join(bad[:3])} (a rank's shards? push the gathered adapter: gather_lora, iter_lora)")
     am.remove_adapter(lora_id)
     if replaces is not None: am.remove_adapter(replaces)   # the new version is built and checked: the old one goes
     if len(am._registered_adapters.pinned_items) >= am.capacity:
