@@ -147,12 +147,12 @@ def save_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
              )->Path:                      # `path`, once every rank knows the adapter is there
     "Collective: write a standard peft adapter directory at `path` from rank 0, atomically; every rank calls it."
     path = dest = Path(path).absolute()
-    adapter_config(model, adapter_name)      # a wrong name fails on every rank alike, before any collective
     vote, tmp, stage, err = RankVote("save_lora"), None, "start", None
     try:
         vote.check(stage)   # every rank is at this call (its tag): a rank at another call raises here, and so do all
         stage = "ready"
         try:   # everything that can fail before the first collective, on every rank, then one vote
+            adapter_config(model, adapter_name)   # a name one rank lacks (a typo on one rank): every rank raises
             if vote.rank == 0:
                 dest = save_target(path)
                 clean_leftovers(dest)

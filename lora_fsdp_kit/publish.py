@@ -5,7 +5,7 @@
 # %% ../nbs/08a_publish.ipynb #1298afc7
 from __future__ import annotations
 
-import os, shutil, socket, tempfile, time
+import glob, os, shutil, socket, tempfile, time
 from pathlib import Path
 
 _HOST = socket.gethostname().replace("-", "_")   # in a temporary folder's name, with the pid: whose it is
@@ -110,7 +110,8 @@ def owner_alive(tmp:Path)->bool:
 def clean_leftovers(path:Path)->list[str]:
     "Roll back and remove what saves into `path` killed half way left beside it; the names of what was removed."
     gone = []
-    for tmp in sorted(path.parent.glob(f".{path.name}.saving-*")):
+    # the name escaped: a folder `run[1]` would match `run1`'s leftovers, and roll them back into itself
+    for tmp in sorted(path.parent.glob(f".{glob.escape(path.name)}.saving-*")):
         if owner_alive(tmp): continue
         if (tmp/_JOURNAL).exists() and path.is_dir(): roll_back(tmp, path)
         shutil.rmtree(tmp, ignore_errors=True); gone.append(tmp.name)

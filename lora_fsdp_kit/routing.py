@@ -84,7 +84,9 @@ def _looks_routed(parent:nn.Module, box_name:str, box:nn.Module)->bool:
     if "expert" in (box_name + type(box).__name__).lower(): return True
     # a router's weight lies beside the experts: on their parent or on a sibling module, not deeper (a Mixtral
     # layer's q/k/v/o are 4 children, as many as the rows of its MoE block's router one level further down)
-    near = [*parent.parameters(recurse=False), *(p for sn, s in parent.named_children() if sn != box_name
+    # an embedding beside them is a table, never a gate (Qwen2.5-Omni's audio tower: 2 special tokens, 2 layers)
+    near = [*parent.parameters(recurse=False), *(p for sn, s in parent.named_children()
+                                                 if sn != box_name and not isinstance(s, nn.Embedding)
                                                  for p in s.parameters(recurse=False))]
     return any(p.dim() == 2 and n in p.shape for p in near)
 

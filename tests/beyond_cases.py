@@ -1,7 +1,8 @@
 """Rank-side cases beyond the gather matrix, each against peft (or torch) on the unwrapped model, at any world size:
 a tied head with LoRA streamed (`iter_lora`, `iter_lora_buckets`) and loaded back (`load_lora`); a tied weight with
 LoRA on both its names, trainable tokens and FSDP's bf16 mixed precision merged (`iter_merged_weights`); and the
-adapter config of a model that FSDP1 wraps whole (`save_lora`). Each was wrong before it was a case here."""
+adapter config of a model that FSDP1 wraps whole (`save_lora`); and a save where one rank names an adapter the
+model lacks. Each was wrong before it was a case here."""
 from __future__ import annotations
 
 import copy, json, traceback
@@ -105,6 +106,14 @@ def automap_of_wrapped_model(folder:Path)->dict:
     read = lambda d: json.loads((folder/d/"adapter_config.json").read_text()).get("auto_mapping")
     return dict(wrapped=wrapped, auto_mapping=read("automap"), peft_auto_mapping=read("peft_automap"))
 
+def adapter_name_on_one_rank(folder:Path)->dict:
+    "One rank names an adapter the model lacks (a typo there): every rank raises, naming it; none waits for ever."
+    fm = case_wrap(case_model("llama"), "layer", "fsdp2")
+    name = "typo" if dist.get_rank() == dist.get_world_size() - 1 else "default"
+    try: E.save_lora(fm, folder/"typo", adapter_name=name)
+    except Exception as e: return dict(raised=type(e).__name__, says="no adapter 'typo'" in str(e))
+    return dict(raised=None)
+
 def run(folder:str)->dict:
     "Every case on every setting; an error is kept as its text, so one case failing shows beside the others."
     folder, out = Path(folder), {}
@@ -114,6 +123,7 @@ def run(folder:str)->dict:
                  ("trainable_tokens_merged", lambda s=s: trainable_tokens_merged(s)),
                  ("mixed_precision_merged", lambda s=s: mixed_precision_merged(s)))]
     cases.append(("automap_of_wrapped_model", lambda: automap_of_wrapped_model(folder)))
+    cases.append(("adapter_name_on_one_rank", lambda: adapter_name_on_one_rank(folder)))
     for name, fn in cases:
         try: out[name] = fn()
         except Exception: out[name] = dict(error=traceback.format_exc()[-3000:])

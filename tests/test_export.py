@@ -211,3 +211,7 @@ def test_adapter_config_names_the_model_not_its_fsdp1_wrapper(beyond):
     got = beyond[0]["automap_of_wrapped_model"]
     assert got["wrapped"] == "FullyShardedDataParallel"      # FSDP1 wraps the decoder model itself here
     assert got["auto_mapping"] == got["peft_auto_mapping"] and got["auto_mapping"]["base_model_class"] == "MistralForCausalLM"
+
+def test_an_adapter_name_only_one_rank_lacks_raises_on_every_rank(beyond):
+    # the name was checked before the save's first vote: the rank with the typo raised alone, the others waited for ever
+    assert [r["adapter_name_on_one_rank"] for r in beyond] == [dict(raised="SaveError", says=True)] * len(beyond)
