@@ -424,10 +424,12 @@ def _run_command(argv:list[str])->int:
     a = p.parse_args(argv)
     if (check := getattr(a, "precheck", None)) and (code := check(a)) is not None: return code   # before imports
     if why := _input_problem(a): print(f"error: {why}", file=sys.stderr); return 2
-    from lora_fsdp_kit.platform import PlatformError, load_plugins
+    from lora_fsdp_kit.platform import PLATFORM_ENV, PlatformError, detect_platform, load_plugins
     from lora_fsdp_kit.launch import LaunchError
     try:
         load_plugins()   # every command, first: a broken plugin is the same one line whatever the command
+        if os.environ.get(PLATFORM_ENV, "").strip(): detect_platform(plugins=False)   # and a forced platform: in
+        # the ranks its error was a traceback (smoke), and the doctor said nothing of it
         return a.fn(a)
     except LaunchError as e:   # a rank failed: its traceback and every rank's status are the useful part
         print(f"error: {e}", file=sys.stderr)

@@ -116,7 +116,10 @@ def _check_demo_args(model, config, nprocs, r, out)->tuple:
     "Every input of `run_demo`, checked before anything is written: (out, parsed config or None)."
     if model is not None and config is not None: raise ValueError("give either model= or config=, not both")
     if model is not None and model not in model_names():
-        raise ValueError(f"unknown model {model!r}; available: {', '.join(model_names())}")
+        from lora_fsdp_kit.config_files import shipped_names
+        full = f"; {model} is a full-size config: --config {model} (built on meta: plan and strip only)" \
+               if model in shipped_names() else ""   # the command line offers every shipped name for --model
+        raise ValueError(f"unknown model {model!r}; available: {', '.join(model_names())}{full}")
     for k, v in (("nprocs", nprocs), ("r", r)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{k} must be an integer >= 1, got {v!r}")

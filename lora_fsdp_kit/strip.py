@@ -40,8 +40,11 @@ def strip_names_for(model:nn.Module,                # the model (a peft wrapper 
         if val:
             return ((val,) if isinstance(val, str) else tuple(val)), attr
     for cls in type(inner).__mro__:
-        if cls.__name__ in DEFAULT_STRIP_MODULES:
-            return DEFAULT_STRIP_MODULES[cls.__name__], f"default for {cls.__name__}"
+        if cls.__name__ in DEFAULT_STRIP_MODULES:   # those of the family's stages the model has
+            have, stages = {n for n, _ in inner.named_modules()}, DEFAULT_STRIP_MODULES[cls.__name__]
+            if present := tuple(n for n in stages if n in have): return present, f"default for {cls.__name__}"
+            raise ValueError(f"nothing to strip in {type(inner).__name__}: it has none of its family's stages "
+                             f"{', '.join(stages)} (built without them, e.g. enable_audio_output=False, or stripped)")
     raise ValueError(f"nothing to strip in {type(inner).__name__}: no names given, no {' or '.join(STRIP_ATTRIBUTES)} "
                      f"attribute, and no default for its class "
                      f"(defaults exist for {', '.join(DEFAULT_STRIP_MODULES)}); "
