@@ -396,7 +396,7 @@ def iter_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
         for n, k in keys.items(): yield k, params[n].detach()
         return
     engine = gather_engine(model)
-    wanted = engine.lora_names(adapter_name)
+    wanted = engine.agreed_names(adapter_name)
     keep, seen = not rank0_only or _rank() == 0, {}
     for unit, names in engine.lora_units(list(wanted)):
         for n, t in engine.full_lora(unit, names, rank0_only):
@@ -416,7 +416,7 @@ def iter_lora_buckets(model:nn.Module,            # a peft model: FSDP1- or FSDP
         if not (rank0_only and _rank() != 0): yield from buckets(stream, bucket_bytes)
         return
     engine = gather_engine(model)
-    wanted = engine.lora_names(adapter_name)
+    wanted = engine.agreed_names(adapter_name)
     order = [n for _, ns in engine.lora_units(list(wanted)) for n in ns]
     # cut by full size as `buckets` does, on meta stand-ins: nothing is allocated to decide
     metas = ((n, torch.empty(engine.owner(n).shape, dtype=engine.owner(n).dtype, device="meta")) for n in order)

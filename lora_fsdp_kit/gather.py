@@ -178,6 +178,15 @@ def vote(self, name:str)->RankVote:
     gs = self.view.groups
     return RankVote(name, group=gs[0] if len(gs) == 1 else None)
 
+# %% ../nbs/05_gather.ipynb #ad98d3c2
+@patch_to(GatherEngine)
+def agreed_names(self, adapter_name:str="default")->OrderedDict[str, str]:
+    "`lora_names(adapter_name)`, checked in by every rank (a small all-reduce): a name one rank lacks raises on all."
+    try: names, err = self.lora_names(adapter_name), None
+    except Exception as e: names, err = OrderedDict(), e
+    self.collect([], error=err)   # no data: one check-in of every rank, which raises on all if one failed
+    return names
+
 # %% ../nbs/05_gather.ipynb #95516102
 def _own_cpu_copy(t:torch.Tensor)->torch.Tensor:
     "A detached CPU tensor with its own storage holding exactly `t` (on the CPU, `.cpu()` does not copy)."

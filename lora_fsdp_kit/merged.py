@@ -84,7 +84,7 @@ def iter_merged_weights(model:nn.Module,            # an FSDP1- or FSDP2-wrapped
                        )->Iterator[tuple[str, torch.Tensor]]: # (plain transformers name, merged full CPU tensor)
     "Yield every base weight with one adapter's LoRA delta merged (peft's merge), unit by unit, under plain names."
     engine = gather_engine(model)
-    engine.lora_names(adapter_name)   # an unknown adapter is an error naming the model's adapters
+    engine.agreed_names(adapter_name)   # an unknown adapter: an error naming the model's, on every rank
     layers, drop = engine.memo(("adapter_layers", adapter_name), lambda: _adapter_layers(engine, adapter_name))
     every = list(engine.by_name) + list(engine.aliases)
     lora_of = {ln: [n for n in every if n.startswith(ln + ".") and n in drop] for ln in layers}

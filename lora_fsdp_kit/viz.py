@@ -324,6 +324,11 @@ def plan_command(model:str|None=None,        # a zoo name or a shipped full-size
     plan = wrap.plan(m, world_size=world)
     findings = plan.check()
     text = plan_text_grouped(plan, findings, speak)
+    if targets == PLAN_TARGETS:   # the default list, partly absent (Phi-3 fuses q/k/v): said, where a user's list is refused
+        got = {n.rsplit(".", 1)[-1] for n, mod in m.named_modules() if hasattr(mod, "lora_A")}   # peft's LoRA layers
+        if idle := [t for t in targets.split(",") if t not in got]:
+            text += (f"\nLoRA: the default targets {', '.join(idle)} match nothing in {plan.model_class}: LoRA on "
+                     f"{', '.join(sorted(got))} only (choose them: --lora-targets / targets=)")
     if png:
         plot_plan(plan, findings).save_png(png); text += f"\nchart: {png}"
     if json_path:

@@ -110,9 +110,14 @@ def adapter_name_on_one_rank(folder:Path)->dict:
     "One rank names an adapter the model lacks (a typo there): every rank raises, naming it; none waits for ever."
     fm = case_wrap(case_model("llama"), "layer", "fsdp2")
     name = "typo" if dist.get_rank() == dist.get_world_size() - 1 else "default"
-    try: E.save_lora(fm, folder/"typo", adapter_name=name)
-    except Exception as e: return dict(raised=type(e).__name__, says="no adapter 'typo'" in str(e))
-    return dict(raised=None)
+    out = {}
+    for what, call in (("save_lora", lambda: E.save_lora(fm, folder/"typo", adapter_name=name)),
+                       ("iter_lora", lambda: list(E.iter_lora(fm, adapter_name=name))),
+                       ("iter_lora_buckets", lambda: list(E.iter_lora_buckets(fm, bucket_bytes=4096, adapter_name=name))),
+                       ("iter_merged_weights", lambda: list(iter_merged_weights(fm, adapter_name=name)))):
+        try: call(); out[what] = dict(raised=None)
+        except Exception as e: out[what] = dict(raised=type(e).__name__, says="no adapter 'typo'" in str(e))
+    return out
 
 def run(folder:str)->dict:
     "Every case on every setting; an error is kept as its text, so one case failing shows beside the others."
