@@ -20,10 +20,11 @@ from safetensors.torch import save_file
 
 from .sharded import reshard_units, sharded_view
 from .shards import WRAPPER_SEGMENTS, clean_name
-from .gather import MissingLoraError, check_collected, fsdp_flavour, gather_engine, gather_lora
+from .gather import (GatherEngine, MissingLoraError, check_collected, fsdp_flavour, gather_engine,
+                                  gather_lora)
 from .publish import clean_leftovers, fsync_tree, new_tmp, publish, save_target
 from .votes import (CallMismatch, RankFailure, RankVote, bounded_wait, mismatches,
-                                  sigint_held)
+                                  sigint_held, _device)
 
 # %% auto #0
 __all__ = ['ADAPTER_CONFIG', 'ADAPTER_WEIGHTS', 'CONFIG_FIELDS', 'is_sharded', 'peft_model_of', 'adapter_config', 'lora_keys',
@@ -372,6 +373,17 @@ def _packed_batches(engine, wanted:dict, batches:list[list[str]], rank0_only:boo
         del got
     if keep: check_collected(wanted, seen, engine)   # an engine that skipped a tensor is an error, not a short stream
 
+# %% ../nbs/09_export.ipynb #d03192ba
+def _smallest(engine:GatherEngine, n:int)->int:
+    "The smallest `n` over the ranks that gather `engine`'s model together (one all-reduce), so that all cut alike."
+    # a size of each rank's own (`rollout.bucket_bytes` reads its free memory) cut the stream apart: the ranks then
+    # met in packed gathers of other sizes, and gloo aborted the process
+    if not dist.is_initialized() or dist.get_world_size() == 1: return n
+    gs = engine.view.groups
+    t = torch.tensor([n], dtype=torch.int64, device=_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=gs[0] if len(gs) == 1 else None)
+    return int(t.item())
+
 # %% ../nbs/09_export.ipynb #75fccb5b
 def _stop_peers(engine, names:list[str], rank0_only:bool, vote:RankVote):
     "Check in at the next bucket as failed, so that every peer raises `RankFailure` there instead of waiting."
@@ -416,7 +428,8 @@ def iter_lora_buckets(model:nn.Module,            # a peft model: FSDP1- or FSDP
         if not (rank0_only and _rank() != 0): yield from buckets(stream, bucket_bytes)
         return
     engine = gather_engine(model)
-    wanted = engine.agreed_names(adapter_name)
+    wanted = engine.agreed_names(adapter_name)   # every rank is at this call now: the size can be agreed on
+    bucket_bytes = _smallest(engine, bucket_bytes)
     order = [n for _, ns in engine.lora_units(list(wanted)) for n in ns]
     # cut by full size as `buckets` does, on meta stand-ins: nothing is allocated to decide
     metas = ((n, torch.empty(engine.owner(n).shape, dtype=engine.owner(n).dtype, device="meta")) for n in order)

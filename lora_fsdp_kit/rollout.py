@@ -440,7 +440,7 @@ def bucket_bytes(model:nn.Module,             # the model whose weights are stre
                  fraction:float=0.25,         # share of it one bucket may take
                 )->int:                        # bytes per bucket for `iter_lora_buckets` / `buckets`
     "A bucket size from the model and the trainer's free memory: at least its largest tensor, at most `fraction`."
-    # a collective where a process group is initialized: every rank calls it, and gets the same size
+    # each rank's own answer (its own free memory): `iter_lora_buckets` takes the smallest over the ranks itself
     # Hand-picked defaults of 512-2048 MB (seen on public trackers) fail on an fp32 embedding of 2.3 GB and waste
     # memory on small models. Here: never below the largest tensor (it must fit whole), never above the whole
     # model (one bucket then), and otherwise a fixed share of what is free: the device's free memory on an
@@ -451,12 +451,6 @@ def bucket_bytes(model:nn.Module,             # the model whose weights are stre
         else:
             import psutil
             free_bytes = psutil.virtual_memory().available
-    import torch.distributed as dist
-    if dist.is_initialized() and dist.get_world_size() > 1:   # one size on every rank: `iter_lora_buckets` cuts its
-        from lora_fsdp_kit.votes import _device               # stream by it, and ranks cut apart meet in gathers of
-        t = torch.tensor([free_bytes], dtype=torch.int64, device=_device())   # other sizes (gloo aborts the process)
-        dist.all_reduce(t, op=dist.ReduceOp.MIN)
-        free_bytes = int(t.item())
     largest, total = max(sizes), sum(sizes)
     if largest > free_bytes:
         raise MemoryError(f"the largest tensor ({largest:,} B) exceeds the free memory ({free_bytes:,} B): no bucket "

@@ -119,6 +119,13 @@ def adapter_name_on_one_rank(folder:Path)->dict:
         except Exception as e: out[what] = dict(raised=type(e).__name__, says="no adapter 'typo'" in str(e))
     return out
 
+def bucket_bytes_of_each_rank(setting:str)->dict:
+    "Each rank streams with a bucket size of its own (as one sized from its own free memory): the same stream on all."
+    fm = case_wrap(case_model("llama"), "layer", setting)
+    ref = gather_lora(fm)
+    got = [b for b in E.iter_lora_buckets(fm, bucket_bytes=1000 * (1 + dist.get_rank()))]
+    return dict(same=_same({k: t for b in got for k, t in b}, ref), buckets=len(got))
+
 def run(folder:str)->dict:
     "Every case on every setting; an error is kept as its text, so one case failing shows beside the others."
     folder, out = Path(folder), {}
@@ -126,7 +133,8 @@ def run(folder:str)->dict:
                  ("tied_stream_and_load", lambda s=s: tied_stream_and_load(folder/s, s)),
                  ("tied_both_merged", lambda s=s: tied_both_merged(s)),
                  ("trainable_tokens_merged", lambda s=s: trainable_tokens_merged(s)),
-                 ("mixed_precision_merged", lambda s=s: mixed_precision_merged(s)))]
+                 ("mixed_precision_merged", lambda s=s: mixed_precision_merged(s)),
+                 ("bucket_bytes_of_each_rank", lambda s=s: bucket_bytes_of_each_rank(s)))]
     cases.append(("automap_of_wrapped_model", lambda: automap_of_wrapped_model(folder)))
     cases.append(("adapter_name_on_one_rank", lambda: adapter_name_on_one_rank(folder)))
     for name, fn in cases:

@@ -220,3 +220,9 @@ def test_an_adapter_name_only_one_rank_lacks_raises_on_every_rank(beyond):
         assert got["save_lora"] == dict(raised="SaveError", says=True), got
         for what in ("iter_lora", "iter_lora_buckets", "iter_merged_weights"):
             assert got[what]["raised"] in ("ValueError", "RankFailure") and got[what]["says"], (what, got[what])
+
+def test_ranks_with_bucket_sizes_of_their_own_stream_alike(beyond):
+    # each rank cut the stream by its own size: the packed gathers differed in length, and gloo aborted the process
+    for s in C.BEYOND_SETTINGS:
+        got = [r[f"bucket_bytes_of_each_rank {s}"] for r in beyond]
+        assert all(g["same"] for g in got) and len({g["buckets"] for g in got}) == 1 and got[0]["buckets"] > 1, got
