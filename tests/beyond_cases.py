@@ -123,7 +123,7 @@ def bucket_bytes_of_each_rank(setting:str)->dict:
     "Each rank streams with a bucket size of its own (as one sized from its own free memory): the same stream on all."
     fm = case_wrap(case_model("llama"), "layer", setting)
     ref = gather_lora(fm)
-    got = [b for b in E.iter_lora_buckets(fm, bucket_bytes=1000 * (1 + dist.get_rank()))]
+    got = [b for b in E.iter_lora_buckets(fm, bucket_bytes=2100 * (1 + 3 * dist.get_rank()))]   # cut otherwise alone
     return dict(same=_same({k: t for b in got for k, t in b}, ref), buckets=len(got))
 
 def run(folder:str)->dict:
