@@ -379,9 +379,8 @@ def _smallest(engine:GatherEngine, n:int)->int:
     # a size of each rank's own (`rollout.bucket_bytes` reads its free memory) cut the stream apart: the ranks then
     # met in packed gathers of other sizes, and gloo aborted the process
     if not dist.is_initialized() or dist.get_world_size() == 1: return n
-    gs = engine.view.groups
     t = torch.tensor([n], dtype=torch.int64, device=_device())
-    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=gs[0] if len(gs) == 1 else None)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=engine.vote_group)   # the ranks its gathers' checks are among
     return int(t.item())
 
 # %% ../nbs/09_export.ipynb #75fccb5b

@@ -175,8 +175,7 @@ def collect_per_unit(self, names, *, rank0_only:bool=False, progress:bool=False,
 @patch_to(GatherEngine)
 def vote(self, name:str)->RankVote:
     "A failure vote among the ranks that gather this model together: its shard group (several groups: the whole job)."
-    gs = self.view.groups
-    return RankVote(name, group=gs[0] if len(gs) == 1 else None)
+    return RankVote(name, group=self.vote_group)
 
 # %% ../nbs/05_gather.ipynb #ad98d3c2
 @patch_to(GatherEngine)
@@ -186,6 +185,13 @@ def agreed_names(self, adapter_name:str="default")->OrderedDict[str, str]:
     except Exception as e: names, err = OrderedDict(), e
     self.collect([], error=err)   # no data: one check-in of every rank, which raises on all if one failed
     return names
+
+@patch_to(GatherEngine)
+@property
+def vote_group(self):
+    "The process group of the ranks that gather this model together: its shard group, or None (the whole job)."
+    gs = self.view.groups
+    return gs[0] if len(gs) == 1 else None
 
 # %% ../nbs/05_gather.ipynb #95516102
 def _own_cpu_copy(t:torch.Tensor)->torch.Tensor:
