@@ -112,7 +112,8 @@ def write_adapter(model:nn.Module,              # the peft model the tensors com
         auto = {"base_model_class": cls.__name__, "parent_library": cls.__module__}
     try: cfg.save_pretrained(str(folder), auto_mapping_dict=auto)
     finally: cfg.base_model_name_or_path, cfg.inference_mode = kept
-    pm.create_or_update_model_card(str(folder))
+    # peft writes its model card into the folder it saves to, never into a named adapter's sub-folder
+    if adapter_name == "default": pm.create_or_update_model_card(str(folder))
 
 # %% ../nbs/09_export.ipynb #76ea04c2
 def _lora_state_dict(model:nn.Module, adapter_name:str)->dict[str, torch.Tensor]:
@@ -140,17 +141,12 @@ def _agree(vote:RankVote, stage:str, err:BaseException|None, tmp:Path|None, path
     vote.agree(stage, err, error=SaveError, what="save_lora", doing=_STAGES, on_fail=clean)
 
 # %% ../nbs/09_export.ipynb #aa8c70e0
-def save_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapped, or not wrapped
-              path:str|Path,               # the adapter directory to write (the same path on every rank)
-              *,
-              adapter_name:str="default",  # which adapter to save
-              timeout:float|None=8.0,      # seconds a rank waits in the gather for a peer that failed (None: torch's)
-             )->Path:                      # `path`, once every rank knows the adapter is there
-    "Collective: write a standard peft adapter directory at `path` from rank 0, atomically; every rank calls it."
-    path = dest = Path(path).absolute()
+def _save_adapter(model:nn.Module, path:Path, adapter_name:str, timeout:float|None, every:str="")->Path:
+    "Collective: write adapter `adapter_name` as a peft adapter directory at `path` from rank 0, atomically."
+    dest = path
     vote, tmp, stage, err = RankVote("save_lora"), None, "start", None
     try:
-        vote.check(stage)   # every rank is at this call (its tag): a rank at another call raises here, and so do all
+        vote.check(f"start {every}".strip())   # every rank is at this call (and saving the same adapters): else all raise
         stage = "ready"
         try:   # everything that can fail before the first collective, on every rank, then one vote
             adapter_config(model, adapter_name)   # a name one rank lacks (a typo on one rank): every rank raises
@@ -190,6 +186,21 @@ def save_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
         elif not isinstance(e, SaveError): vote.wait_for("clean", 10)   # Ctrl-C: leave once rank 0 has cleaned up
         raise
     finally: vote.close()
+
+# %% ../nbs/09_export.ipynb #d4b600fe
+def save_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapped, or not wrapped
+              path:str|Path,               # the folder to write (the same path on every rank)
+              *,
+              adapter_name:str|None=None,  # one adapter; None: every adapter of the model, as `save_pretrained` does
+              timeout:float|None=8.0,      # seconds a rank waits in the gather for a peer that failed (None: torch's)
+             )->Path:                      # `path`, once every rank knows the adapters are there
+    "Collective: write peft adapter directories from rank 0, atomically, where `save_pretrained` puts them."
+    path = Path(path).absolute()
+    names = list(peft_model_of(model).peft_config) if adapter_name is None else [adapter_name]
+    every = ",".join(names) if adapter_name is None else ""   # in the first check's tag: ranks with other lists all raise
+    for name in names:   # peft's layout: "default" in `path` itself, any other adapter in `path/<name>`
+        _save_adapter(model, path if name == "default" else path/name, name, timeout, every)
+    return path
 
 # %% ../nbs/09_export.ipynb #3b5bd896
 CONFIG_FIELDS = ("peft_type", "r", "lora_alpha", "target_modules", "exclude_modules", "rank_pattern", "alpha_pattern",

@@ -132,15 +132,34 @@ def _store_barrier(store, name:str, rank:int, world:int, timeout:float)->None:
     store.wait([f"lfk/{name}/{r}" for r in range(world)], datetime.timedelta(seconds=timeout))
 
 # %% ../nbs/01_launch.ipynb #snd00001
+# the dtypes torch's own pickle brings back; it fails to load the others (float8, uint16-64, complex32...: "type
+# object 'torch.storage.UntypedStorage' has no attribute 'dtype'"), so they travel as their raw bytes
+_PICKLED_DTYPES = {torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
+                   torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool}
+
+def _from_bytes(raw:torch.Tensor, dtype:torch.dtype, shape:tuple)->torch.Tensor:
+    "The tensor `_CompactPickler` sent as its raw bytes: the bytes viewed as `dtype`, in `shape`."
+    return raw.view(dtype).reshape(shape)
+
 class _CompactPickler(pickle.Pickler):
     "A plain pickle in which a tensor that views part of a larger storage is saved as its own bytes."
     # plain pickle saves a view's whole storage, once per view: the tensors of a packed gather are views of one
     # buffer, so a rank returning 100 of them sent 100 copies of it (100 MiB for 0.78 MiB of data, measured)
     def reducer_override(self, obj):
-        if (type(obj) is torch.Tensor and obj.layout == torch.strided and obj.device.type != "meta"
-                and not obj.requires_grad and obj.untyped_storage().nbytes() > obj.numel() * obj.element_size()):
+        if _is_dtensor(obj):   # its mesh's process group ends with the ranks: unpickled, a shard tied to nothing
+            raise TypeError("a DTensor cannot be returned from a rank: return t.full_tensor() (a collective: on every "
+                            "rank) or t.to_local() (this rank's shard)")
+        if type(obj) is not torch.Tensor or obj.layout != torch.strided or obj.device.type == "meta": return NotImplemented
+        if obj.dtype not in _PICKLED_DTYPES and not obj.is_quantized and not obj.requires_grad:
+            return _from_bytes, (obj.detach().contiguous().reshape(-1).view(torch.uint8), obj.dtype, tuple(obj.shape))
+        if not obj.requires_grad and obj.untyped_storage().nbytes() > obj.numel() * obj.element_size():
             return obj.clone().__reduce_ex__(pickle.HIGHEST_PROTOCOL)
         return NotImplemented
+
+def _is_dtensor(obj)->bool:
+    "Is `obj` a DTensor? (without importing torch.distributed.tensor for a result that holds none)"
+    mod = sys.modules.get("torch.distributed.tensor")
+    return mod is not None and isinstance(obj, mod.DTensor)
 
 def _dumps(value)->bytes:
     "`value` as the bytes a rank sends: a plain pickle, tensor views compacted."

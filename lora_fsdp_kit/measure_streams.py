@@ -51,7 +51,7 @@ def measure_save(model:nn.Module,            # an FSDP1- or FSDP2-wrapped peft m
         peak = max((c for _, c in meter.timeline), default=base) - base
     lora = sum(engine.by_name[n].nbytes for n in wanted)
     big = max((u.gather_bytes for u, _ in engine.lora_units(list(wanted))), default=0)
-    f = Path(path)/ADAPTER_WEIGHTS
+    f = Path(path)/("" if adapter_name == "default" else adapter_name)/ADAPTER_WEIGHTS   # peft's layout
     return SaveProfile(engine.flavour, seconds, peak, lora, big, f.stat().st_size if f.exists() else 0, meter.source)
 
 # %% ../nbs/09a_measure_streams.ipynb #3b86afbb

@@ -2,7 +2,7 @@
 a tied head with LoRA streamed (`iter_lora`, `iter_lora_buckets`) and loaded back (`load_lora`); a tied weight with
 LoRA on both its names, trainable tokens and FSDP's bf16 mixed precision merged (`iter_merged_weights`); and the
 adapter config of a model that FSDP1 wraps whole (`save_lora`); and a save where one rank names an adapter the
-model lacks. Each was wrong before it was a case here."""
+model lacks, and one where the ranks' models hold different adapters. Each was wrong before it was a case here."""
 from __future__ import annotations
 
 import copy, json, traceback
@@ -119,6 +119,14 @@ def adapter_name_on_one_rank(folder:Path)->dict:
         except Exception as e: out[what] = dict(raised=type(e).__name__, says="no adapter 'typo'" in str(e))
     return out
 
+def adapter_lists_differ(folder:Path)->dict:
+    "Every adapter saved (save_lora's default) where one rank's model holds one more: all raise at once, none writes."
+    fm = case_wrap(case_model("llama"), "layer", "fsdp2")
+    if dist.get_rank() == dist.get_world_size() - 1:
+        E.peft_model_of(fm).add_adapter("extra", LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"]))
+    try: E.save_lora(fm, folder/"lists"); return dict(raised=None)
+    except Exception as e: return dict(raised=type(e).__name__, written=(folder/"lists").exists(), says=str(e)[:400])
+
 def bucket_bytes_of_each_rank(setting:str)->dict:
     "Each rank streams with a bucket size of its own (as one sized from its own free memory): the same stream on all."
     fm = case_wrap(case_model("llama"), "layer", setting)
@@ -137,6 +145,7 @@ def run(folder:str)->dict:
                  ("bucket_bytes_of_each_rank", lambda s=s: bucket_bytes_of_each_rank(s)))]
     cases.append(("automap_of_wrapped_model", lambda: automap_of_wrapped_model(folder)))
     cases.append(("adapter_name_on_one_rank", lambda: adapter_name_on_one_rank(folder)))
+    cases.append(("adapter_lists_differ", lambda: adapter_lists_differ(folder)))
     for name, fn in cases:
         try: out[name] = fn()
         except Exception: out[name] = dict(error=traceback.format_exc()[-3000:])

@@ -44,8 +44,10 @@ def wrap(pm, setting:str):
     flavour, kind, orig, _ = SETTINGS[setting]
     return case_config(kind, "fsdp1-orig" if orig else flavour).wrap(pm)
 
+def _tree(f:Path)->dict: return {str(p.relative_to(f)): p.read_bytes() for p in sorted(f.rglob("*")) if p.is_file()}
+_files = _tree   # a folder's every file, sub-folders (a named adapter's) included
+
 def _equal(a:dict, b:dict)->bool: return list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
-def _files(d:Path)->dict: return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
 def _logits(m): 
     with torch.no_grad(): return m(input_ids=torch.arange(12).reshape(2, 6)).logits
 
@@ -121,7 +123,7 @@ def one(folder:str, setting:str)->dict:
     # is a planned one, as every save after the first is
     E.save_lora(fm, d/"first")
     res["save"] = measure_save(fm, d/"adapter")
-    if two: E.save_lora(fm, d/SECOND, adapter_name=SECOND)
+    if two: E.save_lora(fm, d/"both")   # every adapter, in peft's layout: the second in d/both/second
     # an independent reference: torch's own full state dict of the sharded model, in an unwrapped copy
     full = torch_full_state(fm, setting)
     if rank == 0:
@@ -129,7 +131,10 @@ def one(folder:str, setting:str)->dict:
         missing, unexpected = ref.load_state_dict(full, strict=False)
         res["ref_keys_ok"] = not missing and not unexpected
         res["default"] = check_saved(d/"adapter", ref, "default", d/"peft")
-        if two: res[SECOND] = check_saved(d/SECOND, ref, SECOND, d/"peft2")
+        if two:
+            res[SECOND] = check_saved(d/"both"/SECOND, ref, SECOND, d/"peft2")
+            ref.save_pretrained(str(d/"peft_all"))   # peft's own save of every adapter: the same tree, byte for byte
+            res["layout_equal"] = _tree(d/"both") == _tree(d/"peft_all")
         res["b_nonzero"] = all(v.abs().sum() > 0 for k, v in full.items() if "lora_B.default" in k)
     del full
     trained = gather_lora(fm, progress=False)
@@ -138,7 +143,7 @@ def one(folder:str, setting:str)->dict:
     res["differs_before"] = not _equal(gather_lora(fresh, progress=False), trained)
     with AllGatherCounter() as c:
         res["loaded"] = E.load_lora(fresh, d/"adapter")
-        if two: E.load_lora(fresh, d/SECOND, adapter_name=SECOND)
+        if two: E.load_lora(fresh, d/"both"/SECOND, adapter_name=SECOND)
     res["load_collectives"], res["load_collective_bytes"] = c.calls, c.bytes
     res["load_equal"] = _equal(gather_lora(fresh, progress=False), trained)
     if two: res["second_load_equal"] = _equal(gather_lora(fresh, progress=False, adapter_name=SECOND),

@@ -57,6 +57,7 @@ def test_named_adapter(results):
     rows = [r for r in _zero(results) if C.SETTINGS[r["setting"]][3]]
     assert {r["setting"] for r in rows} == {"fsdp1-layers", "fsdp2"}
     assert all(all(v for k, v in r[C.SECOND].items() if k != "config_diff") for r in rows)
+    assert all(r["layout_equal"] for r in rows)   # both adapters where save_pretrained puts them, byte for byte
     assert all(r["second_load_equal"] for r in _rows(results) if C.SETTINGS[r["setting"]][3])
 
 def test_load_writes_own_shard_and_resumes(results):
@@ -220,6 +221,12 @@ def test_an_adapter_name_only_one_rank_lacks_raises_on_every_rank(beyond):
         assert got["save_lora"] == dict(raised="SaveError", says=True), got
         for what in ("iter_lora", "iter_lora_buckets", "iter_merged_weights"):
             assert got[what]["raised"] in ("ValueError", "RankFailure") and got[what]["says"], (what, got[what])
+
+def test_ranks_saving_different_adapters_all_raise(beyond):
+    # save_lora saves every adapter by default, as save_pretrained does: the rank holding one more went on to save it
+    # alone, and waited in a collective its peers never joined (the names are in the first check's tag now)
+    got = [r["adapter_lists_differ"] for r in beyond]
+    assert all(g["raised"] == "CallMismatch" and not g["written"] for g in got), got
 
 def test_ranks_with_bucket_sizes_of_their_own_stream_alike(beyond):
     # each rank cut the stream by its own size: the packed gathers differed in length, and gloo aborted the process

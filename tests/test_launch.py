@@ -119,7 +119,13 @@ def adapter(n, numel):
         out[f"model.layers.{i}.self_attn.q_proj.lora_A.weight"] = torch.randn(8, numel, generator=g).to(dt)
     base = torch.arange(4 * numel, dtype=torch.float32)
     out["views"] = [base[:numel], base[numel:].view(3, numel)]
+    out["float8"] = torch.linspace(-4, 4, numel).to(torch.float8_e4m3fn)   # torch's own pickle cannot load it back
     return out
+
+def dtensor():
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    return {"w": distribute_tensor(torch.arange(8.0), init_device_mesh("cpu", (2,)), [Shard(0)])}
 '''
 
 # The default start method only: results travel through the same pipe whichever way the ranks started, and spawn's
@@ -133,10 +139,21 @@ def test_many_tensors_come_back(tmp_path, monkeypatch, method):
     res = launch(lfk_many_cases.adapter, 400, 64, nprocs=2, quiet=True)
     for rank, got in enumerate(res):
         g = torch.Generator().manual_seed(rank)
-        assert len(got) == 401
+        assert len(got) == 402
         for i in range(400):
             t = got[f"model.layers.{i}.self_attn.q_proj.lora_A.weight"]
             dt = (torch.float32, torch.bfloat16, torch.float16)[i % 3]
             assert t.dtype == dt and torch.equal(t, torch.randn(8, 64, generator=g).to(dt)), i
         a, b = got["views"]
         assert torch.equal(torch.cat([a, b.flatten()]), torch.arange(4 * 64, dtype=torch.float32))
+        f8 = torch.linspace(-4, 4, 64).to(torch.float8_e4m3fn)
+        assert got["float8"].dtype == f8.dtype and torch.equal(got["float8"].view(torch.uint8), f8.view(torch.uint8))
+
+def test_dtensor_result_is_refused(tmp_path, monkeypatch):
+    # a DTensor came back tied to the job's mesh, whose process group had ended with the ranks: a shard of nothing
+    (tmp_path/"lfk_many_cases.py").write_text(MANY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import lfk_many_cases
+    from lora_fsdp_kit.launch import LaunchError, launch
+    with pytest.raises(LaunchError, match=r"a DTensor cannot be returned from a rank: return t.full_tensor\(\)"):
+        launch(lfk_many_cases.dtensor, nprocs=2, quiet=True)
