@@ -435,7 +435,14 @@ def certify(llm, request, tensors,                # what was pushed: a dict, (na
     return Certificate(request.lora_name, len(want), max(diff.values(), default=0.0), probes, dl)
 
 # %% ../nbs/13_rollout.ipynb #b245fbfe
-def bucket_bytes(model:nn.Module,             # the model whose weights are streamed (any device, meta too)
+def _full_sizes(model:nn.Module)->list[int]:
+    "Bytes of each of the model's tensors, whole: a wrapped model's own parameters are each rank's flat shards."
+    from lora_fsdp_kit.export import is_sharded
+    from lora_fsdp_kit.sharded import sharded_view
+    if is_sharded(model): return [p.nbytes for p in sharded_view(model).by_name.values()]
+    return [p.numel() * p.element_size() for p in model.parameters()]
+
+def bucket_bytes(model:nn.Module,             # the model whose weights are streamed (wrapped or not; any device, meta too)
                  free_bytes:int|None=None,    # memory the trainer can spare now; None: measured (see below)
                  fraction:float=0.25,         # share of it one bucket may take
                 )->int:                        # bytes per bucket for `iter_lora_buckets` / `buckets`
@@ -445,7 +452,7 @@ def bucket_bytes(model:nn.Module,             # the model whose weights are stre
     # memory on small models. Here: never below the largest tensor (it must fit whole), never above the whole
     # model (one bucket then), and otherwise a fixed share of what is free: the device's free memory on an
     # accelerator, the host's available memory on CPU.
-    sizes = [p.numel() * p.element_size() for p in model.parameters()]
+    sizes = _full_sizes(model)
     if free_bytes is None:
         if torch.cuda.is_available(): free_bytes = torch.cuda.mem_get_info()[0]
         else:

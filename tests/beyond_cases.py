@@ -127,6 +127,14 @@ def adapter_lists_differ(folder:Path)->dict:
     try: E.save_lora(fm, folder/"lists"); return dict(raised=None)
     except Exception as e: return dict(raised=type(e).__name__, written=(folder/"lists").exists(), says=str(e)[:400])
 
+def bucket_size_of_wrapped(setting:str)->dict:
+    "rollout.bucket_bytes of the wrapped model: sized by the whole tensors, as on the unwrapped model, on every rank."
+    from lora_fsdp_kit.rollout import bucket_bytes
+    sizes = [p.numel() * p.element_size() for p in case_model("llama").parameters()]
+    fm = case_wrap(case_model("llama"), "layer", setting)   # FSDP1's own parameters are each rank's flat shards
+    return dict(whole=bucket_bytes(fm, free_bytes=10**12) == sum(sizes),
+                largest=bucket_bytes(fm, free_bytes=max(sizes)) == max(sizes))
+
 def bucket_bytes_of_each_rank(setting:str)->dict:
     "Each rank streams with a bucket size of its own (as one sized from its own free memory): the same stream on all."
     fm = case_wrap(case_model("llama"), "layer", setting)
@@ -142,7 +150,8 @@ def run(folder:str)->dict:
                  ("tied_both_merged", lambda s=s: tied_both_merged(s)),
                  ("trainable_tokens_merged", lambda s=s: trainable_tokens_merged(s)),
                  ("mixed_precision_merged", lambda s=s: mixed_precision_merged(s)),
-                 ("bucket_bytes_of_each_rank", lambda s=s: bucket_bytes_of_each_rank(s)))]
+                 ("bucket_bytes_of_each_rank", lambda s=s: bucket_bytes_of_each_rank(s)),
+                 ("bucket_size_of_wrapped", lambda s=s: bucket_size_of_wrapped(s)))]
     cases.append(("automap_of_wrapped_model", lambda: automap_of_wrapped_model(folder)))
     cases.append(("adapter_name_on_one_rank", lambda: adapter_name_on_one_rank(folder)))
     cases.append(("adapter_lists_differ", lambda: adapter_lists_differ(folder)))

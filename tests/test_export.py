@@ -228,6 +228,13 @@ def test_ranks_saving_different_adapters_all_raise(beyond):
     got = [r["adapter_lists_differ"] for r in beyond]
     assert all(g["raised"] == "CallMismatch" and not g["written"] for g in got), got
 
+def test_bucket_size_of_a_wrapped_model(beyond):
+    # rollout.bucket_bytes read the model's own parameters: under FSDP1 those are each rank's flat shards, so the
+    # "largest tensor" and the model's total were a shard's (a bucket then too small for the largest whole tensor)
+    for s in C.BEYOND_SETTINGS:
+        got = [r[f"bucket_size_of_wrapped {s}"] for r in beyond]
+        assert all(g == dict(whole=True, largest=True) for g in got), (s, got)
+
 def test_ranks_with_bucket_sizes_of_their_own_stream_alike(beyond):
     # each rank cut the stream by its own size: the packed gathers differed in length, and gloo aborted the process
     for s in C.BEYOND_SETTINGS:
