@@ -254,11 +254,11 @@ def _refuse_moe_engine(am):
     if moe and current_platform.is_cpu():
         raise NotImplementedError(f"vLLM's CPU build serves no LoRA on a MoE model: its MoE LoRA kernels are Triton's "
                                   f"(GPU only), and {len(moe)} expert layers ({', '.join(moe[:2])}, ...) would run "
-                                  f"them; serve it on a GPU, or push merged weights to an engine without LoRA")
+                                  f"them; serve it on a GPU (here push_merged takes the weights outside its MoE blocks only)")
 
 # %% ../nbs/13_rollout.ipynb #f8c62a89
 def _engine_params(llm)->tuple[dict|None, str]:
-    "({name: shape} of every parameter of the engine's model as transformers names them, its class), built on meta once."
+    "({name: shape} of the engine's model's parameters as transformers names them, its class, its MoE blocks): on meta."
     st = _state(llm)
     if st.params is None:
         import transformers, warnings
@@ -266,19 +266,33 @@ def _engine_params(llm)->tuple[dict|None, str]:
             with torch.device("meta"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 m = transformers.AutoModelForCausalLM.from_config(llm.model_config.hf_config)
-            st.params = {n: tuple(p.shape) for n, p in m.named_parameters(remove_duplicate=False)}, type(m).__name__
+            # its MoE blocks: the modules that hold experts (router, shared expert and all), refused on the CPU build
+            moe = sorted({n.rsplit(".", 1)[0] for n, _ in m.named_modules() if n.rsplit(".", 1)[-1] == "experts"})
+            st.params = ({n: tuple(p.shape) for n, p in m.named_parameters(remove_duplicate=False)}, type(m).__name__,
+                         tuple(moe))
         except Exception as e:   # never silent: the push goes on unchecked, and says so
             warnings.warn(f"push_merged cannot check streams against the engine's model ({type(e).__name__}: {e}): "
                           "a bad name or shape will fail inside vLLM's reload", stacklevel=3)
-            st.params = None, ""
+            st.params = None, "", ()
     return st.params
+
+# measured on vLLM 0.32's CPU build (Qwen3-MoE, Qwen2-MoE, Mixtral): a reload writes expert weights over the
+# layout its MoE kernels packed at start, and the engine serves other tokens from then on, even after its own
+# unchanged weights were reloaded; Mixtral's router, under transformers' name, fails inside the reload
+_MOE_RELOAD = ("vLLM's CPU build reloads expert weights over the layout its MoE kernels packed at start, and then "
+               "serves other tokens (even for its own weights, reloaded unchanged); push the tensors outside the MoE "
+               "blocks only (what a merge changes when LoRA leaves the experts and routers alone), or serve on a GPU")
 
 def bucket_problem(bucket:list,                 # (name, tensor) pairs that one reload would take
                    params:dict[str, tuple],     # {name: shape} of the engine's model (`_engine_params`)
                    fused:dict[str, list],       # its fused parameters (`RolloutWorker.lfk_fused`)
                    model_class:str="the model", # for the message
+                   moe:tuple=(),                # MoE blocks whose weights the engine cannot reload (`_MOE_RELOAD`)
                   )->str|None:                  # why vLLM must not reload it, or None
-    "A name the engine's model lacks, a shape it does not have, or a layer of it that the bucket holds only part of."
+    "A name the engine's model lacks, a shape it does not have, a layer it holds only part of, an MoE block's weight."
+    if inside := [n for n, _ in bucket if any(n.startswith(b + ".") for b in moe)]:
+        return (f"{len(inside)} tensors lie in MoE blocks of the engine's {model_class} ({', '.join(inside[:2])}, ...): "
+                + _MOE_RELOAD)
     parts = {p: (f, len(ps)) for f, ps in fused.items() for p in ps}
     layer = lambda n: _fused_key(n, parts)[0].rsplit(".", 1)[0]   # the engine's layer a tensor loads into
     if unknown := [n for n, _ in bucket if n not in params]:
@@ -335,10 +349,12 @@ def push_merged(llm,                       # a `vllm.LLM`
     if bucket_bytes is None:
         import psutil
         bucket_bytes = psutil.virtual_memory().available // 4
-    inproc, n, calls, fused, (params, cls) = _in_process(llm), 0, 0, _rpc(llm, "lfk_fused"), _engine_params(llm)
+    inproc, n, calls, fused, (params, cls, moe) = _in_process(llm), 0, 0, _rpc(llm, "lfk_fused"), _engine_params(llm)
+    from vllm.platforms import current_platform
+    moe = moe if current_platform.is_cpu() else ()
     try:
         for b in fused_buckets(named_tensors, fused, bucket_bytes):
-            if params and (why := bucket_problem(b, params, fused, cls)):   # a failed reload wedges the engine
+            if params and (why := bucket_problem(b, params, fused, cls, moe)):   # a failed reload wedges the engine
                 raise ValueError(f"push_merged refused bucket {calls + 1}: {why}; "
                                  + (f"the {n} tensors before it are loaded" if n else "nothing was loaded"))
             # across a process tensors arrive as lists: bytes survive
