@@ -98,6 +98,13 @@ def group_timeout(groups:Sequence)->float:
     return max(out, default=dist.default_pg_timeout.total_seconds())
 
 # %% ../nbs/10_hazards.ipynb #hzx00006
+_LEFT = "collective_order_left"   # in the view's memo: the step at which the guard stopped FSDP1 inside a collective
+# measured (a branch model, FSDP1 LoRA leaves as units): after the guard raised inside an unshard, every later step
+# on identical data parted at collective #0 (the ranks' first units differed), and an unguarded one aborted in gloo
+_FSDP1_LEFT = (". FSDP1 was stopped inside that collective, which leaves each rank's units in a state of their own "
+               "(and, in a first step, the order of units FSDP1 prefetches by ever after): wrap the model again before "
+               "the next step")
+
 @patch_to(check_collective_order)
 def _before(self:check_collective_order, kind:str, unit:str, numel:int, params:tuple=()):
     "Called just before a collective: record it, tell the launcher, and (if comparing) agree with the other ranks."
@@ -107,7 +114,9 @@ def _before(self:check_collective_order, kind:str, unit:str, numel:int, params:t
     report_status(f"collective-order guard, step {self.step}: issuing FSDP collective #{ev.index}: {ev.key()}")
     try:
         if self.compare: self._agree(ev.index, ev.key())
-    except GuardError: raise
+    except GuardError as e:   # raised inside FSDP1's collective: its units' state is each rank's own from here
+        if self._view.flavour == "fsdp1": self._view.memo[_LEFT] = self.step; e.args = (e.args[0] + _FSDP1_LEFT,)
+        raise
     except BaseException as e:   # Ctrl-C after every member wrote #i: issue #i (a peer may be in it), then raise
         if isinstance(e, Exception) or self._deferred is not e: raise
         self._agree(ev.index, ev.key())   # the round again: every entry is there, so this only reads and compares
@@ -216,6 +225,12 @@ def __enter__(self:check_collective_order):
     self.store = dist.distributed_c10d._get_default_store()
     self.prefix = f"lfk_order/{len(self.members)}/{zlib.crc32(repr(self.members).encode()):08x}"
     self.base, self._last, self._published, self._deferred = _NEXT.get(self.prefix, 0), -1, -1, None
+    if (left := self._view.memo.get(_LEFT)) is not None:   # every step would part: said at once, the peers told
+        why = (f"this FSDP1-wrapped model was stopped inside a collective by the guard at step {left}, which left each "
+               "rank's units in a state of their own: every later step parts (an unguarded one aborts the process in "
+               "gloo); wrap the model again")
+        self._stop(0, why); _NEXT[self.prefix] = self.base + 1; self._leave()
+        raise GuardError(why)
     self._intercept = intercept_collectives(self._view, self._before, self._issue)
     self._intercept.__enter__()
     return self
