@@ -427,9 +427,10 @@ def _run_command(argv:list[str])->int:
     from lora_fsdp_kit.platform import PLATFORM_ENV, PlatformError, detect_platform, load_plugins
     from lora_fsdp_kit.launch import LaunchError
     try:
-        load_plugins()   # every command, first: a broken plugin is the same one line whatever the command
-        if os.environ.get(PLATFORM_ENV, "").strip(): detect_platform(plugins=False)   # and a forced platform: in
-        # the ranks its error was a traceback (smoke), and the doctor said nothing of it
+        if a.cmd != "doctor":   # the doctor reports them itself, with the rest (exit 1)
+            load_plugins()   # every command, first: a broken plugin is the same one line whatever the command
+            if os.environ.get(PLATFORM_ENV, "").strip(): detect_platform(plugins=False)   # and a forced platform:
+            # in the ranks its error was a traceback (smoke)
         return a.fn(a)
     except LaunchError as e:   # a rank failed: its traceback and every rank's status are the useful part
         print(f"error: {e}", file=sys.stderr)

@@ -410,6 +410,13 @@ def model_problems()->list[tuple[str, str|None]]:
     # the module's registry, where `model_check` put them (a notebook that runs these cells holds a copy of its own)
     return [r for fn in importlib.import_module("lora_fsdp_kit.doctor")._MODEL_CHECKS for r in fn()]
 
+def _platform_problems()->list[str]:
+    "The platform the kit would choose here: a broken plugin or a forced `$LFK_PLATFORM` it cannot use, in one line."
+    from lora_fsdp_kit.platform import PlatformError, detect_platform
+    try: detect_platform()
+    except PlatformError as e: return [f"platform: {e}"]
+    return []
+
 def doctor(models:bool=True,   # also build every shipped tiny model on the meta device
           )->DoctorReport:
     "Check this environment: versions against the kit's ranges, every private object the kit uses, and the models."
@@ -418,6 +425,7 @@ def doctor(models:bool=True,   # also build every shipped tiny model on the meta
     pkgs = tuple(PackageCheck(p, _version(p.replace("_", "-")) or _version(p), ranges.get(p)) for p in PACKAGES)
     problems += [p.problem() for p in pkgs if not p.ok]
     for spec in KIT_INTERNALS.values(): problems += spec.problems()
+    problems += _platform_problems()
     built = ()
     if models:
         tv = _version("transformers")

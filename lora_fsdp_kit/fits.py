@@ -299,8 +299,12 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
                         attention:str="auto",          # "auto" (what the job's devices run), "fused" or "math"
                        )->StepMemory:
     "Per-rank peak memory of a LoRA training step (an AdamW iteration after the first), traced on fake tensors."
-    if not isinstance(world, int) or not 1 <= world <= 1024: raise FitsError(f"world must be 1-1024, got {world!r}")
-    if batch < 1 or seq < 1: raise FitsError(f"batch and seq must be >= 1, got batch={batch}, seq={seq}")
+    whole = lambda v: isinstance(v, int) and not isinstance(v, bool)   # True is an int to Python, not a count
+    if not whole(world) or not 1 <= world <= 1024: raise FitsError(f"world must be 1-1024, got {world!r}")
+    if not (whole(batch) and whole(seq) and batch >= 1 and seq >= 1):
+        raise FitsError(f"batch and seq must be whole numbers >= 1, got batch={batch!r}, seq={seq!r}")
+    if backend not in ("nccl", "hccl", "gloo"):   # any other traced as a device backend, silently
+        raise FitsError(f"backend must be 'nccl', 'hccl' (device buffers only) or 'gloo' (a CPU job), got {backend!r}")
     real = sorted({p.device.type for p in model.parameters()} - {"meta"})
     if real: raise FitsError(f"the model has parameters on {', '.join(real)}: build it on the meta device "
                              "(models.model_from_config(..., device='meta')); the trace allocates nothing real")

@@ -10,11 +10,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from .families import PLAN_TARGETS, text_model_of
 from .units import fmt_bytes, fmt_count, parse_bytes
 from .fits import (RESERVE, FitsError, StepMemory, _dtype_short, _is_adapter, _ranks_text, _stack,
                                 _storage_dtype, _timeline, _unit, predict_step_memory)
+from .policies import resolve_layer_classes
+from .shards import shard_group_size
 from .wrap import WrapConfig
 
 # %% auto #0
@@ -244,6 +247,12 @@ def _fits_model(config:str, lora_r:int, targets:str, dora:bool=False)->nn.Module
     return add_lora(base, r=lora_r, target_modules=tuple(t for t in targets.split(",") if t),
                     strict=targets != PLAN_TARGETS, use_dora=dora)   # targets the user named must each match
 
+def _check_wraps(model:nn.Module, wraps, world:int):
+    "Refuse wrappings that contradict the job or the model (the input's fault, exit 2, not a step's that fails)."
+    for c in wraps:
+        shard_group_size(world, c.hybrid, c.shard_size)     # a hybrid shard group that does not divide the world
+        if c.layer_cls not in (None, "auto"): resolve_layer_classes(model, c.layer_cls)   # a class the model lacks
+
 def _jobs(wraps, pds, lds, batches, seqs, search):
     "Every setting to trace, the words that name each, and the words they all share (said once, in the header)."
     jobs = [(c, pd, ld, b, s) for c in wraps for pd in pds for ld in lds
@@ -284,7 +293,7 @@ def fits_report(config:str,                 # a model's config.json (or its fold
         batches, seqs = _sweep(batch, "batch"), _sweep(seq, "seq")
         pds, lds = _dtype_words(param_dtype, "param_dtype", "config"), _dtype_words(lora_dtype, "lora_dtype", "base")
         if not wraps: raise FitsError("no wrapping to trace")
-        model = _fits_model(config, lora_r, targets, dora)
+        model = _fits_model(config, lora_r, targets, dora); _check_wraps(model, wraps, world)
     except (FitsError, ValueError, FileNotFoundError, TypeError) as e:
         print(f"fits: error: {str(e).splitlines()[0]}", file=sys.stderr); return 2
     usable, search = device - res, "batch" if max_batch else "seq" if max_seq else None

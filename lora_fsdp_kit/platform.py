@@ -351,7 +351,7 @@ def load_plugins(env:str|None=None,            # comma-separated modules; defaul
     for name, where, load in todo:
         if name in _loaded_plugins: continue
         try: mod = load()
-        except Exception as e:
+        except (Exception, SystemExit) as e:   # a plugin that calls sys.exit() on import ended the command silently
             raise PlatformError(f"plugin {name!r} (from {where}) failed to load: {type(e).__name__}: {e}; "
                                 f"install it or remove it from {where}") from e
         _loaded_plugins[name] = mod

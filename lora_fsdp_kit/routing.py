@@ -43,10 +43,12 @@ def _record_calls(names:dict[nn.Module, str], run:Callable[[int], Any], probes:i
 
 # %% ../nbs/02b_routing.ipynb #1f44bd40
 def input_vocab(model:nn.Module)->int|None:
-    "The input vocabulary of a language model (its config's, else its first embedding's), or None."
+    "The input vocabulary of a language model (its config's, else its input embedding's, else its first), or None."
     v = getattr(getattr(model, "config", None), "vocab_size", None)
     if v: return int(v)
-    emb = next((m for m in model.modules() if isinstance(m, nn.Embedding)), None)
+    try: inp = model.get_input_embeddings()   # peft's LoRA or trainable-token wrapper holds the nn.Embedding itself
+    except (AttributeError, NotImplementedError): inp = None
+    emb = next((m for m in (inp or model).modules() if isinstance(m, nn.Embedding)), None)
     return emb.num_embeddings if emb is not None else None
 
 def _model_run(model:nn.Module, batch:tuple[int, int]=(2, 8))->Callable[[int], Any]|None:

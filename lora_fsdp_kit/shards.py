@@ -154,8 +154,11 @@ def shard_group_size(world:int,                # ranks in the job
                      hybrid:bool=False,        # hybrid sharding: shard within groups, replicate across them
                      shard_size:int|None=None, # ranks per shard group (None: 2)
                     )->int:
-    "Ranks a parameter is sharded across: the world, or its hybrid shard group (at most the world)."
-    return min(shard_size or 2, world) if hybrid else world
+    "Ranks a parameter is sharded across: the world, or its hybrid shard group (at most the world, and dividing it)."
+    if not hybrid: return world
+    k = min(shard_size or 2, world)
+    if world % k: raise ValueError(f"world size {world} does not split into shard groups of {k} (shard_size)")
+    return k
 
 # %% ../nbs/02a_shards.ipynb #4fe90851
 def piece_length(start:int, end:int,  # a tensor's span in a flat parameter

@@ -105,7 +105,8 @@ def _build(case:dict): return case_model(case, "cpu")
 def _train_step(fm, opt, case:dict):
     "The step fits predicts: loss of the batch on its own tokens (no KV cache), backward, AdamW step, gradients freed."
     from lora_fsdp_kit.fits_trace import train_kwargs
-    vocab = fm.get_input_embeddings().num_embeddings if hasattr(fm, "get_input_embeddings") else 64
+    from lora_fsdp_kit.routing import input_vocab
+    vocab = input_vocab(fm) or 64
     ids = torch.randint(0, vocab, (case.get("batch", 1), case.get("seq", 16)))
     fm(input_ids=ids, labels=ids, **train_kwargs(fm)).loss.backward()
     opt.step(); opt.zero_grad(set_to_none=True)

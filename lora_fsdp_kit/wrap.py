@@ -284,8 +284,7 @@ def _device_mesh(cfg:WrapConfig, mesh=None):
         return DeviceMesh.from_group(mesh, dev)
     world = dist.get_world_size()
     if not cfg.hybrid: return init_device_mesh(dev, (world,))
-    k = shard_group_size(world, True, cfg.shard_size)
-    if world % k: raise ValueError(f"world size {world} does not split into shard groups of {k} (shard_size)")
+    k = shard_group_size(world, True, cfg.shard_size)   # raises where the world does not split into groups of it
     return init_device_mesh(dev, (world // k, k), mesh_dim_names=("replicate", "shard"))
 
 # %% ../nbs/03c_wrap.ipynb #2c9858d8

@@ -179,7 +179,12 @@ def test_cli_bad_input_is_one_line_exit_2():
                        (["--world", "8", "--device-memory", "80GiB", "--mixed-precision", "fp8"],
                         "--mixed-precision takes none, bf16, bfloat16, fp16, float16; got 'fp8'"),
                        (["--world", "8", "--device-memory", "80GiB", "--activation-checkpointing", "maybe"],
-                        "--activation-checkpointing takes on or off")):
+                        "--activation-checkpointing takes on or off"),
+                       # said as a step that fails (exit 1, which a CI gate reads as "does not fit") until checked here
+                       (["--world", "4", "--device-memory", "80GiB", "--sharding", "HYBRID", "--shard-size", "3"],
+                        "world size 4 does not split into shard groups of 3"),
+                       (["--world", "2", "--device-memory", "80GiB", "--layer-cls", "NoSuchLayer"],
+                        "unknown layer class 'NoSuchLayer'")):
         err = io.StringIO()
         with contextlib.redirect_stderr(err): rc = main(["fits", "--config", "llama", *argv])
         assert rc == 2 and text in err.getvalue() and err.getvalue().count("\n") == 1, err.getvalue()
