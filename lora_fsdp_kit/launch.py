@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from .platform import get_platform
+from .platform import child_env, get_platform
 
 # %% auto #0
 __all__ = ['STATUS_ENV', 'NOTEBOOK_ENV', 'START_ENV', 'PRELOAD', 'LaunchError', 'check_importable', 'check_main_guard',
@@ -146,7 +146,8 @@ class _CompactPickler(pickle.Pickler):
     # plain pickle saves a view's whole storage, once per view: the tensors of a packed gather are views of one
     # buffer, so a rank returning 100 of them sent 100 copies of it (100 MiB for 0.78 MiB of data, measured)
     def reducer_override(self, obj):
-        if _is_dtensor(obj):   # its mesh's process group ends with the ranks: unpickled, a shard tied to nothing
+        # a DTensor's mesh's process group ends with the ranks: unpickled, it is a shard tied to nothing
+        if isinstance(obj, getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", ())):
             raise TypeError("a DTensor cannot be returned from a rank: return t.full_tensor() (a collective: on every "
                             "rank) or t.to_local() (this rank's shard)")
         if type(obj) is not torch.Tensor or obj.layout != torch.strided or obj.device.type == "meta": return NotImplemented
@@ -155,11 +156,6 @@ class _CompactPickler(pickle.Pickler):
         if not obj.requires_grad and obj.untyped_storage().nbytes() > obj.numel() * obj.element_size():
             return obj.clone().__reduce_ex__(pickle.HIGHEST_PROTOCOL)
         return NotImplemented
-
-def _is_dtensor(obj)->bool:
-    "Is `obj` a DTensor? (without importing torch.distributed.tensor for a result that holds none)"
-    mod = sys.modules.get("torch.distributed.tensor")
-    return mod is not None and isinstance(obj, mod.DTensor)
 
 def _dumps(value)->bytes:
     "`value` as the bytes a rank sends: a plain pickle, tensor views compacted."
@@ -180,7 +176,8 @@ def _send_result(conn, rank:int, msg:tuple):
 
 # %% ../nbs/01_launch.ipynb #2ee026df
 def _rank_main(rank:int, world:int, port:int, backend:str|None, pg_timeout:float, fn_ref:tuple[str,str],
-               args:tuple, kwargs:dict, log_path:str, conn, from_notebook:bool=False, parent_pid:int|None=None)->None:
+               args:tuple, kwargs:dict, log_path:str, conn, from_notebook:bool=False, parent_pid:int|None=None,
+               env:dict|None=None)->None:
     "Entry point of one spawned rank."
     if parent_pid is not None: _die_with_parent(parent_pid)
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -188,7 +185,8 @@ def _rank_main(rank:int, world:int, port:int, backend:str|None, pg_timeout:float
     sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), line_buffering=True)
     sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", buffering=0), line_buffering=True)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **{STATUS_ENV: os.path.dirname(log_path)})
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **{STATUS_ENV: os.path.dirname(log_path)},
+                      **(env or {}))   # the launcher's platform and plugins (`platform.child_env`)
     if from_notebook: os.environ[NOTEBOOK_ENV] = "1"   # so rank code can show progress the notebook will see
     # as torchrun does: the ranks share the machine's cores, so each runs torch's CPU ops on its share (unless the user
     # set OMP_NUM_THREADS); else every rank's thread pool spins on every core while its peers wait for one in a
@@ -489,12 +487,13 @@ def launch(fn:Callable,             # an importable function (defined in a modul
     with _SignalsToExit():
         try:
             janitor = _Janitor(logdir)
+            env = child_env()   # the platform and plugins of this process, for every rank
             for r in range(nprocs):
                 recv, send = ctx.Pipe(duplex=False)
                 path = os.path.join(logdir, f"rank{r}.log")
                 p = ctx.Process(target=target, name=f"lfk-rank{r}", daemon=True,
                                 args=(r, nprocs, port, backend, pg_timeout, fn_ref, args, kwargs, path, send,
-                                      launched_from_notebook(), parent))
+                                      launched_from_notebook(), parent, env))
                 p.start(); send.close(); janitor.watch(p.pid)
                 procs.append(p); conns[r] = recv; tails.append(_LogTail(r, path, out, quiet))
             joined = _wait_for_ranks(store, procs, conns, tails, results, errors, pending, start_timeout, timeout)

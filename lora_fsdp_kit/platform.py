@@ -19,7 +19,7 @@ log = logging.getLogger("lora_fsdp_kit.platform")
 __all__ = ['log', 'SMI_SEARCH_DIRS', 'PLATFORM_ENV', 'PLUGINS_ENV', 'PLUGIN_GROUP', 'FSDP_FLAVOURS', 'PlatformError', 'SmiResult',
            'find_command', 'smi_probe', 'live_tensor_bytes', 'PlatformBase', 'PlatformProbe', 'PlatformRegistry',
            'NvidiaPlatform', 'HuaweiPlatform', 'CpuPlatform', 'DetectionReport', 'load_plugins', 'detect_platform',
-           'get_platform', 'last_detection', 'set_platform', 'reset_platform', 'EngineRegistry']
+           'get_platform', 'last_detection', 'set_platform', 'child_env', 'reset_platform', 'EngineRegistry']
 
 # %% ../nbs/00_platform.ipynb #330fc2d1
 class PlatformError(RuntimeError):
@@ -418,6 +418,19 @@ def set_platform(p:str|PlatformBase|type[PlatformBase])->PlatformBase:
     elif not isinstance(p, PlatformBase): raise TypeError(f"expected a platform name, class or instance, got {p!r}")
     _current, _current_report = p, None
     return p
+
+def child_env()->dict[str, str]:
+    "The environment a child process (a launched rank) needs to choose this process's platform, with its plugins."
+    out, mods = {}, [n for n in _loaded_plugins if " (" not in n]   # entry points load in the child by themselves
+    if mods: out[PLUGINS_ENV] = ",".join(mods)                       # `load_plugins(env=...)` in code included
+    if _current is not None and _current_report is None:             # pinned in code (`set_platform`)
+        cls = type(_current)   # the child registers it only if it is the kit's own or a plugin's
+        if (PlatformRegistry._platforms.get(_current.name) is cls
+                and cls.__module__ in {__name__, *(m.__name__ for m in _loaded_plugins.values())}):
+            out[PLATFORM_ENV] = _current.name
+        else: warnings.warn(f"the platform pinned here ({cls.__name__}, from {cls.__module__}) is not one a launched "
+                            "rank can register (the kit's or a plugin's): each rank detects its own", stacklevel=2)
+    return out
 
 def reset_platform():
     "Forget the process-wide platform; the next `get_platform()` detects again."

@@ -157,3 +157,26 @@ def test_dtensor_result_is_refused(tmp_path, monkeypatch):
     from lora_fsdp_kit.launch import LaunchError, launch
     with pytest.raises(LaunchError, match=r"a DTensor cannot be returned from a rank: return t.full_tensor\(\)"):
         launch(lfk_many_cases.dtensor, nprocs=2, quiet=True)
+
+PLUG = '''
+from lora_fsdp_kit.platform import CpuPlatform, PlatformRegistry
+@PlatformRegistry.register("lfkplugcpu")
+class PlugCpu(CpuPlatform): pass
+def rank_platform():
+    from lora_fsdp_kit.platform import get_platform
+    return get_platform().name
+'''
+
+def test_a_platform_pinned_in_code_reaches_the_ranks(tmp_path, monkeypatch):
+    # a plugin loaded in code (`load_plugins(env=...)`) and its platform pinned (`set_platform`): the ranks detected
+    # their own (here the CPU; on a GPU machine, CUDA where the user had pinned another)
+    (tmp_path/"lfk_plug_cases.py").write_text(PLUG)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from lora_fsdp_kit import platform as P
+    from lora_fsdp_kit.launch import launch
+    P.load_plugins(env="lfk_plug_cases", entry_points=False); P.set_platform("lfkplugcpu")
+    try:
+        import lfk_plug_cases
+        assert launch(lfk_plug_cases.rank_platform, nprocs=2, quiet=True) == ["lfkplugcpu"] * 2
+    finally:
+        P.reset_platform(); P.PlatformRegistry.unregister("lfkplugcpu"); P._loaded_plugins.pop("lfk_plug_cases", None)
