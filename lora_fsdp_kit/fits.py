@@ -171,6 +171,16 @@ def _known_failure(model:nn.Module, cfg:WrapConfig, world:int=1, plan=None)->str
     if f is None: return None
     return f"FSDP refuses it ({f.check}): {f.message.splitlines()[0]}; fix: {f.fix}"
 
+def _past_positions(model:nn.Module, seq:int)->str|None:
+    "One line when `seq` outruns a learned position table (GPT-2's `wpe`): the step fails there, fake tensors do not."
+    for n, m in model.named_modules():
+        leaf = n.rsplit(".", 1)[-1].lower()
+        if isinstance(m, nn.Embedding) and (leaf == "wpe" or "position" in leaf) and m.num_embeddings < seq:
+            return (f"the step itself fails (it would on the devices too): {clean_name(n)} holds {m.num_embeddings} "
+                    f"positions, and a sequence of {seq} tokens indexes past them (IndexError); fix: --seq at most "
+                    f"{m.num_embeddings}")
+    return None
+
 
 # %% ../nbs/11_fits.ipynb #23d6965f
 def _trace(model, cfg, world, ranks, batch, seq, backend, attention, plan)->tuple[list[RankTrace], list[int]]:
@@ -315,7 +325,7 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
     if attention not in ("auto", "fused", "math"):
         raise FitsError(f"attention must be 'auto', 'fused' or 'math', got {attention!r}")
     plan = cfg.plan(model)   # one plan for the checks, the layer reduction and every rank's closed form
-    if why := _known_failure(model, cfg, world, plan): raise FitsError(why)
+    if why := _known_failure(model, cfg, world, plan) or _past_positions(model, seq): raise FitsError(why)
     att = attention_kernel(model, cfg, backend) if attention == "auto" else attention
     ranks = list(range(world)) if rank is None else [rank]
     traces, trace_of = _trace(model, cfg, world, ranks, batch, seq, backend, att, plan)
