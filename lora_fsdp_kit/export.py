@@ -5,7 +5,7 @@
 # %% ../nbs/09_export.ipynb #ef665317
 from __future__ import annotations
 
-import json, os, shutil, time
+import json, os, shutil, time, warnings
 from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -197,9 +197,15 @@ def save_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
     "Collective: write peft adapter directories from rank 0, atomically, where `save_pretrained` puts them."
     path = Path(path).absolute()
     names = list(peft_model_of(model).peft_config) if adapter_name is None else [adapter_name]
-    every = ",".join(names) if adapter_name is None else ""   # in the first check's tag: ranks with other lists all raise
-    for name in names:   # peft's layout: "default" in `path` itself, any other adapter in `path/<name>`
-        _save_adapter(model, path if name == "default" else path/name, name, timeout, every)
+    every = json.dumps(names) if adapter_name is None else ""   # in the first check's tag: other lists all raise
+    for i, name in enumerate(names):   # peft's layout: "default" in `path` itself, any other adapter in `path/<name>`
+        try: _save_adapter(model, path if name == "default" else path/name, name, timeout, every)
+        except SaveError as e:
+            if i: e.args = (f"{e.args[0]}; saved before it: {', '.join(names[:i])}",)
+            raise
+    if "default" not in names and _rank() == 0:   # peft writes its model card into `path` whatever it saves
+        try: peft_model_of(model).create_or_update_model_card(str(path))
+        except OSError as e: warnings.warn(f"save_lora: the adapters are saved; the model card was not: {e}")
     return path
 
 # %% ../nbs/09_export.ipynb #3b5bd896

@@ -5,7 +5,7 @@
 # %% ../nbs/08a_publish.ipynb #1298afc7
 from __future__ import annotations
 
-import glob, os, shutil, socket, tempfile, time
+import glob, os, shutil, socket, tempfile, time, zlib
 from pathlib import Path
 
 _HOST = socket.gethostname().replace("-", "_")   # in a temporary folder's name, with the pid: whose it is
@@ -31,9 +31,15 @@ def save_target(path:Path)->Path:
                               f"nothing was gathered; give a writable path")
     return path
 
+def _stem(path:Path)->str:
+    "The start of the names of `path`'s temporary folders: a long name shortened (a file name holds 255 bytes)."
+    name = path.name
+    if len(name.encode()) > 120: name = f"{name[:40]}-{zlib.crc32(path.name.encode()):08x}"   # a 240-byte adapter name
+    return f".{name}.saving-"
+
 def new_tmp(path:Path)->Path:
     "A fresh temporary folder beside `path` (same file system: its files move by rename), named by host and process."
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.saving-{_HOST}-{os.getpid()}-", dir=path.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{_stem(path)}{_HOST}-{os.getpid()}-", dir=path.parent))
     _umask_mode(tmp)   # mkdtemp makes 0700; peft's save_pretrained (os.makedirs) gives 0777 & ~umask
     return tmp
 
@@ -111,7 +117,7 @@ def clean_leftovers(path:Path)->list[str]:
     "Roll back and remove what saves into `path` killed half way left beside it; the names of what was removed."
     gone = []
     # the name escaped: a folder `run[1]` would match `run1`'s leftovers, and roll them back into itself
-    for tmp in sorted(path.parent.glob(f".{glob.escape(path.name)}.saving-*")):
+    for tmp in sorted(path.parent.glob(f"{glob.escape(_stem(path))}*")):
         if owner_alive(tmp): continue
         if (tmp/_JOURNAL).exists() and path.is_dir(): roll_back(tmp, path)
         shutil.rmtree(tmp, ignore_errors=True); gone.append(tmp.name)

@@ -120,10 +120,11 @@ def adapter_name_on_one_rank(folder:Path)->dict:
     return out
 
 def adapter_lists_differ(folder:Path)->dict:
-    "Every adapter saved (save_lora's default) where one rank's model holds one more: all raise at once, none writes."
+    "Every adapter saved (save_lora's default) where the ranks' models hold other adapters: all raise, none writes."
     fm = case_wrap(case_model("llama"), "layer", "fsdp2")
-    if dist.get_rank() == dist.get_world_size() - 1:
-        E.peft_model_of(fm).add_adapter("extra", LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"]))
+    # the last rank holds "x" and "y", the others "x,y": joined with commas, both lists read "default,x,y"
+    for n in (("x", "y") if dist.get_rank() == dist.get_world_size() - 1 else ("x,y",)):
+        E.peft_model_of(fm).add_adapter(n, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"]))
     try: E.save_lora(fm, folder/"lists"); return dict(raised=None)
     except Exception as e: return dict(raised=type(e).__name__, written=(folder/"lists").exists(), says=str(e)[:400])
 
