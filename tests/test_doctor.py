@@ -19,20 +19,23 @@ def test_kit_imports_without_the_internals():
     assert "KitCompatibilityError" in r.stdout and "breaks CPU peak-memory timeline" in r.stdout, r.stdout[-2000:]
     assert "FlatParameter" in r.stdout and "MemTracker" in r.stdout, r.stdout[-2000:]   # the doctor names both
 
-def test_the_doctor_reports_the_platform(tmp_path):
+def test_the_doctor_reports_the_platform(tmp_path, monkeypatch, capsys):
     # `lfk doctor` stopped at a forced platform it cannot use or a broken plugin with one line (exit 2) before its report,
     # and `python -m lora_fsdp_kit.doctor` said nothing of either (exit 0); a plugin calling sys.exit(0) on import
-    # ended any command silently with exit 0
-    import os
+    # ended any command silently with exit 0 (in this process: each entry point's `main`, as `-m` runs it)
+    from lora_fsdp_kit import doctor as D
+    from lora_fsdp_kit.__main__ import main as lfk
     (tmp_path/"lfk_exitplug.py").write_text("import sys\nsys.exit(0)\n")
-    run = lambda args, **env: subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=300,
-                                             env={**os.environ, "PYTHONPATH": str(tmp_path), **env})
-    for entry in (["lora_fsdp_kit", "doctor"], ["lora_fsdp_kit.doctor"]):
-        r = run([*entry, "--no-models"], LFK_PLATFORM="bogus")
-        assert r.returncode == 1 and "PROBLEM: platform: LFK_PLATFORM='bogus' is not a registered platform" in r.stdout, \
-            (entry, r.returncode, r.stdout[-800:], r.stderr[-800:])
-    r = run(["lora_fsdp_kit", "doctor", "--no-models"], LFK_PLUGINS="lfk_exitplug")
-    assert r.returncode == 1 and "PROBLEM: platform: plugin 'lfk_exitplug'" in r.stdout, r.stdout[-800:]
-    r = run(["lora_fsdp_kit", "plan", "--config", "llama"], LFK_PLUGINS="lfk_exitplug")
-    assert r.returncode == 2 and "plugin 'lfk_exitplug' (from $LFK_PLUGINS) failed to load: SystemExit: 0" in r.stderr, \
-        (r.returncode, r.stderr[-800:])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    def run(main, args, **env):
+        with monkeypatch.context() as m:
+            for k, v in env.items(): m.setenv(k, v)
+            code = main(args)
+        out = capsys.readouterr(); return code, out.out, out.err
+    for main, args in ((lfk, ["doctor", "--no-models"]), (D.main, ["--no-models"])):
+        code, out, err = run(main, args, LFK_PLATFORM="bogus")
+        assert code == 1 and "PROBLEM: platform: LFK_PLATFORM='bogus' is not a registered platform" in out, (code, out, err)
+    code, out, err = run(lfk, ["doctor", "--no-models"], LFK_PLUGINS="lfk_exitplug")
+    assert code == 1 and "PROBLEM: platform: plugin 'lfk_exitplug'" in out, (code, out, err)
+    code, out, err = run(lfk, ["plan", "--config", "llama"], LFK_PLUGINS="lfk_exitplug")
+    assert code == 2 and "plugin 'lfk_exitplug' (from $LFK_PLUGINS) failed to load: SystemExit: 0" in err, (code, err)
