@@ -84,6 +84,17 @@ def _changed(self:PlanExplorer, change):
     if change["owner"] is self.lora_leaves: self._leaves_wanted = change["new"]
     self.refresh()
 
+# %% ../nbs/14_explore.ipynb #5a26c581
+_FROM_CONFIG = ("(the config.json)", "\0config")   # the picker's entry while a config.json is shown
+
+def _show_source(self:PlanExplorer, name:str|None, config:str|None):
+    "The picker and the box say what is shown: picking either again then loads it (an unchanged value fires nothing)."
+    opts = [o for o in self.picker.options if o != _FROM_CONFIG]
+    if config: self.picker.options = opts + [_FROM_CONFIG]; self.picker.value = _FROM_CONFIG[1]
+    else:
+        self.picker.options, self.config_path.value = opts, ""
+        if name in dict(opts).values(): self.picker.value = name
+
 # %% ../nbs/14_explore.ipynb #1d434043
 @patch_to(PlanExplorer)
 def _build(self:PlanExplorer, model:str|None, config:str|None)->tuple:
@@ -127,6 +138,7 @@ def load(self:PlanExplorer,
         self.layer_classes.layout.width = f"{max(len(s) for s in names + ['x' * 20]) + 4}ch"
         self.min_num_params.max = max(2, math.ceil(math.log10(max(total, 10))))
         self.min_num_params.value = max(10, total / 20)
+        _show_source(self, model if isinstance(model, str) else None, None if isinstance(model, nn.Module) else config)
     finally: self._syncing = False
     self.refresh()
 

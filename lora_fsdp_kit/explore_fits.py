@@ -112,6 +112,7 @@ def predict(self:FitsTab):
 @patch_to(FitsTab)
 def update(self:FitsTab):
     "Answer a knob: grey the picture, predict (or take the kept trace), draw the bars against the device line."
+    from lora_fsdp_kit.fits import RESERVE
     from lora_fsdp_kit.units import fmt_bytes
     if self.ex.plan is None:
         self.status.value = "<b style='color:#c62828'>no plan to predict: see the summary above</b>"; return
@@ -126,14 +127,14 @@ def update(self:FitsTab):
     device = int(self.device_gib.value * 2**30)
     self.chart.value = figure_svg(sm.figure(device_memory=device))
     self.seconds = dict(predict=t1 - t0, draw=time.perf_counter() - t1)
-    worst, left = sm.worst, device - sm.worst
+    worst, left = sm.worst_case, sm.left(device)   # as `lfk fits` decides: the device less its reserve
     verdict = (f"<b style='color:#2e7d32'>fits</b>, {fmt_bytes(left)} left" if left >= 0
                else f"<b style='color:#c62828'>does not fit</b>, {fmt_bytes(-left)} over")
     self.chart.layout.opacity, self.chart.layout.display = "1", ""; self.widget.remove_class("lfk-stale")
     sub = _text_model(self.ex.model, self.ex.config)[2]
     self.status.value = ((f"its {sub} traced (LoRA trains it alone): " if sub else "") +
                          f"{H.escape(sm.label)}, world {sm.world}: worst rank peak {fmt_bytes(worst)} on a "
-                         f"{fmt_bytes(device)} device: {verdict}")
+                         f"{fmt_bytes(device)} device, less a {RESERVE} reserve: {verdict}")
     if self.ex.ahead: self.trace_ahead()
 
 # %% ../nbs/14a_explore_fits.ipynb #2599be76

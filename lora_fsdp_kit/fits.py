@@ -14,7 +14,7 @@ from torch import nn
 from .fits_trace import CATEGORIES, RankTrace, attention_kernel, rank_signatures, steps_per_rank, trace_many
 from .forks import copies
 from .families import experts_implementation
-from .units import fmt_bytes, fmt_count
+from .units import fmt_bytes, fmt_count, parse_bytes
 from .plan import dtype_itemsize
 from .shards import (chunk_spans, clean_name, flat_spans, fsdp1_align, fsdp1_flat_numels, fsdp2_padded_numel,
                                   piece_length, shard_group_size)
@@ -406,3 +406,11 @@ RESERVE = "2GiB"   # `fits --reserve`'s default; where it comes from: RESERVE_WH
 RESERVE_WHY = ("what a device holds beyond the step's tensors, an estimate: the CUDA context (0.3-0.6 GiB with "
                "torch's kernels loaded), NCCL's buffers (4 MiB per channel and peer, about 0.3 GiB at 8 ranks) and "
                "the caching allocator's fragmentation (reserved minus allocated, about 1 GiB)")
+
+@patch_to(StepMemory)
+def left(self:StepMemory,
+         device_memory:int,          # bytes of one device
+         reserve:int|str=RESERVE,    # what the device holds beyond the step's tensors (RESERVE_WHY)
+        )->int:                      # bytes to spare on the worst rank (negative: over): >= 0 is "fits"
+    "The verdict of `fits` and of the explorer's tab: the device less the reserve, less the worst case of any rank."
+    return device_memory - parse_bytes(reserve) - self.worst_case

@@ -319,4 +319,4 @@ def fits_report(config:str,                 # a model's config.json (or its fold
     if done and png:
         os.makedirs(out, exist_ok=True)
         path = os.path.join(out, "fits.png"); plot_settings(done, device, res).savefig(path, dpi=100); print("saved", path)
-    return 0 if done and not failed and all(s.memory.worst_case <= usable for s in done) else 1
+    return 0 if done and not failed and all(s.memory.left(device, res) >= 0 for s in done) else 1
