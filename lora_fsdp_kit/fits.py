@@ -22,7 +22,8 @@ from .methods import patch_to
 from .wrap import _MP, _MP_DTYPE, WrapConfig
 
 # %% auto #0
-__all__ = ['RESERVE', 'RESERVE_WHY', 'StepMemory', 'closed_form', 'FitsError', 'inexact_families', 'predict_step_memory']
+__all__ = ['RESERVE', 'RESERVE_WHY', 'StepMemory', 'closed_form', 'FitsError', 'position_table', 'inexact_families',
+           'predict_step_memory']
 
 # %% ../nbs/11_fits.ipynb #41259d69
 @dataclass(frozen=True)
@@ -171,14 +172,18 @@ def _known_failure(model:nn.Module, cfg:WrapConfig, world:int=1, plan=None)->str
     if f is None: return None
     return f"FSDP refuses it ({f.check}): {f.message.splitlines()[0]}; fix: {f.fix}"
 
-def _past_positions(model:nn.Module, seq:int)->str|None:
-    "One line when `seq` outruns a learned position table (GPT-2's `wpe`): the step fails there, fake tensors do not."
+def position_table(model:nn.Module)->tuple[str, int]|None:
+    "The learned position table a sequence may not outrun (GPT-2's `wpe`): (its name, its positions), or None."
     for n, m in model.named_modules():
         leaf = n.rsplit(".", 1)[-1].lower()
-        if isinstance(m, nn.Embedding) and (leaf == "wpe" or "position" in leaf) and m.num_embeddings < seq:
-            return (f"the step itself fails (it would on the devices too): {clean_name(n)} holds {m.num_embeddings} "
-                    f"positions, and a sequence of {seq} tokens indexes past them (IndexError); fix: --seq at most "
-                    f"{m.num_embeddings}")
+        if isinstance(m, nn.Embedding) and (leaf == "wpe" or "position" in leaf): return clean_name(n), m.num_embeddings
+    return None
+
+def _past_positions(model:nn.Module, seq:int)->str|None:
+    "One line when `seq` outruns a learned position table: the step fails there, fake tensors do not."
+    if (t := position_table(model)) and t[1] < seq:
+        return (f"the step itself fails (it would on the devices too): {t[0]} holds {t[1]} positions, and a sequence "
+                f"of {seq} tokens indexes past them (IndexError); fix: --seq at most {t[1]}")
     return None
 
 

@@ -15,7 +15,7 @@ from torch import nn
 from .families import PLAN_TARGETS, text_model_of
 from .units import fmt_bytes, fmt_count, parse_bytes
 from .fits import (RESERVE, FitsError, StepMemory, _dtype_short, _is_adapter, _ranks_text, _stack,
-                                _storage_dtype, _timeline, _unit, predict_step_memory)
+                                _storage_dtype, _timeline, _unit, position_table, predict_step_memory)
 from .policies import resolve_layer_classes
 from .shards import shard_group_size
 from .wrap import WrapConfig
@@ -253,6 +253,10 @@ def _check_wraps(model:nn.Module, wraps, world:int):
         shard_group_size(world, c.hybrid, c.shard_size)     # a hybrid shard group that does not divide the world
         if c.layer_cls not in (None, "auto"): resolve_layer_classes(model, c.layer_cls)   # a class the model lacks
 
+def _cap(model:nn.Module, search:str)->int:
+    "The most `--max-batch` / `--max-seq` may answer: a sequence stops at a learned position table (GPT-2's `wpe`)."
+    return min(2**16, (position_table(model) or ("", 2**16))[1]) if search == "seq" else 2**16
+
 def _jobs(wraps, pds, lds, batches, seqs, search):
     "Every setting to trace, the words that name each, and the words they all share (said once, in the header)."
     jobs = [(c, pd, ld, b, s) for c in wraps for pd in pds for ld in lds
@@ -309,7 +313,7 @@ def fits_report(config:str,                 # a model's config.json (or its fold
                 def peak(n):
                     mems[n] = _probe(model, c, world, *((n, s) if search == "batch" else (b, n)), pd, ld, backend,
                                      attention); return mems[n].worst_case
-                best, seen = largest_fitting(peak, usable)
+                best, seen = largest_fitting(peak, usable, _cap(model, search))
                 v = max(best, 1); found[len(done)] = (best, seen)
                 done.append(Setting(c, *((v, s) if search == "batch" else (b, v)), mems[v], pd, ld))
         except Exception as e: failed.append(_one_line(label, e, speak))   # the step fails as it would on devices

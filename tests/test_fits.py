@@ -215,6 +215,17 @@ def test_param_dtype_changes_the_parameter_bytes_exactly():
     assert "computed in bf16 (FSDP mixed precision), gradients reduced in fp32" in m16.assumptions
     assert {p.dtype for p in pm.parameters()} == {torch.bfloat16, torch.float32}   # the model given: untouched
 
+def test_max_seq_stops_at_a_learned_position_table(tmp_path):
+    # GPT-2 holds 128 positions: the search's probes past them were traced and given numbers (the step raises
+    # IndexError on the devices), and now refused; the search stops at the table
+    import json
+    cfg = dict(model_type="gpt2", architectures=["GPT2LMHeadModel"], n_layer=2, n_embd=64, n_head=4, n_positions=128,
+               vocab_size=256, bos_token_id=0, eos_token_id=0)
+    (tmp_path/"config.json").write_text(json.dumps(cfg))
+    rc, out, err = _report(config=str(tmp_path/"config.json"), targets="c_attn", world=2, device_memory="80GiB",
+                           wraps=[WrapConfig(flavour="fsdp2")], batch="1", max_seq=True)
+    assert rc == 0 and "largest seq 128 (the search stops there)" in out, out + err
+
 def test_max_batch_the_peak_at_n_fits_and_at_n_plus_1_does_not():
     """A device sized from a trace (batch 2's peak, plus 1 byte): the search answers 2, with that very peak, and a
     peak at 3 beyond the device; exit 0; the header counts the real model's parameters; every row is <= 100 columns."""
