@@ -293,7 +293,7 @@ def _fits_parser(sub):
                    "beside A and B")
     f.add_argument("--lora-targets", default=PLAN_TARGETS, help=f"comma-separated LoRA target modules (default "
                    f"{PLAN_TARGETS})")   # --targets is WrapConfig's: the modules FSDP2 shards
-    f.add_argument("--backend", default="nccl", choices=("nccl", "hccl", "gloo"), help="nccl/hccl (device buffers only) or gloo (a CPU job)")
+    f.add_argument("--backend", default="nccl", choices=module_constant("fits", "BACKENDS"), help="nccl/hccl (device buffers only) or gloo (a CPU job)")
     f.add_argument("--attention", default="auto", choices=("auto", "fused", "math"),
                    help="attention kernel: auto (CUDA runs fp32 with grouped-query heads unfused), fused or math")
     f.add_argument("-v", "--verbose", action="store_true", help="every category, the module and phase of each peak, "

@@ -22,7 +22,7 @@ from .methods import patch_to
 from .wrap import _MP, _MP_DTYPE, WrapConfig
 
 # %% auto #0
-__all__ = ['RESERVE', 'RESERVE_WHY', 'StepMemory', 'closed_form', 'FitsError', 'position_table', 'inexact_families',
+__all__ = ['BACKENDS', 'RESERVE', 'RESERVE_WHY', 'StepMemory', 'closed_form', 'FitsError', 'position_table', 'inexact_families',
            'predict_step_memory']
 
 # %% ../nbs/11_fits.ipynb #41259d69
@@ -298,6 +298,8 @@ def inexact_families(model:nn.Module)->str:
             f"reference path (a job with {pkgs} runs fused kernels); Mamba, Mamba2: -0.3 % to +7.8 % on real ranks")
 
 # %% ../nbs/11_fits.ipynb #016fd9f5
+BACKENDS = ("nccl", "hccl", "gloo")   # the collectives' backends a trace knows (`fits --backend` offers these)
+
 def predict_step_memory(model:nn.Module,               # a peft model on the meta device, as the plan takes it
                         *,
                         world:int,                     # ranks of the job (1-1024)
@@ -318,7 +320,7 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
     if not whole(world) or not 1 <= world <= 1024: raise FitsError(f"world must be 1-1024, got {world!r}")
     if not (whole(batch) and whole(seq) and batch >= 1 and seq >= 1):
         raise FitsError(f"batch and seq must be whole numbers >= 1, got batch={batch!r}, seq={seq!r}")
-    if backend not in ("nccl", "hccl", "gloo"):   # any other traced as a device backend, silently
+    if backend not in BACKENDS:   # any other was traced as a device backend, silently
         raise FitsError(f"backend must be 'nccl', 'hccl' (device buffers only) or 'gloo' (a CPU job), got {backend!r}")
     real = sorted({p.device.type for p in model.parameters()} - {"meta"})
     if real: raise FitsError(f"the model has parameters on {', '.join(real)}: build it on the meta device "

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from .platform import child_env, get_platform
+from .results import dumps
 
 # %% auto #0
 __all__ = ['STATUS_ENV', 'NOTEBOOK_ENV', 'START_ENV', 'PRELOAD', 'LaunchError', 'check_importable', 'check_main_guard',
@@ -132,35 +133,6 @@ def _store_barrier(store, name:str, rank:int, world:int, timeout:float)->None:
     store.wait([f"lfk/{name}/{r}" for r in range(world)], datetime.timedelta(seconds=timeout))
 
 # %% ../nbs/01_launch.ipynb #snd00001
-# the dtypes torch's own pickle brings back; it fails to load the others (float8, uint16-64, complex32...: "type
-# object 'torch.storage.UntypedStorage' has no attribute 'dtype'"), so they travel as their raw bytes
-_PICKLED_DTYPES = {torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
-                   torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool}
-
-def _from_bytes(raw:torch.Tensor, dtype:torch.dtype, shape:tuple)->torch.Tensor:
-    "The tensor `_CompactPickler` sent as its raw bytes: the bytes viewed as `dtype`, in `shape`."
-    return raw.view(dtype).reshape(shape)
-
-class _CompactPickler(pickle.Pickler):
-    "A plain pickle in which a tensor that views part of a larger storage is saved as its own bytes."
-    # plain pickle saves a view's whole storage, once per view: the tensors of a packed gather are views of one
-    # buffer, so a rank returning 100 of them sent 100 copies of it (100 MiB for 0.78 MiB of data, measured)
-    def reducer_override(self, obj):
-        # a DTensor's mesh's process group ends with the ranks: unpickled, it is a shard tied to nothing
-        if isinstance(obj, getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", ())):
-            raise TypeError("a DTensor cannot be returned from a rank: return t.full_tensor() (a collective: on every "
-                            "rank) or t.to_local() (this rank's shard)")
-        if type(obj) is not torch.Tensor or obj.layout != torch.strided or obj.device.type == "meta": return NotImplemented
-        if obj.dtype not in _PICKLED_DTYPES and not obj.is_quantized and not obj.requires_grad:
-            return _from_bytes, (obj.detach().contiguous().reshape(-1).view(torch.uint8), obj.dtype, tuple(obj.shape))
-        if not obj.requires_grad and obj.untyped_storage().nbytes() > obj.numel() * obj.element_size():
-            return obj.clone().__reduce_ex__(pickle.HIGHEST_PROTOCOL)
-        return NotImplemented
-
-def _dumps(value)->bytes:
-    "`value` as the bytes a rank sends: a plain pickle, tensor views compacted."
-    f = io.BytesIO(); _CompactPickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(value); return f.getvalue()
-
 def _send_result(conn, rank:int, msg:tuple):
     "Send one rank's `(status, value, time)` to the launcher through its pipe, as a plain pickle of the value's bytes."
     sys.stdout.flush(); sys.stderr.flush()
@@ -168,7 +140,7 @@ def _send_result(conn, rank:int, msg:tuple):
     # storage as a file descriptor that this rank must stay alive to hand over, and the rank leaves right after. A dict
     # of 100-300 tensors (a gathered adapter) came back as ConnectionResetError, FileNotFoundError or "closed its pipe
     # without a result"; one tensor often made it.
-    try: data = _dumps(msg)
+    try: data = dumps(msg)   # `lora_fsdp_kit.results`: tensor views compacted, any dtype
     except Exception:  # the result could not be pickled: say so instead of dying silently
         data = pickle.dumps(("error", f"rank {rank}: the return value could not be sent back:\n"
                                       f"{traceback.format_exc()}", time.monotonic()))

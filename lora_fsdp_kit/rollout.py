@@ -175,7 +175,7 @@ class _EngineState:
     next_id: int = 1
     live: dict = field(default_factory=dict)   # name -> _Pushed
     reloads: int = 0                           # calls the last `push_merged` made
-    params: tuple|None = None                  # ({name: shape} of the engine's model, its class): `_engine_params`
+    params: tuple|None = None                  # ({name: shape}, its class, its MoE blocks): `_engine_params`
 
 def _state(llm)->_EngineState:
     if not hasattr(llm, "_lfk_rollout"): llm._lfk_rollout = _EngineState()
@@ -257,7 +257,7 @@ def _refuse_moe_engine(am):
                                   f"them; serve it on a GPU (here push_merged takes the weights outside its MoE blocks only)")
 
 # %% ../nbs/13_rollout.ipynb #f8c62a89
-def _engine_params(llm)->tuple[dict|None, str]:
+def _engine_params(llm)->tuple[dict|None, str, tuple]:
     "({name: shape} of the engine's model's parameters as transformers names them, its class, its MoE blocks): on meta."
     st = _state(llm)
     if st.params is None:

@@ -45,7 +45,6 @@ def wrap(pm, setting:str):
     return case_config(kind, "fsdp1-orig" if orig else flavour).wrap(pm)
 
 def _tree(f:Path)->dict: return {str(p.relative_to(f)): p.read_bytes() for p in sorted(f.rglob("*")) if p.is_file()}
-_files = _tree   # a folder's every file, sub-folders (a named adapter's) included
 
 def _equal(a:dict, b:dict)->bool: return list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
 def _logits(m): 
@@ -178,7 +177,7 @@ def one(folder:str, setting:str)->dict:
     res["streams"] = [measure_stream(fm, b) for b in (None, 65_536, 262_144)]
     res["lora_stream"] = measure_stream(fm, 1536, what="lora")
     # interrupted saves: rank 1 fails right after the gather while rank 0 writes; rank 0's disk fills up
-    before = _files(d/"adapter")
+    before = _tree(d/"adapter")
     real = E._lora_state_dict
     def fail_after_gather(*a, **k):
         real(*a, **k); raise RuntimeError("injected failure on rank 1")
@@ -189,11 +188,11 @@ def one(folder:str, setting:str)->dict:
         with mock.patch.object(E, target, fake) if rank == who else mock.patch.object(E, "_rank", E._rank):
             try: E.save_lora(fm, d/"adapter"); msg = None
             except E.SaveError as e: msg = str(e)
-        res["interrupted"].append(dict(who=who, message=msg, intact=_files(d/"adapter") == before,
+        res["interrupted"].append(dict(who=who, message=msg, intact=_tree(d/"adapter") == before,
                                        leftovers=sorted(p.name for p in d.iterdir() if p.name.startswith("."))))
         dist.barrier()   # every rank has looked before rank 0 starts the next save (and its temporary folder)
     E.save_lora(fm, d/"adapter")   # and a save that works replaces it
-    res["replaced"] = _files(d/"adapter") != before
+    res["replaced"] = _tree(d/"adapter") != before
     res["seconds"] = time.perf_counter() - t0
     return res
 
@@ -251,7 +250,7 @@ def _fault(fm, d:Path, fault:str, who:int)->dict:
         target = d/"latest"
         if dist.get_rank() == 0 and not target.is_symlink(): target.symlink_to(d/"nowhere")
     dist.barrier()
-    state = lambda: (_files(target) if target.is_dir() else os.readlink(target) if target.is_symlink()
+    state = lambda: (_tree(target) if target.is_dir() else os.readlink(target) if target.is_symlink()
                      else target.read_bytes())
     before = state()
     t0, kind, msg = time.perf_counter(), None, None
