@@ -13,8 +13,8 @@ from .cli_input import (_Parser, _Version, _from_transformers, _input_problem, _
                                      did_you_mean, unknown_input)
 
 # %% auto #0
-__all__ = ['FLAG_WORDS', 'FITS_DEFAULTS', 'render_readme', 'flag_language', 'wrap_fields', 'add_wrap_flags', 'wrap_configs_of',
-           'wrap_config_of', 'module_constant', 'parser', 'main']
+__all__ = ['FLAG_WORDS', 'FITS_DEFAULTS', 'render_readme', 'flag_language', 'job_of_args', 'wrap_fields', 'flavour_defaults',
+           'add_wrap_flags', 'wrap_configs_of', 'wrap_config_of', 'module_constant', 'parser', 'main']
 
 # %% ../nbs/90_cli.ipynb #5c72cea4
 def _readme_block(text:str, lang:str="")->str: return f"```{lang}\n{text.rstrip()}\n```"
@@ -99,10 +99,17 @@ def flag_language(text:str)->str:
     return '"'.join(parts)
 
 def _cmd_plan(a)->int:
-    from lora_fsdp_kit.viz import plan_command   # the arguments were checked before this import (`_plan_args`)
-    cfg = wrap_config_of(a)
-    report = plan_command(model=a.model, config=a.config, lora_r=a.lora_r, targets=a.lora_targets, png=a.png,
-                          json_path=a.json, wrap=cfg, world=a.world, speak=flag_language)
+    from lora_fsdp_kit.viz import plan_command, plan_text_grouped   # the arguments were checked (`_plan_args`)
+    job = job_of_args(a)
+    name = job.model if isinstance(job.model, str) and job.model in _shipped_names().split(", ") else None
+    report = plan_command(model=name, config=None if name else job.model, lora_r=job.lora_r,
+                          targets=",".join(job.lora_targets), png=a.png, json_path=a.json, wrap=job.wrap,
+                          world=job.world, speak=flag_language)
+    print(job.line()); print("".join(f"note: {n}\n" for n in job.notes), end="")
+    if job.autocast_dtype:   # the forward's autocast makes some errors run (Job.check): the findings for this step
+        findings = job.check(report.plan)
+        print(plan_text_grouped(report.plan, findings, flag_language))
+        return int(any(f.severity == "error" for f in findings))
     print(report)
     return report.exit_code   # 1 on a ✖ error finding: a CI job gates on it
 
@@ -110,13 +117,42 @@ def _plan_args(a)->int|None:
     "2 (one line on stderr) for what plan's arguments alone refuse; `main` asks before it imports anything (torch)."
     from lora_fsdp_kit.publish import check_output_path   # the standard library only
     def refuse(text): print(f"plan: error: {text}", file=sys.stderr); return 2
-    if a.model is None and a.config is None: return refuse("give --model NAME or --config path/to/config.json")
+    if a.model is None and a.config is None and not a.job:
+        return refuse("give --model NAME or --config path/to/config.json (or a --job file naming it)")
     if a.world is not None and not 1 <= a.world <= 1024: return refuse(f"--world must be 1-1024, got {a.world}")
     for flag, path in (("--png", a.png), ("--json", a.json)):   # before any work, not a traceback at the end
         try:
             if path is not None: check_output_path(path, what=flag)
         except ValueError as e: return refuse(str(e))
     return refuse(why) if (why := _wrap_args(a)) else None
+
+# %% ../nbs/90_cli.ipynb #5350a206
+def _job_flags(p:argparse.ArgumentParser):
+    "`--job FILE` (repeatable) and `--lenient`: the job read from the trainer's own files, and unknown config keys."
+    p.add_argument("--job", action="append", default=[], metavar="FILE", help="the job from the trainer's own file "
+                   "(repeatable; a later file wins, a flag given beside them wins over every file): an accelerate "
+                   "config YAML, the Trainer's arguments JSON (to_json_string), a peft adapter_config.json, a verl "
+                   "config YAML, a model config.json")
+    p.add_argument("--lenient", action="store_true", help="accept a config.json key its config class does not know "
+                   "(a warning, not exit 2)")
+
+def _typed(a:argparse.Namespace)->set[str]:
+    "The destinations of the flags typed on the command line (a default is not typed)."
+    from lora_fsdp_kit.cli_input import _commands
+    words = {t.split("=", 1)[0] for t in getattr(a, "argv", [])}
+    acts = _commands(parser())[a.cmd]._actions
+    return {x.dest for x in acts if any(o in words for o in x.option_strings)}
+
+def job_of_args(a:argparse.Namespace)->"Job":
+    "The `Job` of `plan`'s flags: its --job files, the flags typed beside them on top; without files, the flags."
+    from lora_fsdp_kit.job import Job
+    typed, wnames = _typed(a), {f[0]: f[2] for f in wrap_fields()}
+    flags = dict(model=a.model or a.config, lora_r=a.lora_r, lora_targets=a.lora_targets, world=a.world)
+    if not a.job: return Job.of(wrap=wrap_config_of(a), **flags)
+    given = {k: v for k, v in flags.items() if k in typed or (k == "model" and v is not None)}
+    given |= {k: _value(getattr(a, k), k, wnames[k]) if isinstance(getattr(a, k), str) else getattr(a, k)
+              for k in wnames if k in typed}
+    return Job.from_files(*a.job, **given)
 
 # %% ../nbs/90_cli.ipynb #61bc4102
 def _cmd_doctor(a)->int:
@@ -148,6 +184,17 @@ def wrap_fields()->list[tuple[str, Any, str, str]]:
             out.append((n.target.id, ast.literal_eval(n.value), ast.unparse(n.annotation), " ".join(doc.split())))
     return out
 
+def _literal(module:str, name:str):
+    "A literal constant of a kit module, read from its source (no torch import: the help stays instant)."
+    import ast, importlib.util
+    tree = ast.parse(Path(importlib.util.find_spec(f"lora_fsdp_kit.{module}").origin).read_text())
+    return next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                and any(getattr(t, "id", None) == name for t in n.targets))
+
+def flavour_defaults()->dict:
+    "`job.FLAVOUR_DEFAULTS`: what each flavour's name means, in every command."
+    return _literal("job", "FLAVOUR_DEFAULTS")
+
 def _text(v)->str: return "none" if v is None else ("on" if v else "off") if isinstance(v, bool) else str(v)
 
 def add_wrap_flags(p:argparse.ArgumentParser,  # a command's parser
@@ -156,10 +203,20 @@ def add_wrap_flags(p:argparse.ArgumentParser,  # a command's parser
                   )->None:
     "One flag per `WrapConfig` field, named after it and helped by its docstring."
     g = p.add_argument_group("wrapping: WrapConfig's fields" + (" (a comma list sweeps)" if sweep else ""))
+    by_flavour = flavour_defaults()   # what a flavour means, unless a flag says otherwise
     for name, default, typ, doc in wrap_fields():
         d, flag = (defaults or {}).get(name, default), "--" + name.replace("_", "-")
-        if typ == "bool":   # every command the same three forms: --flag alone is on, --no-flag off, or on|off
-            g.add_argument(flag, dest=name, default=_text(d), nargs="?", const="on", metavar="on|off",
+        if name not in (defaults or {}) and any(name in v for v in by_flavour.values()):
+            doc += f" (default: the flavour's, {', '.join(f'{k}: {_text(v.get(name, default))}' for k, v in by_flavour.items())})"
+            g.add_argument(flag, dest=name, default=None, metavar="VALUE" if typ != "bool" else "on|off",
+                           nargs=None if typ != "bool" else "?", const=None if typ != "bool" else "on", help=doc)
+            if typ == "bool": g.add_argument(f"--no-{flag[2:]}", dest=name, action="store_const", const="off",
+                                             help=argparse.SUPPRESS)
+            continue
+        if typ.startswith("bool"):   # every command the same three forms: --flag alone on, --no-flag off, or on|off
+            # (a bool|str field takes its words too: --activation-checkpointing wrapper|hf)
+            words = "on|off" if typ == "bool" else "|".join(k for k in _literal("wrap", "_AC") if isinstance(k, str))
+            g.add_argument(flag, dest=name, default=_text(d), nargs="?", const="on", metavar=words,
                            help=f"{doc} (default: {_text(d)})")
             g.add_argument(f"--no-{flag[2:]}", dest=name, action="store_const", const="off", help=argparse.SUPPRESS)
         else: g.add_argument(flag, dest=name, default=_text(d), metavar="VALUE", help=f"{doc} (default: {_text(d)})")
@@ -169,10 +226,10 @@ def _value(text:str, name:str, typ:str):
     "One flag value as the field's type: on/off for a flag, a whole number, `none`, or the text itself."
     t = text.strip()
     if t.lower() == "none" and "None" in typ: return None
-    if typ == "bool":
+    if typ.startswith("bool"):   # bool|str: on/off, else the field's own word (WrapConfig checks it)
         if t.lower() in ("on", "true", "yes", "1"): return True
         if t.lower() in ("off", "false", "no", "0"): return False
-        raise ValueError(f"--{name.replace('_', '-')} takes on or off, got {t!r}")
+        if typ == "bool": raise ValueError(f"--{name.replace('_', '-')} takes on or off, got {t!r}")
     if typ.startswith("int"):
         try: return int(t)
         except ValueError: raise ValueError(f"--{name.replace('_', '-')} takes a whole number, got {t!r}") from None
@@ -183,15 +240,17 @@ def wrap_configs_of(a:argparse.Namespace,  # parsed flags of a command with `add
                    )->list:                # [WrapConfig, ...] (one when not sweeping)
     "The `WrapConfig`s the wrap flags spell (a comma list in a field of names, `layer_cls`, `targets`, is one value)."
     import itertools
-    from lora_fsdp_kit.wrap import WrapConfig
-    axes = []
+    from lora_fsdp_kit.job import default_wrap   # a field no flag gave: the flavour's one default
+    axes, unset = [], object()
     for name, _, typ, _ in wrap_fields():
         v = getattr(a, name)
-        if not isinstance(v, str): axes.append([v])
+        if v is None: axes.append([unset])
+        elif not isinstance(v, str): axes.append([v])
         elif "tuple" in typ: axes.append([tuple(x.strip() for x in v.split(",")) if "," in v else _value(v, name, typ)])
         else: axes.append(list(dict.fromkeys(_value(x, name, typ) for x in (v.split(",") if sweep else [v]))))
     names = [f[0] for f in wrap_fields()]
-    return [WrapConfig(**dict(zip(names, combo))) for combo in itertools.product(*axes)]
+    out = [{k: v for k, v in zip(names, combo) if v is not unset} for combo in itertools.product(*axes)]
+    return list(dict.fromkeys(default_wrap(kw.pop("flavour"), **kw) for kw in out))
 
 def wrap_config_of(a:argparse.Namespace)->"WrapConfig":
     "The one `WrapConfig` a command's wrap flags spell."
@@ -249,6 +308,7 @@ def _plan_parser(sub):
     pl.add_argument("--world", type=int, default=None, help="ranks of the job: adds the refusals that depend on it "
                     "(FSDP2 sharding on a dim > 0 that the shard group does not divide)")
     add_wrap_flags(pl, defaults=dict(flavour="fsdp1"))   # plan's default: FSDP1 (the policies' reference)
+    _job_flags(pl)
     pl.add_argument("--png", default=None, help="write the plan chart here")
     pl.add_argument("--json", default=None, help="write the plan as JSON here")
     pl.set_defaults(fn=_cmd_plan, precheck=_plan_args)
@@ -299,13 +359,18 @@ def _fits_parser(sub):
     f.add_argument("-v", "--verbose", action="store_true", help="every category, the module and phase of each peak, "
                    "and the ranks that differ")
     f.add_argument("--png", action="store_true", help="save the chart as fits.png in --out")
+    f.add_argument("--check", action="store_true", help="prove the prediction: a reduced copy of the model "
+                   "(its own classes, 2 layers, width 64) stepped on real CPU ranks at --world (at most the cores "
+                   "here), predicted vs measured")
     f.add_argument("--out", default=".", help="folder for the PNG (default: here)")
     add_wrap_flags(f, sweep=True, defaults=FITS_DEFAULTS)
+    f.add_argument("--lenient", action="store_true", help="accept a config.json key its config class does not know "
+                   "(a warning, not exit 2)")
     f.set_defaults(fn=_cmd_fits, precheck=_fits_args)
 
-# fits' own defaults: decoder-layer units in both flavours (FSDP1 keeps the original parameters, for frozen and
-# trainable tensors in one unit), bf16 compute, checkpointing off and on
-FITS_DEFAULTS = dict(flavour="fsdp2,fsdp1", policy="layer", use_orig_params="on", activation_checkpointing="off,on",
+# fits' own sweep: both flavours (each its one meaning, job.FLAVOUR_DEFAULTS, as in plan), bf16 compute, checkpointing
+# off and on
+FITS_DEFAULTS = dict(flavour="fsdp2,fsdp1", activation_checkpointing="off,on",
                      mixed_precision="bf16")
 
 # %% ../nbs/90_cli.ipynb #d901cee3
@@ -349,10 +414,16 @@ def _cmd_fits(a)->int:
     wraps = list(dict.fromkeys(dataclasses.replace(w, use_orig_params=False) if w.flavour == "fsdp2" else w
                                for w in wraps))
     from lora_fsdp_kit.fits_report import fits_report
-    return fits_report(a.model or a.config, a.world, a.device_memory, wraps, batch=a.batch, seq=a.seq, lora_r=a.lora_r,
-                       targets=a.lora_targets, dora=a.dora, backend=a.backend, attention=a.attention, param_dtype=a.param_dtype,
-                       lora_dtype=a.lora_dtype, reserve=a.reserve, max_batch=a.max_batch, max_seq=a.max_seq,
-                       verbose=a.verbose, speak=flag_language, png=a.png, out=a.out)
+    rc = fits_report(a.model or a.config, a.world, a.device_memory, wraps, batch=a.batch, seq=a.seq, lora_r=a.lora_r,
+                     targets=a.lora_targets, dora=a.dora, backend=a.backend, attention=a.attention, param_dtype=a.param_dtype,
+                     lora_dtype=a.lora_dtype, reserve=a.reserve, max_batch=a.max_batch, max_seq=a.max_seq,
+                     verbose=a.verbose, speak=flag_language, png=a.png, out=a.out)
+    if a.check:   # the proof on the user's own architecture (fits_check, chapter 11e)
+        from lora_fsdp_kit.fits_check import check_report
+        check_report(a.model or a.config, wraps, a.world, r=a.lora_r, dora=a.dora,
+                     targets=tuple(t.strip() for t in a.lora_targets.split(",")),
+                     param_dtype=a.param_dtype.split(",")[0], lora_dtype=a.lora_dtype.split(",")[0])
+    return rc
 
 # %% ../nbs/90_cli.ipynb #442db780
 def parser()->argparse.ArgumentParser:
@@ -422,6 +493,7 @@ def _run_command(argv:list[str])->int:
     p = parser()
     if why := unknown_input(p, argv): print(f"{p.prog}: error: {why}", file=sys.stderr); return 2
     a = p.parse_args(argv)
+    a.argv = argv   # which flags were typed: beside a --job file, they win (`job_of_args`)
     if (check := getattr(a, "precheck", None)) and (code := check(a)) is not None: return code   # before imports
     if why := _input_problem(a): print(f"error: {why}", file=sys.stderr); return 2
     from lora_fsdp_kit.platform import PLATFORM_ENV, PlatformError, detect_platform, load_plugins

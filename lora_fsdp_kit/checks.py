@@ -5,6 +5,7 @@
 # %% ../nbs/03b_checks.ipynb #737e7d4d
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -44,10 +45,11 @@ class Check:
     fix: str                          # one line: how to fix it
     find: Callable                    # plan -> iterable of (unit, message) or (unit, message, severity)
     predicts: tuple[str, ...] = ()    # texts in FSDP's error when it fails this way (at wrap, forward or backward)
-    def run(self, plan:Plan)->list[Finding]:
-        "This check's findings for `plan`."
+    def run(self, plan:Plan, autocast:str|None=None)->list[Finding]:
+        "This check's findings for `plan` (`autocast`: the step's, for the checks that take it)."
         out = []
-        for hit in self.find(plan):
+        takes = "autocast" in inspect.signature(self.find).parameters
+        for hit in (self.find(plan, autocast=autocast) if takes else self.find(plan)):
             unit, message, *sev = hit
             out.append(Finding(sev[0] if sev else self.severity, self.id, unit, message, self.fix))
         return out
@@ -69,9 +71,12 @@ def plan_check(id:str,                        # the check's id (unique)
         return fn
     return register
 
-def check_plan(plan:Plan)->list[Finding]:
-    "Every finding for `plan`: each registered check in turn."
-    return [f for c in CHECKS.values() for f in c.run(plan)]
+def check_plan(plan:Plan,              # the plan to check
+               autocast:str|None=None, # the dtype the step's forward runs under `torch.autocast` ('bf16', 'fp16'),
+                                       # as accelerate and the Trainer run it with mixed precision; None: none
+              )->list[Finding]:
+    "Every finding for `plan`: each registered check in turn (those that depend on the step's autocast get it)."
+    return [f for c in CHECKS.values() for f in c.run(plan, autocast)]
 
 # %% ../nbs/03b_checks.ipynb #93e91ec0
 @plan_check("nested-lambda-units", "warning",
@@ -289,15 +294,19 @@ def fused_lora_fsdp1(plan:Plan):
 def _lora_leaves(plan:Plan)->list[Unit]: return [u for u in plan.units if is_lora_name(u.name) and u.n_lora]
 
 @plan_check("mixed-precision-lora-leaf", "error",
-            "FSDP1 `MixedPrecision` with LoRA leaves as units: peft casts the input from the sharded weight's "
-            "dtype, the first forward fails",
+            "FSDP1 `MixedPrecision` with LoRA leaves as units and no `torch.autocast`: peft casts the input from "
+            "the sharded weight's dtype, the first forward fails (under accelerate's autocast it runs)",
             "keep LoRA inside the layer units (lora_wrap_policy(lora_leaves=False) or layer_wrap_policy)",
             predicts=["expected m1 and m2 to have the same dtype"])
-def mixed_precision_lora_leaf(plan:Plan):
+def mixed_precision_lora_leaf(plan:Plan, autocast:str|None=None):
     if plan.flavour != "fsdp1" or not plan.mixed_precision: return
     for u in _lora_leaves(plan):
         dts = sorted({p.dtype for p in u.params} - {plan.mixed_precision})
-        if dts:
+        if dts and autocast:   # measured (accelerate, the Trainer): the step trains, the gather is bit-exact
+            yield u.name, (f"runs: the forward's torch.autocast({autocast}) casts the layer input and lora_A's "
+                           f"sharded {dts[0]} weight alike before the matmul (without autocast the first forward "
+                           "fails)"), "info"
+        elif dts:
             yield u.name, (f"FSDP1 casts this LoRA leaf to {plan.mixed_precision} only inside its own forward, but "
                            f"peft casts the layer input to lora_A's dtype before that, from the sharded {dts[0]} "
                            "weight: the first forward fails (\"expected m1 and m2 to have the same dtype\")")

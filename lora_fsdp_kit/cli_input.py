@@ -92,14 +92,17 @@ class _Version(argparse.Action):
 # %% ../nbs/90a_cli_input.ipynb #1df168a0
 def _input_problem(a:argparse.Namespace)->str|None:
     "What the arguments alone refuse, before any import: an unknown model name, an unusable --config."
-    from lora_fsdp_kit.config_files import config_problem, read_config, shipped_names
+    from lora_fsdp_kit.config_files import config_problem, read_config, shipped_names, unknown_keys_problem
     names = shipped_names()
     if getattr(a, "model", None) is not None and a.model not in names:
         return f"unknown model {a.model!r}{did_you_mean(a.model, names)} (available: {', '.join(names)})"
     if getattr(a, "config", None) is not None:
         try: d, src = read_config(a.config)
         except (ValueError, TypeError, FileNotFoundError) as e: return str(e)
-        return config_problem(d, src)
+        if why := config_problem(d, src): return why
+        if why := unknown_keys_problem(d, src):   # a typo transformers would keep: refused, or with --lenient said
+            if not getattr(a, "lenient", False): return why
+            print(f"warning: {why.split('; transformers would')[0]} (accepted: --lenient)", file=sys.stderr)
     return None
 
 def _from_transformers(e:BaseException)->bool:

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .fits_trace import CATEGORIES, RankTrace, attention_kernel, rank_signatures, steps_per_rank, trace_many
+from .fits_trace import (CATEGORIES, RankTrace, StepOptions, attention_kernel, kv_cache, rank_signatures,
+                                      steps_per_rank, trace_many)
 from .forks import copies
 from .families import experts_implementation
 from .units import fmt_bytes, fmt_count, parse_bytes
@@ -37,6 +38,7 @@ class StepMemory:
     closed_form: dict = field(default_factory=dict)   # per rank: parameter-side bytes from the plan (see `closed_form`)
     assumptions: str = ""        # the precision assumed, in words (`_precision_text`)
     not_exact: str = ""          # why the peaks are not held to 1 % of a real rank (`inexact_families`); "": they are
+    forward: str = ""            # the step's forward assumed, in words: checkpointing, the KV cache (`_forward_text`)
 
     def _t(self, i:int)->RankTrace: return self.traces[self.trace_of[i]]
     @property
@@ -66,7 +68,8 @@ class StepMemory:
         i = self.peak_bytes.index(self.worst)
         return [f"StepMemory({self.label}, world {self.world}): worst peak {fmt_bytes(self.worst)} on rank "
                 f"{self.ranks[i]}, in {self.peak_module[i] or '<root>'} ({self.peak_phase[i]})",
-                f"  {len(self.traces)} trace(s): {shared}"] + [f"  {t}" for t in (self.assumptions, self.not_exact) if t]
+                f"  {len(self.traces)} trace(s): {shared}"] + [
+                f"  {t}" for t in (self.assumptions, self.forward, self.not_exact) if t]
     def __repr__(self):
         i = self.peak_bytes.index(self.worst)
         cats = sorted(self.by_category[i].items(), key=lambda kv: -kv[1])
@@ -141,8 +144,36 @@ def _config(flavour, wrap, mixed_precision, activation_checkpointing)->WrapConfi
     else: raise TypeError(f"wrap must be a lora_fsdp_kit.wrap.WrapConfig, a dict or None, got {type(wrap).__name__}")
     kw = {}
     if mixed_precision is not None: kw["mixed_precision"] = mixed_precision
-    if activation_checkpointing: kw["activation_checkpointing"] = True
+    if ac := _checkpointing(activation_checkpointing): kw["activation_checkpointing"] = ac
     return dataclasses.replace(cfg, **kw) if kw else cfg
+
+def _checkpointing(value:bool|str)->bool|str:
+    "`activation_checkpointing` as `WrapConfig` keeps it (False, 'wrapper' or 'hf'); else a `FitsError` naming them."
+    try: return WrapConfig(activation_checkpointing=value).activation_checkpointing
+    except ValueError as e: raise FitsError(str(e)) from None
+
+_AC_WORDS = {False: "no activation checkpointing", "wrapper": "checkpoint_wrapper per decoder layer",
+             "hf": "transformers' gradient checkpointing (torch.utils.checkpoint in each decoder layer)"}
+
+def _forward_text(model:nn.Module, cfg:WrapConfig, step:StepOptions=StepOptions())->str:
+    "What a prediction assumes about the step, in words: checkpointing and how, the KV cache and why, micro-batches."
+    ac, on = cfg.activation_checkpointing, kv_cache(model, step.use_cache, cfg.activation_checkpointing)
+    idle = ac == "hf" and not (model.get_base_model() if hasattr(model, "get_base_model") else model).training
+    how = _AC_WORDS[ac] + (", idle: the model is in eval mode (a trainer calls .train())" if idle else "")
+    why = ("transformers turns it off under its own checkpointing" if ac == "hf" and not idle else
+           "config.json" if step.use_cache is None else f"use_cache={step.use_cache}")
+    out = (f"{how}; use_cache {'on' if on else 'off'} ({why})"
+           + (": a DynamicCache keeps each layer's keys and values" if on else ""))
+    if step.autocast: out += f"; the forward under torch.autocast({step.autocast})"
+    if step.grad_accum > 1:
+        keep = ("each unit's unsharded gradient" if cfg.flavour == "fsdp1" else "the unreduced gradients")
+        out += (f"; {step.grad_accum} micro-batches per optimizer step, gradients reduced after the last "
+                f"({'no_sync' if cfg.flavour == 'fsdp1' else 'set_requires_gradient_sync(False)'} keeps {keep} "
+                "between them)")
+    return out
+
+_CACHE_FIX = ("; with use_cache on, checkpoint_wrapper's recompute appends each layer's keys to the KV cache a second "
+              "time: fix: use_cache=False (the forward's or config.json's), or activation_checkpointing='hf'")
 
 def _explain(e:Exception, model:nn.Module)->str|None:
     "One line for the failures a trace on fake tensors cannot get past; None for anything else."
@@ -188,18 +219,19 @@ def _past_positions(model:nn.Module, seq:int)->str|None:
 
 
 # %% ../nbs/11_fits.ipynb #23d6965f
-def _trace(model, cfg, world, ranks, batch, seq, backend, attention, plan)->tuple[list[RankTrace], list[int]]:
+def _trace(model, cfg, world, ranks, batch, seq, backend, attention, plan, step:StepOptions|None=None
+          )->tuple[list[RankTrace], list[int]]:
     "One trace per signature among `ranks` (its first rank's), traced side by side; per rank, its trace's index."
     args = (batch, seq, backend, attention)
     try:
         first = []
         # a rank's steps fill the copies: the first rank's trace, alone, names every rank's signature
         if copies() <= steps_per_rank(model, cfg, plan=plan):
-            first = trace_many(model, cfg, world, ranks[:1], *args); sig = first[0].signatures
+            first = trace_many(model, cfg, world, ranks[:1], *args, step=step); sig = first[0].signatures
         else: sig = rank_signatures(model, cfg, world)   # a wrap, no step: then every signature in one round
         keys = list(dict.fromkeys(sig[r] for r in ranks))   # each signature once, its first rank traced
         firsts = [next(r for r in ranks if sig[r] == s) for s in keys]
-        traces = first + trace_many(model, cfg, world, firsts[len(first):], *args)
+        traces = first + trace_many(model, cfg, world, firsts[len(first):], *args, step=step)
         return traces, [keys.index(sig[r]) for r in ranks]
     except (RuntimeError, NotImplementedError, TypeError, ValueError, AssertionError) as e:
         why = _explain(e, model)
@@ -310,7 +342,11 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
                         mixed_precision:str|None=None, # None, "bf16" or "fp16": FSDP's compute dtype, fp32 reduce
                         param_dtype:str|torch.dtype="config", # storage of the base: "config" (config.json's), "fp32"...
                         lora_dtype:str|torch.dtype="base",    # storage of the adapters: "base" (as the base), "fp32"...
-                        activation_checkpointing:bool=False, # checkpoint_wrapper on each decoder layer
+                        activation_checkpointing:bool|str=False, # 'wrapper' (True): checkpoint_wrapper per layer;
+                                                       # 'hf': transformers' gradient_checkpointing_enable()
+                        use_cache:bool|None=None,      # the forward's use_cache; None: config.json's (off under 'hf')
+                        grad_accum:int=1,              # micro-batches per optimizer step (FSDP syncs after the last)
+                        autocast:str|None=None,        # None, "bf16" or "fp16": the forward under torch.autocast
                         rank:int|None=None,            # predict only this rank (None: every rank)
                         backend:str="nccl",            # the job's backend: "gloo" adds its staging copies
                         attention:str="auto",          # "auto" (what the job's devices run), "fused" or "math"
@@ -326,8 +362,10 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
     if real: raise FitsError(f"the model has parameters on {', '.join(real)}: build it on the meta device "
                              "(models.model_from_config(..., device='meta')); the trace allocates nothing real")
     if rank is not None and not 0 <= rank < world: raise FitsError(f"rank {rank} is not in a world of {world}")
+    try: step = StepOptions(use_cache, grad_accum, autocast)
+    except ValueError as e: raise FitsError(str(e)) from None
     cfg = _config(flavour, wrap, mixed_precision, activation_checkpointing)
-    words = _precision_text(model, cfg, param_dtype, lora_dtype)
+    words, forward = _precision_text(model, cfg, param_dtype, lora_dtype), _forward_text(model, cfg, step)
     model = _stored_as(model, param_dtype, lora_dtype)[0]
     if attention not in ("auto", "fused", "math"):
         raise FitsError(f"attention must be 'auto', 'fused' or 'math', got {attention!r}")
@@ -335,12 +373,18 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
     if why := _known_failure(model, cfg, world, plan) or _past_positions(model, seq): raise FitsError(why)
     att = attention_kernel(model, cfg, backend) if attention == "auto" else attention
     ranks = list(range(world)) if rank is None else [rank]
-    traces, trace_of = _trace(model, cfg, world, ranks, batch, seq, backend, att, plan)
+    try: traces, trace_of = _trace(model, cfg, world, ranks, batch, seq, backend, att, plan, step)
+    except FitsError as e:   # a recompute that meets the cache it filled: the job fails so too
+        cache = cfg.activation_checkpointing == "wrapper" and kv_cache(model, use_cache, "wrapper")
+        if cache and "the step itself fails" in str(e): raise FitsError(f"{e}{_CACHE_FIX}") from None
+        raise
     label = (f"{cfg.label}, batch {batch} x seq {seq}" + (f", {backend}" if backend != "nccl" else "")
-             + (", math attention" if att == "math" else ""))
+             + (", math attention" if att == "math" else "")
+             + (f", grad_accum {grad_accum}" if step.grad_accum > 1 else "")
+             + (f", autocast {step.autocast}" if step.autocast else ""))
     closed = {t.rank: closed_form(model, cfg, world, t.rank, plan) for t in traces}
     return StepMemory(label, world, tuple(ranks), tuple(traces), tuple(trace_of), closed, words,
-                      inexact_families(model))
+                      inexact_families(model), forward)
 
 # %% ../nbs/11_fits.ipynb #d329c0e9
 _COLORS = {"sharded parameters": "#1f77b4", "unsharded parameters": "#aec7e8", "buffers": "#7f7f7f",

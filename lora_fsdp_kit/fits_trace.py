@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from .doctor import require
 from lora_fsdp_kit.fits_reduced import REDUCED_H, _LayerSegments, _NotReduced, _combine, _reduced_model, decoder_layers, \
@@ -27,8 +28,8 @@ from .shards import chunk_spans, clean_name, piece_length, shard_group_size
 from .wrap import WrapConfig
 
 # %% auto #0
-__all__ = ['CATEGORIES', 'STAGING_BACKENDS', 'fake_world', 'RankTrace', 'train_kwargs', 'attention_kernel', 'tie_keeping_init',
-           'rank_signatures', 'steps_per_rank', 'trace_many', 'trace_rank']
+__all__ = ['CATEGORIES', 'STAGING_BACKENDS', 'fake_world', 'RankTrace', 'StepOptions', 'train_kwargs', 'kv_cache',
+           'attention_kernel', 'tie_keeping_init', 'rank_signatures', 'steps_per_rank', 'trace_many', 'trace_rank']
 
 # %% ../nbs/11a_fits_trace.ipynb #9e5fcb84
 CATEGORIES = ("sharded parameters", "unsharded parameters", "buffers", "gradients", "unsharded gradients",
@@ -168,8 +169,9 @@ def _cpu_rng_states():
 def _quiet():
     "Silence torch's log of a missing meta kernel (the trace says it in one line) and the tracker's `.grad` warnings."
     # torch's log of a missing meta kernel; transformers' note that Mamba falls back to its reference scan (fits says
-    # so in its own words)
-    logs = [logging.getLogger(n) for n in ("torch._subclasses.fake_tensor", "transformers.integrations.hub_kernels")]
+    # so in its own words); its note that its own checkpointing turns the KV cache off (fits says so too)
+    logs = [logging.getLogger(n) for n in ("torch._subclasses.fake_tensor", "transformers.integrations.hub_kernels",
+                                           "transformers.utils.generic", "transformers.modeling_layers")]
     levels = [log.level for log in logs]
     for log in logs: log.setLevel(logging.CRITICAL)
     try:
@@ -277,10 +279,46 @@ def _signatures(wrapped:nn.Module, cfg:WrapConfig, world:int)->tuple:
     return tuple(tuple(piece_length(s, e, c, r % k) for s, e, c in spans) for r in range(world))
 
 # %% ../nbs/11a_fits_trace.ipynb #adc896f6
-def train_kwargs(model:nn.Module)->dict:
-    "What a training step passes its model's forward beyond the batch: `use_cache=False`, where the forward takes it."
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model   # (an FSDP1 wrapper hands it on)
-    return {"use_cache": False} if "use_cache" in inspect.signature(base.forward).parameters else {}
+@dataclass(frozen=True)
+class StepOptions:
+    "What the job's training step does beyond its batch and its wrapping, as its trainer runs it."
+    use_cache: bool|None = None
+    "The forward's `use_cache`: None passes none (config.json's decides, as `model(input_ids=..., labels=...)`)."
+    grad_accum: int = 1
+    "Micro-batches per optimizer step; FSDP reduces the gradients after the last (FSDP1 `no_sync`, FSDP2's flag)."
+    autocast: str|None = None
+    "The forward under `torch.autocast` in 'bf16' or 'fp16' (accelerate's mixed precision); None: none."
+
+    def __post_init__(self):
+        from lora_fsdp_kit.wrap import _MP
+        if self.use_cache not in (None, True, False):
+            raise ValueError(f"use_cache must be None (config.json's), True or False, got {self.use_cache!r}")
+        if isinstance(self.grad_accum, bool) or not isinstance(self.grad_accum, int) or self.grad_accum < 1:
+            raise ValueError(f"grad_accum must be a whole number >= 1, got {self.grad_accum!r}")
+        if self.autocast is not None and self.autocast not in _MP:
+            raise ValueError(f"autocast must be None, 'bf16' or 'fp16', got {self.autocast!r}")
+        object.__setattr__(self, "autocast", _MP.get(self.autocast))
+
+def _base(model:nn.Module)->nn.Module:
+    return model.get_base_model() if hasattr(model, "get_base_model") else model   # (an FSDP1 wrapper hands it on)
+
+def train_kwargs(model:nn.Module, use_cache:bool|None=None)->dict:
+    "What a training step passes its model's forward beyond the batch: `use_cache`, given and taken by the forward."
+    if use_cache is None: return {}
+    return {"use_cache": use_cache} if "use_cache" in inspect.signature(_base(model).forward).parameters else {}
+
+def kv_cache(model:nn.Module,                        # the (peft) model
+             use_cache:bool|None=None,               # the forward's `use_cache` (None: config.json's)
+             activation_checkpointing:bool|str=False,# as `WrapConfig` takes it: 'hf' is transformers' own
+            )->bool:                                 # does the training forward fill a KV cache?
+    "Whether a training forward fills a KV cache, as transformers decides: off under its own checkpointing, else asked."
+    # transformers' `merge_with_config_defaults`: the call's value, else the config's; under its gradient checkpointing,
+    # in training with gradients on, off whatever was asked. torch's checkpoint_wrapper it does not see.
+    if activation_checkpointing == "hf" and _base(model).training: return False
+    if use_cache is not None: return bool(use_cache)
+    conf = getattr(_base(model), "config", None)
+    text = conf.get_text_config() if hasattr(conf, "get_text_config") else conf
+    return bool(getattr(text, "use_cache", False))
 
 @contextlib.contextmanager
 def _unpacked_batch():
@@ -294,12 +332,36 @@ def _unpacked_batch():
     finally:
         if saved is not None: mu.find_packed_sequence_indices = saved
 
-def _step(model:nn.Module, opt, batch:int, seq:int, vocab:int):
-    "The step: loss of the batch on its own tokens (no KV cache), backward, AdamW step, gradients freed."
-    ids = torch.randint(0, vocab, (batch, seq))
-    with _unpacked_batch(): model(input_ids=ids, labels=ids, **train_kwargs(model)).loss.backward()
-    opt.step(); opt.zero_grad(set_to_none=True)
+# %% ../nbs/11a_fits_trace.ipynb #c44a98b9
+@contextlib.contextmanager
+def _gradient_sync(model:nn.Module, sync:bool):
+    "Inside, FSDP reduces the gradients (`sync`) or keeps them for the next micro-batch (FSDP1's `no_sync`, FSDP2's)."
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+    if sync or not isinstance(model, (FSDPModule, FullyShardedDataParallel)): yield
+    elif isinstance(model, FullyShardedDataParallel):
+        with model.no_sync(): yield
+    else:
+        model.set_requires_gradient_sync(False)
+        try: yield
+        finally: model.set_requires_gradient_sync(True)
 
+def _autocast(dtype:str|None):
+    "The forward's `torch.autocast` in `dtype` ('bf16', 'fp16'; on the CPU, where fake tensors live), or nothing."
+    from lora_fsdp_kit.wrap import _MP_DTYPE
+    return torch.autocast("cpu", dtype=_MP_DTYPE[dtype]) if dtype else contextlib.nullcontext()
+
+def _step(model:nn.Module, opt, batch:int, seq:int, vocab:int, step:StepOptions|None=None,
+          between:Callable[[], None]|None=None):   # called before each micro-batch after the first
+    "The step: each micro-batch's loss on its own tokens (the forward `step` says), backward; AdamW step, grads freed."
+    step = step or StepOptions()
+    for i in range(step.grad_accum):   # the gradients reduced after the last micro-batch only
+        if i and between: between()
+        ids = torch.randint(0, vocab, (batch, seq))
+        with _gradient_sync(model, i == step.grad_accum - 1), _unpacked_batch():
+            with _autocast(step.autocast):
+                loss = model(input_ids=ids, labels=ids, **train_kwargs(model, step.use_cache)).loss
+            loss.backward(); del loss
+    opt.step(); opt.zero_grad(set_to_none=True)
 
 # %% ../nbs/11a_fits_trace.ipynb #380c114b
 def attention_kernel(model:nn.Module, cfg:WrapConfig, backend:str)->str:
@@ -403,6 +465,35 @@ def _track_kept(tr, wrapped:nn.Module, cfg:WrapConfig):
     from torch.distributed._tools.fsdp2_mem_tracker import _FSDPRefType
     for p in fsdp2_unsharded_params(wrapped): tr._update_and_maybe_create_winfos(p, _FSDPRefType.UNSHARDED_PARAM)
 
+# %% ../nbs/11a_fits_trace.ipynb #6676bdc1
+_NUMBERS = (bool, int, float, complex)
+
+def _saved_numbers(node)->list[torch.Tensor]:
+    "The real 0-dim tensors an autograd node keeps: the Python numbers of its op, made tensors by torch's arg parser."
+    out = []
+    for a in dir(node):
+        if a.startswith("_saved_"):
+            v = getattr(node, a)
+            if type(v) is torch.Tensor and v.dim() == 0: out.append(v)   # (a fake tensor is of a subclass)
+    return out
+
+class _SavedNumbers(TorchFunctionMode):
+    "Inside: the Python numbers autograd keeps for the backward tracked as activations, as a real rank holds them."
+    # `x * 0.5` makes 0.5 a 0-dim CPU tensor before the op runs, and autograd keeps it for the backward: 8 B from the
+    # CPU allocator per LoRA layer (peft's `* scaling`), live until that layer's backward. torch's dispatch hands the
+    # trace the number, not the tensor: every real rank read 32-96 B above `peak` (NO_SHARD: above `worst_peak`).
+    # Not yet under activation checkpointing: FSDP2's recompute then met a sharded DTensor (to be found).
+    def __init__(self, tr):
+        super().__init__()
+        from torch.distributed._tools.mem_tracker import _MemRefType
+        from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker, _FSDPRefType
+        self.tr, self.ref = tr, _FSDPRefType.ACT if isinstance(tr, FSDPMemTracker) else _MemRefType.ACT
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        res = func(*args, **(kwargs or {}))
+        if isinstance(res, torch.Tensor) and res.grad_fn is not None and any(type(a) in _NUMBERS for a in args):
+            for t in _saved_numbers(res.grad_fn): self.tr._update_and_maybe_create_winfos(t, self.ref)
+        return res
+
 # %% ../nbs/11a_fits_trace.ipynb #bbce2873
 def _categories(snap:dict, sharded:int)->dict:
     "torch's categories at a peak as the kit's (FSDP1: its one kind of parameter split into the known shards, the rest)."
@@ -414,8 +505,9 @@ def _categories(snap:dict, sharded:int)->dict:
         cats["sharded parameters"], cats["unsharded parameters"] = min(sharded, p), max(p - sharded, 0)
     return {c: cats.get(c, 0) for c in CATEGORIES}
 
-def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=None)->tuple[RankTrace, list|None]:
-    "One traced step of `model` as it is; with `prefix` (its decoder layers' name + '.') every op keyed too."
+def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=None, step=None
+               )->tuple[RankTrace, list|None]:
+    "One traced step of `model` as `step` says; with `prefix` (its decoder layers' name + '.') every op keyed too."
     from torch._subclasses.fake_tensor import FakeTensorMode
     t0 = time.perf_counter()
     vocab = input_vocab(model)   # peft's wrapper of a LoRA'd embedding has no `num_embeddings`
@@ -444,7 +536,8 @@ def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=
                 if layers and cfg.flavour == "fsdp2": tracker_modules(tr).register_user_hooks(*tr._layer_hooks())
                 _track_kept(tr, wrapped, cfg)
                 tr.recording = True
-                _step(wrapped, opt, batch, seq, vocab)
+                # torch's trackers take a second forward of the root for a new iteration: a micro-batch is not one
+                with _SavedNumbers(tr) if not cfg.activation_checkpointing else contextlib.nullcontext(): _step(wrapped, opt, batch, seq, vocab, step, between=tr.reset_mod_stats)
             hook.remove()
     _discount(tr, _storage_bytes(v for p in idle for v in opt.state.pop(p).values()), "optimizer state")
     sharded, opt_bytes = _sharded_bytes(wrapped, cfg), _storage_bytes(v for s in opt.state.values() for v in s.values())
@@ -459,16 +552,16 @@ def steps_per_rank(model, cfg, layers:str="auto", plan=None)->int:
     if layers not in ("auto", "all"): raise ValueError(f"layers must be 'auto' or 'all', got {layers!r}")
     return 2 if layers == "auto" and why_not_reduced(model, cfg, plan) is None else 1
 
-def _trace_plan(model, cfg, world, rank, batch, seq, backend, attention, layers)->tuple[list, Callable]:
+def _trace_plan(model, cfg, world, rank, batch, seq, backend, attention, layers, step=None)->tuple[list, Callable]:
     "The calls of `_trace_once` a trace of `rank` makes, and how their results become its `RankTrace`."
-    whole = (model, cfg, world, rank, batch, seq, backend, attention)
+    whole = (model, cfg, world, rank, batch, seq, backend, attention, None, step)
     if steps_per_rank(model, cfg, layers) == 1: return [whole], lambda got: got[0][0]
     parent, attr, path = decoder_layers(model)
     n, ks = len(getattr(parent, attr)), (2 * REDUCED_H, 2 * REDUCED_H + 1)
     def combined(got:list)->RankTrace:
         try: return _combine((ks[0],) + got[0], (ks[1],) + got[1], n, path + ".", _categories)
         except _NotReduced: return _trace_once(*whole)[0]   # every layer, here
-    return [(_reduced_model(model, k),) + whole[1:] + (path + ".",) for k in ks], combined
+    return [(_reduced_model(model, k),) + whole[1:-2] + (path + ".", step) for k in ks], combined
 
 # %% ../nbs/11a_fits_trace.ipynb #da184200
 def trace_many(model:nn.Module,      # a peft model on the meta device (copied, never changed)
@@ -479,13 +572,14 @@ def trace_many(model:nn.Module,      # a peft model on the meta device (copied, 
                backend:str="nccl",   # the job's backend: "gloo" adds its staging copies of collectives
                attention:str="fused",# the attention kernel: "fused" or "math" (`attention_kernel`)
                layers:str="auto",    # "auto": trace 2h and 2h+1 decoder layers when `why_not_reduced` allows; "all"
+               step:StepOptions|None=None, # what the step does beyond batch and wrapping (None: `StepOptions()`)
               )->list[RankTrace]:
     "Each rank's trace (`trace_rank`), their calls run side by side in forked copies of this process."
-    plans = [_trace_plan(model, cfg, world, r, batch, seq, backend, attention, layers) for r in ranks]
+    plans = [_trace_plan(model, cfg, world, r, batch, seq, backend, attention, layers, step) for r in ranks]
     with _gc_paused(): got = iter(fork_map(_trace_once, [c for calls, _ in plans for c in calls]))
     return [finish([next(got) for _ in calls]) for calls, finish in plans]
 
 def trace_rank(model:nn.Module, cfg:WrapConfig, world:int, rank:int, batch:int=1, seq:int=512, backend:str="nccl",
-               attention:str="fused", layers:str="auto")->RankTrace:
+               attention:str="fused", layers:str="auto", step:StepOptions|None=None)->RankTrace:
     "A training step of `rank` of a `world`-rank job, as each after the first runs, under fake tensors; its peak."
-    return trace_many(model, cfg, world, [rank], batch, seq, backend, attention, layers)[0]
+    return trace_many(model, cfg, world, [rank], batch, seq, backend, attention, layers, step)[0]

@@ -47,6 +47,11 @@ def _offline_config(cfg):
     cfg = copy.copy(cfg); cfg.base_model_name_or_path = None   # a shallow copy: the model's config is left alone
     return cfg
 
+def _unswapped_class(cls:type)->type:
+    "The module's own class: FSDP2's `fully_shard` swaps it for a dynamic subclass `FSDP<name>(FSDPModule, cls)`."
+    from torch.distributed.fsdp import FSDPModule
+    return next(c for c in cls.__mro__ if not issubclass(c, FSDPModule))
+
 def _is_fsdp(m:nn.Module)->bool:
     from torch.distributed.fsdp import FSDPModule
     return isinstance(m, (_FSDP1, FSDPModule))
@@ -62,7 +67,10 @@ class _KeysOnlyWrapper:
     shallow copy of the wrapper whose copies answer with their parameter names instead (no collective)."""
     @staticmethod
     def of(m, name:str, names:list[str]):
-        view = copy.copy(m)
+        # Built with object.__new__ of peft's own class, never copy.copy: when the wrapper is an FSDP2 unit, its class
+        # is FSDP2's `FSDPModulesToSaveWrapper`, whose __new__ calls peft's __init__ with no arguments (a TypeError
+        # in every export). The view needs only the instance's attributes, so no constructor runs.
+        view = object.__new__(_unswapped_class(type(m)))
         keys = {a: [n[len(f"{name}.modules_to_save.{a}."):] for n in names
                     if n.startswith(f"{name}.modules_to_save.{a}.")] for a in m.modules_to_save}
         object.__setattr__(view, "__dict__", dict(m.__dict__, modules_to_save={a: _StateDictKeys(k)

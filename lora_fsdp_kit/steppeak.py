@@ -103,16 +103,26 @@ def case_model(case:dict, device:str="cpu"):
 def _build(case:dict): return case_model(case, "cpu")
 
 def _train_step(fm, opt, case:dict):
-    "The step fits predicts: loss of the batch on its own tokens (no KV cache), backward, AdamW step, gradients freed."
+    "The step fits predicts: `grad_accum` micro-batches' loss on their own tokens and backward; AdamW step."
+    # as a trainer runs it: `use_cache` and `autocast` (bf16, fp16) on the forward as the case says; the gradients
+    # reduced after the last micro-batch only (accelerate: FSDP1's `no_sync`, FSDP2's `set_requires_gradient_sync`)
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
     from lora_fsdp_kit.fits_trace import train_kwargs
     from lora_fsdp_kit.routing import input_vocab
-    vocab = input_vocab(fm) or 64
-    ids = torch.randint(0, vocab, (case.get("batch", 1), case.get("seq", 16)))
-    fm(input_ids=ids, labels=ids, **train_kwargs(fm)).loss.backward()
+    vocab, k, cast = input_vocab(fm) or 64, case.get("grad_accum", 1), _DTYPES.get(case.get("autocast"))
+    for i in range(k):
+        ids, last = torch.randint(0, vocab, (case.get("batch", 1), case.get("seq", 16))), i == k - 1
+        if isinstance(fm, FSDPModule): fm.set_requires_gradient_sync(last)
+        fsdp1 = isinstance(fm, FullyShardedDataParallel) and not last
+        with fm.no_sync() if fsdp1 else contextlib.nullcontext():
+            with torch.autocast("cpu", dtype=cast) if cast else contextlib.nullcontext():
+                loss = fm(input_ids=ids, labels=ids, **train_kwargs(fm, case.get("use_cache"))).loss
+            loss.backward(); del loss
     opt.step(); opt.zero_grad(set_to_none=True)
 
 # %% ../nbs/95d_steppeak.ipynb #68874298
-def measure_step(case:dict,      # model (a zoo name), overrides, r, wrap (a WrapConfig dict), batch, seq
+def measure_step(case:dict,      # model (a zoo name) or config, overrides, r, wrap (a WrapConfig dict), batch, seq;
+                                 # the step: use_cache, grad_accum, autocast (as `fits_trace.StepOptions`)
                  group=None,      # the process group to shard over (None: the whole world)
                 )->dict:
     "Rank function: build, wrap and train a tiny LoRA model 2 steps; the second step's peak, from the allocator."

@@ -5,7 +5,7 @@
 # %% ../nbs/04b_votes.ipynb #vt000004
 from __future__ import annotations
 
-import contextlib, datetime, logging, re, threading, time, zlib
+import contextlib, datetime, logging, os, re, sys, threading, time, weakref, zlib
 from signal import SIGINT, getsignal, signal as set_handler   # `signal` is a RankVote method here
 from typing import Callable
 
@@ -16,8 +16,9 @@ from .doctor import internal
 from .methods import patch_to
 
 # %% auto #0
-__all__ = ['CHECK_BYTES', 'CALLS', 'cause', 'RankVote', 'Heartbeat', 'pulse_key', 'heartbeat', 'RankFailure', 'failure_message',
-           'sigint_held', 'bounded_wait', 'CallMismatch', 'mismatches']
+__all__ = ['CHECK_BYTES', 'CALLS', 'ARRIVAL_ENV', 'COLLECTIVES', 'cause', 'RankVote', 'Heartbeat', 'pulse_key', 'heartbeat',
+           'RankFailure', 'failure_message', 'sigint_held', 'bounded_wait', 'CallMismatch', 'mismatches',
+           'arrival_timeout', 'PartialCall']
 
 # %% ../nbs/04b_votes.ipynb #vt000006
 # private torch object: imported when first used, checked by `python -m lora_fsdp_kit doctor`
@@ -25,6 +26,8 @@ _default_store = internal("torch.distributed.distributed_c10d:_get_default_store
                           feature="the failure votes of save_lora, load_lora and the gathers (votes.RankVote)")
 _OPENED: dict[tuple, int] = {}   # votes opened, by key prefix and seat: every rank opens the same ones in order
 _CALLS: dict[tuple, int] = {}    # votes opened, by group and seat, whatever their name: a call's number in its tag
+_PENDING: dict[tuple, list[str]] = {} # arrival keys written since the last wait, by group and seat (`arrive`)
+_BUSY = weakref.WeakSet()             # votes past their first check and not closed: the calls this rank is inside
 _log = logging.getLogger("lora_fsdp_kit")   # what a waiting rank says (at most once per 10 s)
 
 def cause(e:BaseException)->str:
@@ -266,6 +269,7 @@ def wait_for(self:RankVote, what:str, seconds:float|None=None, source:int=0)->bo
 @patch_to(RankVote)
 def close(self:RankVote):
     "The last rank to close deletes every key the vote used, whatever stage each rank reached."
+    _BUSY.discard(self)   # this rank has left the call
     if not self.on or getattr(self, "closed", False): return
     self.closed = True
     try:
@@ -287,6 +291,7 @@ def __enter__(self): return self
 def __exit__(self:RankVote, typ, exc, tb):
     "Leaving a `with` block: a failure not yet posted (Ctrl-C while waiting, say) is posted, then the vote closes."
     # (a stream closed by its caller, GeneratorExit, has told its peers already, or may not: see `_stop_peers`)
+    _BUSY.discard(self)
     if exc is not None and not isinstance(exc, (RankFailure, GeneratorExit)) and not any(self.posted.values()):
         try: self.post("interrupted", exc)
         except Exception: pass   # the store is gone: the others find out at their own timeout
@@ -351,6 +356,7 @@ def check(self:RankVote, stage:str,
     "Agree on `stage` in one small all-reduce of every rank's tag and failure flag; the store only if a rank failed."
     self.checks += 1
     if self.collective and self.world > 1:
+        if self.checks == 1: self.arrive()   # every rank made this call (through the store, bounded): else all raise
         tag = [_code(self.name), self.call, self.checks, _code(stage)]
         # one all-reduce (MAX) of the flag, the tag and the tag negated: max == -max(-tag) iff every rank's is equal
         v = torch.tensor([int(err is not None), *tag, *(-x for x in tag)], dtype=torch.int64, device=_device())
@@ -374,3 +380,81 @@ def mismatch(self:RankVote, tag:list[int]):
                        f"exchanged: " + "; ".join(f"rank(s) {rs} at {t}" for t, rs in at.items())
                        + ". Every rank must make the same kit calls in the same order: a retry or an abandoned "
                        "stream on one rank breaks it", {r: _tag_text(row) for r, row in enumerate(rows)})
+
+# %% ../nbs/04b_votes.ipynb #4c93dd29
+ARRIVAL_ENV = "LFK_ARRIVAL_TIMEOUT"   # seconds a rank waits at a kit collective for the others to call it (default 60)
+COLLECTIVES = ("save_lora", "load_lora", "gather_lora", "iter_lora", "iter_lora_buckets", "iter_merged_weights")
+
+def arrival_timeout()->float:
+    "Seconds a rank waits at a kit collective for every rank to call it: `LFK_ARRIVAL_TIMEOUT`, default 60."
+    v = os.environ.get(ARRIVAL_ENV, "60")
+    try: s = float(v)
+    except ValueError: s = -1.0
+    if not s > 0: raise ValueError(f"{ARRIVAL_ENV}={v!r}: give a number of seconds > 0, e.g. {ARRIVAL_ENV}=120")
+    return s
+
+def _arrivals(log:str)->tuple[list[int], list[int]]:
+    "(ranks that arrived before the first give-up, ranks that gave up) of an arrival log such as '0,1,x0,'."
+    came, gave_up = [], []
+    for t in filter(None, log.split(",")):
+        if t.startswith("x"): gave_up.append(int(t[1:]))
+        elif not gave_up: came.append(int(t))
+    return came, gave_up
+
+# %% ../nbs/04b_votes.ipynb #fd34b62b
+class PartialCall(CallMismatch):
+    "A kit collective was called on some ranks only: every rank that called it raises, within `arrival_timeout()`."
+
+def _called_as(default:str)->str:
+    "The outermost of the kit's collective functions on this thread's stack (the one the user called), else `default`."
+    f, name = sys._getframe(1), default
+    while f is not None:
+        if f.f_code.co_name in COLLECTIVES and f.f_globals.get("__name__", "").startswith("lora_fsdp_kit."):
+            name = f.f_code.co_name
+        f = f.f_back
+    return name
+
+@patch_to(RankVote)
+def arrive(self:RankVote, seconds:float|None=None)->None:
+    "Wait (at most `seconds`, default `arrival_timeout()`) until every rank made this call; else `PartialCall`."
+    # seats on an explicit store (threads of one process) share its call counter: they arrive under the vote's own keys
+    key = f"lfk/arrive/{self.members}/{self.call}" if self.collective else f"lfk/arrive/{self.prefix}"
+    self.store.append(key, f"{self.rank},")
+    _PENDING.setdefault(seat := (self.members, self.rank), []).append(key)
+    inside = self.collective and any(v.members == self.members for v in list(_BUSY))
+    _BUSY.add(self)
+    if inside: return    # a nested call, or a stream left mid-way: the all-reduce that follows meets the peers there
+    limit, seen = arrival_timeout() if seconds is None else seconds, {}
+    def ready()->bool:
+        seen["came"], seen["gave_up"] = _arrivals(self.store.get(key).decode())
+        return len(seen["came"]) >= self.world or bool(seen["gave_up"])
+    absent = lambda: [r for r in range(self.world) if r not in seen.get("came", ())]
+    bad = self.poll(ready, "make this call", absent, limit)
+    if bad:   # timed out, or a waited-for rank died: give up, then read the log again (it may have completed first)
+        self.store.append(key, f"x{self.rank},"); ready()
+    if len(seen["came"]) >= self.world:   # every rank is here: the all-reduce that follows pairs
+        done, _PENDING[seat] = _PENDING[seat][:-1], [key]
+        if self.rank == 0:   # every rank is past the earlier calls now: none reads their keys again
+            for k in done: self.store.delete_key(k)
+        return
+    _BUSY.discard(self)
+    self._partial(seen["came"], seen["gave_up"], bad, limit)
+
+# %% ../nbs/04b_votes.ipynb #86aac60e
+@patch_to(RankVote)
+def _partial(self:RankVote, came:list[int], gave_up:list[int], bad:dict[int, str], limit:float):
+    "Raise `PartialCall` (a waited-for rank that died: `RankFailure` naming it) on a rank of an abandoned call."
+    what = _called_as(self.name)
+    if dead := {r: why for r, why in bad.items() if r >= 0}:
+        raise RankFailure(failure_message(what, dead, "waiting for every rank to call it"), dead)
+    _MISMATCHES[0] += 1   # as for any call the ranks part at: an open stream does not go on after it
+    missing = [r for r in range(self.world) if r not in came]
+    fix = ("call it on every rank (it is a collective), e.g. outside `if is_world_process_zero`; a rank that is "
+           f"only slow to come needs more time: {ARRIVAL_ENV}=<seconds>")
+    if self.rank in came:
+        msg = (f"{what} was called on ranks {sorted(came)} only; ranks {missing} did not call it within "
+               f"{limit:g} s: {fix}")
+    else:
+        msg = (f"{what}: ranks {sorted(set(gave_up))} gave up waiting for rank {self.rank} at this collective call "
+               f"(it was called on ranks {sorted(came)} only); the ranks' calls of the kit are now out of step: {fix}")
+    raise PartialCall(msg, {r: "did not make the call" for r in missing})

@@ -31,6 +31,7 @@ POLICIES = ("lora", "peft", "layer", "size", "leaves+size", "root")
 FSDP1_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2", "HYBRID")
 _MP = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16"}
 _MP_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
+_AC = {False: False, None: False, "off": False, True: "wrapper", "on": "wrapper", "wrapper": "wrapper", "hf": "hf"}
 
 @dataclass(frozen=True)
 class WrapConfig:
@@ -60,12 +61,16 @@ class WrapConfig:
     "FSDP2: the dimension parameters are sharded on (`shard_placement_fn`; tensors with fewer dims on dim 0)."
     wrap_lm_head: bool = False
     "Make the output head (the model's output embeddings) a unit of its own."
-    activation_checkpointing: bool = False
-    "Wrap each decoder layer in torch's `checkpoint_wrapper` before sharding (units and clean names do not change)."
+    activation_checkpointing: bool|str = False
+    ("Checkpoint each decoder layer: False; 'wrapper' (True): torch's `checkpoint_wrapper` around it before sharding, "
+     "as accelerate and torchtitan do; 'hf': transformers' `gradient_checkpointing_enable()` (the KV cache off).")
     align_lora_dtype: bool = False
     "Cast every LoRA adapter to its base layer's dtype before wrapping (`lora_dtype.align_lora_dtype`)."
     targets: str|tuple[str, ...]|None = None
     "FSDP2 only: class names or dotted-name globs to `fully_shard` instead of `policy` (e.g. '**.layers.*')."
+    backward_prefetch: str|None = "BACKWARD_PRE"
+    ("FSDP1's `BackwardPrefetch`: 'BACKWARD_PRE' (its default), 'BACKWARD_POST', or None (no prefetch: what "
+     "transformers' FSDP1 plugin sets); FSDP2 prefetches the next unit's all-gather itself.")
 
     def __post_init__(self): _validate(self)
     @property
@@ -107,6 +112,20 @@ def _validate(cfg:WrapConfig):
     if cfg.shard_size is not None and (not cfg.hybrid or cfg.shard_size < 1):
         raise ValueError("shard_size is the shard group size of hybrid sharding (sharding='HYBRID' / 'HYBRID_SHARD')")
     if cfg.shard_dim < 0: raise ValueError(f"shard_dim must be >= 0, got {cfg.shard_dim}")
+    ac = _AC.get(cfg.activation_checkpointing) if isinstance(cfg.activation_checkpointing, (bool, str, type(None))) \
+        else None
+    if ac is None:
+        raise ValueError("activation_checkpointing must be False ('off'), 'wrapper' (True, 'on': torch's "
+                         "checkpoint_wrapper on each decoder layer) or 'hf' (transformers' gradient_checkpointing_"
+                         f"enable()), got {cfg.activation_checkpointing!r}")
+    _set(cfg, activation_checkpointing=ac)
+    bp = None if cfg.backward_prefetch == "NO_PREFETCH" else cfg.backward_prefetch
+    if bp not in ("BACKWARD_PRE", "BACKWARD_POST", None):
+        raise ValueError(f"backward_prefetch must be 'BACKWARD_PRE', 'BACKWARD_POST' or None (no prefetch), got {bp!r}")
+    if bp != "BACKWARD_PRE" and cfg.flavour == "fsdp2":
+        raise ValueError("backward_prefetch is FSDP1's (FSDP2 prefetches the next unit's all-gather itself): "
+                         "leave it at 'BACKWARD_PRE' with flavour='fsdp2'")
+    _set(cfg, backward_prefetch=bp)
     if cfg.flavour == "fsdp1":
         if cfg.shard_dim != 0: raise ValueError("FSDP1 flattens parameters: shard_dim != 0 needs flavour='fsdp2'")
         if not cfg.reshard_after_forward:
@@ -234,7 +253,7 @@ def from_dict(cls, d:dict)->WrapConfig:
     return cls(**d)
 
 _SHORT = dict(use_orig_params="orig", lora_leaves="leaves", wrap_lm_head="head", activation_checkpointing="ac",
-              align_lora_dtype="align", reshard_after_forward="reshard")
+              align_lora_dtype="align", reshard_after_forward="reshard", backward_prefetch="prefetch")
 
 @patch_to(WrapConfig)
 @property
@@ -243,7 +262,8 @@ def label(self:WrapConfig)->str:
     out = [f"{self.flavour}:{self.policy}" if self.policy != "targets" else f"{self.flavour}:{'|'.join(self.targets)}"]
     for k, v in self.to_dict().items():
         if k in ("flavour", "policy", "targets"): continue
-        if isinstance(v, bool): out.append(("" if v else "no-") + _SHORT.get(k, k))
+        if k == "activation_checkpointing": out.append("ac" if v == "wrapper" else f"ac={v}")
+        elif isinstance(v, bool): out.append(("" if v else "no-") + _SHORT.get(k, k))
         elif k == "min_num_params": out.append(f"min={v:,}")
         elif k == "layer_cls": out.append("layers=" + ("-" if v is None else "|".join(v)))
         else: out.append(f"{_SHORT.get(k, k)}={v}")
@@ -253,11 +273,11 @@ def label(self:WrapConfig)->str:
 @patch_to(WrapConfig)
 def prepare(self:WrapConfig, model:nn.Module)->nn.Module:
     "In place, what comes before sharding: cast the adapters (`align_lora_dtype`), checkpoint each decoder layer."
-    # (checkpointing also sets `config.use_cache = False`, as transformers' own gradient checkpointing does)
     if self.align_lora_dtype:
         align_lora_dtype(model, policy=None if self.policy == "targets" else self.auto_wrap_policy(model),
                          use_orig_params=self.use_orig_params or self.flavour == "fsdp2")
-    if self.activation_checkpointing:
+    if self.activation_checkpointing == "hf": _hf_checkpointing(model)
+    if self.activation_checkpointing == "wrapper":
         # torch's own wrapper (FSDP's tests and torchtitan use it); NO_REENTRANT is the variant FSDP2 supports
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
             CheckpointImpl, CheckpointWrapper, apply_activation_checkpointing, checkpoint_wrapper)
@@ -266,12 +286,19 @@ def prepare(self:WrapConfig, model:nn.Module)->nn.Module:
             wrapper = functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
             apply_activation_checkpointing(model, checkpoint_wrapper_fn=wrapper,
                                            check_fn=lambda m: isinstance(m, classes))
-        # a layer's forward runs again in the backward: with the KV cache on (the configs' default), it appends its
-        # keys twice (Gemma 2, Falcon: "The size of tensor a (32) must match the size of tensor b (16)"). transformers
-        # turns the cache off under its own checkpointing, which does not see torch's wrapper: so it is done here
-        for m in model.modules():
-            if getattr(getattr(m, "config", None), "use_cache", False): m.config.use_cache = False
+        # the KV cache stays as the forward's `use_cache` (config.json's unless given) has it, as under accelerate:
+        # transformers turns it off under its own checkpointing only ('hf'), which does not see torch's wrapper
     return model
+
+def _hf_checkpointing(model:nn.Module):
+    "transformers' own checkpointing, enabled on the outermost transformers model in `model`, as the Trainer does."
+    from transformers import PreTrainedModel
+    hf = next((m for m in model.modules() if isinstance(m, PreTrainedModel)
+               and getattr(m, "supports_gradient_checkpointing", False)), None)
+    if hf is None: raise ValueError(f"activation_checkpointing='hf' needs a transformers model that supports gradient "
+                                    f"checkpointing; {type(model).__name__} holds none: use 'wrapper'")
+    # transformers 5 renamed it (the old name warns); each layer runs in torch.utils.checkpoint, use_reentrant=False
+    getattr(hf, "activation_checkpointing_enable", hf.gradient_checkpointing_enable)()
 
 def _device_mesh(cfg:WrapConfig, mesh=None):
     "A `DeviceMesh` from `mesh` (a mesh or a process group), else over the whole world (2-D for hybrid)."
@@ -307,13 +334,16 @@ def _wrap_fsdp2(cfg:WrapConfig, model:nn.Module, modules:list[nn.Module], mesh, 
 
 def _wrap_fsdp1(cfg:WrapConfig, model:nn.Module, mesh, fsdp_kw:dict)->nn.Module:
     from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp import (BackwardPrefetch, FullyShardedDataParallel as FSDP, MixedPrecision,
+                                        ShardingStrategy)
     kw = dict(auto_wrap_policy=cfg.auto_wrap_policy(model), use_orig_params=cfg.use_orig_params,
               device_id=get_platform().torch_device())     # device_id=None fails on the CPU
     if cfg.compute_dtype is not None:
         kw["mixed_precision"] = MixedPrecision(param_dtype=cfg.compute_dtype, reduce_dtype=torch.float32)
     if cfg.sharding:
         kw["sharding_strategy"] = ShardingStrategy["HYBRID_SHARD" if cfg.sharding == "HYBRID" else cfg.sharding]
+    if cfg.backward_prefetch != "BACKWARD_PRE":   # FSDP1's default; None: no prefetch
+        kw["backward_prefetch"] = cfg.backward_prefetch and BackwardPrefetch[cfg.backward_prefetch]
     if cfg.hybrid: kw["device_mesh"] = _device_mesh(cfg, mesh)
     elif mesh is not None: kw["process_group"] = mesh.get_group() if isinstance(mesh, DeviceMesh) else mesh
     kw.update(fsdp_kw)

@@ -17,8 +17,9 @@ from lora_fsdp_kit.gather import gather_lora
 from lora_fsdp_kit.merged import iter_merged_weights
 from lora_fsdp_kit.memory import AllGatherCounter
 from lora_fsdp_kit.measure_streams import measure_save, measure_stream
-from lora_fsdp_kit.testing import case_config, train_steps
+from lora_fsdp_kit.testing import case_config, case_model, train_steps
 from lora_fsdp_kit.models import tiny_lora_model, tiny_model
+from lora_fsdp_kit.wrap import WrapConfig
 
 # (name, FSDP flavour, policy, use_orig_params, second adapter?)
 SETTINGS = {
@@ -336,11 +337,83 @@ def load_faults(fm, d:Path)->list[dict]:
     return out
 
 
+# ---- modules_to_save as its own FSDP unit (issue 47): every export equals peft's, bit for bit ----
+# the head in peft's modules_to_save made a unit: the kit's own wrap_lm_head (as accelerate's FSDP2 does with
+# get_output_embeddings()), a targets glob naming it, and FSDP1 with the head as a unit of its own
+MTS_LAYOUTS = {
+    "fsdp2-head": dict(flavour="fsdp2", policy="layer", wrap_lm_head=True),
+    "fsdp2-targets": dict(flavour="fsdp2", targets=("LlamaDecoderLayer", "**.lm_head")),
+    "fsdp1-head": dict(flavour="fsdp1", policy="layer", use_orig_params=True, wrap_lm_head=True),
+}
+
+MTS_AT = {2: tuple(MTS_LAYOUTS), 3: ("fsdp2-head",)}   # at 3 ranks: the head's dim-0 shards are uneven
+
+def _mts_model(): return case_model("llama", modules_to_save=("lm_head",))
+
+def _mts_reference(fm, flavour:str):
+    "Rank 0: an unwrapped copy holding torch's own full state dict of the trained model (None elsewhere)."
+    full = torch_full_state(fm, "fsdp2" if flavour == "fsdp2" else "fsdp1-layers")
+    if dist.get_rank() != 0: return None, False
+    ref = _mts_model()
+    missing, unexpected = ref.load_state_dict(full, strict=False)
+    return ref, not missing and not unexpected
+
+def _mts_checks(ref, got:dict, lb:list, ls:list, merged:dict, d:Path)->dict:
+    "Rank 0: the gather, both streams, the saved tree and the merged weights against peft's on the reference."
+    want, res = {k: v.detach() for k, v in get_peft_model_state_dict(ref).items()}, {}
+    res["head_in_state"] = any(".modules_to_save." not in k and "lm_head" in k for k in want)
+    res["gather_equal"] = _equal(got, want)
+    flat = dict(kv for b in lb for kv in b)
+    res["buckets_equal"] = len(lb) > 1 and _equal(dict(sorted(flat.items())), dict(sorted(want.items())))
+    res["stream_equal"] = _equal(dict(ls), want)
+    ref.save_pretrained(str(d/"peft"))
+    res["tree_equal"] = _tree(d/"adapter") == _tree(d/"peft")   # weights, config and model card, byte for byte
+    res["files"] = sorted(_tree(d/"adapter"))
+    mref = {n: p.detach() for n, p in ref.merge_and_unload().named_parameters(remove_duplicate=False)}
+    res["merged_equal"] = set(merged) == set(mref) and all(torch.equal(merged[k], mref[k]) for k in mref)
+    return res
+
+def modules_to_save_unit(folder:str, layout:str)->dict:
+    "Rank function: train with the modules_to_save head as a unit; gather, stream, save and load it against peft."
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel as FSDP
+    from peft.utils.other import ModulesToSaveWrapper as Wrapper
+    cfg = WrapConfig(**MTS_LAYOUTS[layout])
+    rank, d = dist.get_rank(), Path(folder)/f"mts-{layout}-{dist.get_world_size()}"
+    res = dict(layout=layout, rank=rank, world=dist.get_world_size())
+    try:
+        fm = cfg.wrap(_mts_model())
+        head = E.peft_model_of(fm).base_model.model.lm_head   # under FSDP1: the wrapper that replaced it
+        res["head_is_unit"] = (isinstance(head, FSDPModule) and isinstance(head, Wrapper)
+                               or isinstance(head, FSDP) and isinstance(head.module, Wrapper))
+        train_steps(fm, 2)
+        ref, res["ref_keys_ok"] = _mts_reference(fm, cfg.flavour)
+        got = gather_lora(fm, progress=False)
+        lb, ls = list(E.iter_lora_buckets(fm, bucket_bytes=1536)), list(E.iter_lora(fm))
+        merged = dict(iter_merged_weights(fm, progress=False))
+        E.save_lora(fm, d/"adapter")
+        if rank == 0:   # rank 0 alone: an error here must not leave the others in the collectives below
+            try: res.update(_mts_checks(ref, got, lb, ls, merged, d))
+            except Exception: res["error"] = traceback.format_exc()
+        fresh = cfg.wrap(_mts_model())
+        res["differs_before"] = not _equal(gather_lora(fresh, progress=False), got)
+        res["loaded"] = E.load_lora(fresh, d/"adapter")
+        res["load_equal"] = _equal(gather_lora(fresh, progress=False), got)
+        res["next"] = (train_steps(fm, 1, start=2), train_steps(fresh, 1, start=2))
+    except Exception:
+        res["error"] = traceback.format_exc()
+    return res
+
+def modules_to_save_units(folder:str, layouts:tuple=tuple(MTS_LAYOUTS))->list[dict]:
+    "Rank function: `modules_to_save_unit` for each layout, in one launch."
+    return [modules_to_save_unit(folder, l) for l in layouts]
+
+
 def everything(folder:str, settings:tuple, fault_settings:tuple, gather_fault:tuple)->dict:
     """Rank function, the file's one launch per world: `run(settings)`, the faults of each of `fault_settings`, and
     last (it closes the group) those of `gather_fault` = (setting, failing rank) with the fault inside the gather;
-    at 3 ranks also `beyond_cases.run`."""
+    at 3 ranks also `beyond_cases.run`; the modules_to_save units of `MTS_AT`."""
     out = dict(run=run(folder, settings), faults={})
+    out["modules_to_save"] = modules_to_save_units(folder, MTS_AT[dist.get_world_size()])
     if dist.get_world_size() == 3: out["beyond"] = beyond_cases.run(os.path.join(folder, "beyond"))   # uneven shards
     for s in fault_settings: out["faults"][s, None] = faults(folder, s)
     out["faults"][tuple(gather_fault)] = faults(folder, *gather_fault)

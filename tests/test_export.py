@@ -4,7 +4,9 @@ save_pretrained of an unwrapped copy holding torch's full state dict, which plai
 load_lora writes each rank's shard with no collective and resumes to the same losses; interrupted saves keep the
 old adapter and raise on every rank; buckets respect their limit, concatenate to the unbucketed stream, and keep
 the measured peak within one unit + one bucket — on 2 gloo ranks, and FSDP1/FSDP2 cases on 3; at 3 ranks too, the
-cases of tests/beyond_cases.py (tied weights streamed, loaded and merged, trainable tokens, mixed precision)."""
+cases of tests/beyond_cases.py (tied weights streamed, loaded and merged, trainable tokens, mixed precision); and
+with peft's modules_to_save head as an FSDP unit of its own (FSDP2 at 2 and 3 ranks, FSDP1 at 2), every export
+equals peft's."""
 import os, sys, tempfile
 
 import pytest
@@ -240,3 +242,34 @@ def test_ranks_with_bucket_sizes_of_their_own_stream_alike(beyond):
     for s in C.BEYOND_SETTINGS:
         got = [r[f"bucket_bytes_of_each_rank {s}"] for r in beyond]
         assert all(g["same"] for g in got) and len({g["buckets"] for g in got}) == 1 and got[0]["buckets"] > 1, got
+
+
+# issue 47: peft's modules_to_save head as an FSDP unit of its own (accelerate's FSDP2 shards get_output_embeddings(),
+# which is then peft's wrapper; the kit's wrap_lm_head and a targets glob naming it do the same). Every export raised
+# "TypeError: ModulesToSaveWrapper.__init__() missing 2 required positional arguments" under FSDP2.
+@pytest.fixture(scope="module")
+def mts(launched):
+    return {world: [row for rank in ranks for row in rank["modules_to_save"]] for world, ranks in launched.items()}
+
+def test_modules_to_save_unit_exports_ran(mts):
+    errors = [f"{r['layout']} (world {r['world']}, rank {r['rank']}):\n{r['error']}" for rs in mts.values()
+              for r in rs if "error" in r]
+    assert not errors, "\n".join(errors)
+    assert {(w, r["layout"]) for w, rs in mts.items() for r in rs} == \
+        {(w, l) for w, ls in C.MTS_AT.items() for l in ls}
+    assert all(r["head_is_unit"] for rs in mts.values() for r in rs)   # the head really is a unit of its own
+
+@pytest.mark.parametrize("check", ["ref_keys_ok", "head_in_state", "gather_equal", "buckets_equal", "stream_equal",
+                                   "tree_equal", "merged_equal"])
+def test_modules_to_save_unit_exports_equal_peft_s(mts, check):
+    # against peft on an unwrapped copy holding torch's own full state dict: gather_lora, iter_lora_buckets and
+    # iter_lora equal its adapter state dict bit for bit, save_lora's folder its save_pretrained's byte for byte, the
+    # merged stream its merge_and_unload()
+    rows = [r for rs in mts.values() for r in rs if r["rank"] == 0]
+    assert rows and all(r.get(check) for r in rows), [(r["world"], r["layout"], r.get(check)) for r in rows]
+
+def test_modules_to_save_unit_loads(mts):
+    for r in (r for rs in mts.values() for r in rs):
+        where = (r["world"], r["layout"], r["rank"])
+        assert r["differs_before"] and r["load_equal"] and r["loaded"] > 0, where
+        assert r["next"][0] == r["next"][1], (where, r["next"])   # the loaded model takes the same next step

@@ -1,0 +1,79 @@
+"""A job read from the trainer's own files (accelerate YAML, the Trainer's arguments JSON, peft's adapter_config.json,
+verl's YAML) is the same `Job`, and plans the same units, as the flags that say the same; a config.json typo is refused
+by the command line (exit 2) unless --lenient."""
+import json
+from pathlib import Path
+
+from lora_fsdp_kit.__main__ import main
+from lora_fsdp_kit.config_files import shipped_config
+from lora_fsdp_kit.job import Job
+
+ACCELERATE = """distributed_type: FSDP
+mixed_precision: bf16
+num_processes: 2
+fsdp_config:
+  fsdp_version: 2
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  fsdp_transformer_layer_cls_to_wrap: LlamaDecoderLayer
+  fsdp_reshard_after_forward: false
+  fsdp_activation_checkpointing: false
+"""
+VERL = """actor_rollout_ref:
+  model: {lora_rank: 4, lora_alpha: 8, target_modules: [q_proj, v_proj], enable_gradient_checkpointing: false}
+  actor:
+    strategy: fsdp
+    ppo_micro_batch_size_per_gpu: 2
+    fsdp_config: {param_offload: true, wrap_policy: {min_num_params: 0}}
+data: {max_prompt_length: 256, max_response_length: 768}
+trainer: {nnodes: 1, n_gpus_per_node: 4}
+"""
+
+def test_accelerate_yaml_is_its_flags(tmp_path:Path):
+    (tmp_path/"a.yaml").write_text(ACCELERATE)
+    job = Job.from_files(tmp_path/"a.yaml", model="llama")
+    flags = Job.of(model="llama", flavour="fsdp2", policy="layer", layer_cls="LlamaDecoderLayer", world=2,
+                   reshard_after_forward=False, mixed_precision="bf16", autocast=True)
+    assert job == flags, (job.line(), flags.line())
+    assert [u.name for u in job.plan().units] == [u.name for u in flags.plan().units]
+    assert job.sources["reshard_after_forward"].endswith("fsdp_config.fsdp_reshard_after_forward")
+
+def test_trainer_json_and_peft_are_their_flags(tmp_path:Path):
+    args = dict(per_device_train_batch_size=2, gradient_accumulation_steps=4, bf16=True, fp16=False, optim="adamw_torch_fused",
+                max_grad_norm=1.0, gradient_checkpointing=False, fsdp=True, fsdp_config=dict(version=1, min_num_params=0))
+    (tmp_path/"args.json").write_text(json.dumps(args))
+    (tmp_path/"adapter_config.json").write_text(json.dumps(dict(peft_type="LORA", r=4, lora_alpha=8, use_dora=False,
+                                                               target_modules=["q_proj", "v_proj"], lora_dropout=0.05)))
+    job = Job.from_files(tmp_path/"args.json", tmp_path/"adapter_config.json", model="llama", world=2)
+    flags = Job.of(model="llama", world=2, flavour="fsdp1", policy="peft", use_orig_params=True, mixed_precision="bf16",
+                   autocast=True, batch=2, grad_accum=4, optimizer="adamw_torch_fused", max_grad_norm=1.0,
+                   backward_prefetch="NO_PREFETCH", lora_r=4, lora_alpha=8, lora_targets="q_proj,v_proj", lora_dropout=0.05)
+    assert job == flags, (job.line(), flags.line())
+    assert [u.name for u in job.plan().units] == [u.name for u in flags.plan().units]
+    assert job.sources["world"] == "given" and job.sources["lora_r"].endswith("adapter_config.json: r")
+
+def test_verl_yaml_is_its_flags(tmp_path:Path):
+    (tmp_path/"verl.yaml").write_text(VERL)
+    job = Job.from_files(tmp_path/"verl.yaml", model="llama")
+    flags = Job.of(model="llama", flavour="fsdp1", policy="lora", use_orig_params=False, world=4, param_dtype="fp32",
+                   mixed_precision="bf16", autocast=True, lora_r=4, lora_alpha=8, lora_targets="q_proj,v_proj", batch=2,
+                   seq=1024, cpu_offload=True)
+    assert job == flags, (job.line(), flags.line())
+
+def test_a_flag_beside_a_file_wins(tmp_path:Path, capsys):
+    (tmp_path/"a.yaml").write_text(ACCELERATE)
+    assert main(["plan", "--model", "llama", "--job", str(tmp_path/"a.yaml"), "--world", "4"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("job: llama · fsdp2:layer") and "world 4" in first, first
+
+def test_config_typo_is_refused_unless_lenient(tmp_path:Path, capsys):
+    d = shipped_config("llama"); d["num_key_value_head"] = d.pop("num_key_value_heads")
+    (tmp_path/"config.json").write_text(json.dumps(d))
+    assert main(["plan", "--config", str(tmp_path/"config.json")]) == 2
+    assert "num_key_value_head: did you mean num_key_value_heads?" in capsys.readouterr().err
+    assert main(["plan", "--config", str(tmp_path/"config.json"), "--lenient"]) == 0
+    assert "accepted: --lenient" in capsys.readouterr().err
+
+def test_one_meaning_per_flavour(capsys):
+    for flavour in ("fsdp1", "fsdp2"):
+        assert main(["plan", "--model", "llama", "--flavour", flavour]) == 0
+        assert f"{flavour}:layer" in capsys.readouterr().out.splitlines()[0]
