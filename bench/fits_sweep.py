@@ -60,13 +60,10 @@ def build_cases(arch:str, settings:list[str], world:int)->tuple[list[dict], list
 
 def run_cases(arch:str, cases:list[dict])->list[dict]:
     "Measure and predict the cases (one launch), a row per case."
-    from lora_fsdp_kit.fits_check import _compared, measure_beside, predict_case
-    preds, t0, first = {}, time.perf_counter(), {}
-    def predict(i):
-        if i == 0:   # the first prediction of a model class in a process differs (GPT-2 +5.9 %, BART -12.3 %): kept
-            try: first["peak"] = [t.peak for t in predict_case(cases[0]).traces]   # apart, the row is the next one
-            except Exception: pass
-        try: preds[i] = predict_case(cases[i])
+    from lora_fsdp_kit.fits_check import _compared, measure_beside, predict_fresh
+    preds, t0 = {}, time.perf_counter()
+    def predict(i):   # each in a fresh process, as `lfk fits` predicts (see `predict_fresh`)
+        try: preds[i] = predict_fresh(cases[i])
         except Exception as e: preds[i] = e
     try: got = measure_beside(cases, predict, timeout=400)
     except Exception as e:
@@ -85,8 +82,7 @@ def run_cases(arch:str, cases:list[dict])->list[dict]:
                              measured=got[i])); continue
         fc = _compared(p, got[i], arch)
         rows.append(dict(row, error=fc.error, inside=fc.inside, peak=list(fc.peak), worst_peak=list(fc.worst_peak),
-                         measured=list(fc.measured), not_exact=fc.not_exact,
-                         **({"first_prediction": first["peak"]} if i == 0 and first else {})))
+                         measured=list(fc.measured), not_exact=fc.not_exact))
     for r in rows: r["seconds"] = round((time.perf_counter() - t0) / len(rows), 1)
     return rows
 
@@ -102,10 +98,9 @@ def write(rows:dict, out:Path):
     lines = [f"# fits against real gloo ranks, every causal-LM architecture of transformers {meta['transformers']}",
              "", f"Written by `bench/fits_sweep.py` (commit {meta['commit']} plus working tree, {meta['date']}; "
              f"torch {meta['torch']}, peft {meta['peft']}); batch {BATCH} x seq {SEQ}, LoRA r=8 on all-linear.",
-             "", "Each row's prediction is the second of its model class in the sweep's process: the first differs "
-             "by a fixed amount on some families (GPT-2 +5.9 %, BART with HF checkpointing -12.3 %; kept as "
-             "`first_prediction` in the JSON, on the row of the class's first setting). A `lfk fits` run predicts "
-             "in a fresh process: that is a bug of the trace to fix, not a property of the job.",
+             "", "Each row's prediction is made in a fresh process, as `lfk fits` makes it: in one long-lived "
+             "process a prediction moves with those made before it (GPT-2's second is 5.9 % below its first; "
+             "`fits_check.predict_fresh`).",
              "", sweep_summary(rs), "", "## Worst rows", "",
              "| architecture | setting | world | peak error | in [peak, worst_peak] | label |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['arch']} | {r['setting']} | {r['world']} | {r['error']:+.3%} | {r['inside']} | "

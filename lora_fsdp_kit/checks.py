@@ -152,8 +152,8 @@ def _idle_region(plan:Plan, name:str)->str|None:
 @plan_check("tied-param-split", "error",
             "a tied parameter (tied embeddings) used by two units: FSDP1 (`use_orig_params=True`) fails in the unit "
             "that does not own it; FSDP2 refuses at the first forward",
-            "put the modules that share it in one unit, or leave them to a common parent (FSDP2: fully_shard them "
-            "together)",
+            "put the modules that share it in one unit, or leave them to a common parent (FSDP2: shard them together, "
+            "WrapConfig(tie_group=True) or groups=(('**.embed_tokens', '**.lm_head'),))",
             predicts=["size mismatch", "must be 2-D", "already managed by another FSDP group"])
 def tied_param_split(plan:Plan):
     unit_of = {n: u.name for u in plan.units for n in u.param_names}

@@ -24,7 +24,7 @@ from .wrap import _MP, _MP_DTYPE, WrapConfig
 
 # %% auto #0
 __all__ = ['BACKENDS', 'RESERVE', 'RESERVE_WHY', 'StepMemory', 'closed_form', 'FitsError', 'position_table', 'inexact_families',
-           'predict_step_memory']
+           'predict_step_memory', 'predict_job']
 
 # %% ../nbs/11_fits.ipynb #41259d69
 @dataclass(frozen=True)
@@ -194,11 +194,12 @@ def _explain(e:Exception, model:nn.Module)->str|None:
         return f"the step itself fails (it would on the devices too): {name}: {msg.splitlines()[0][:200]}"
     return None
 
-def _known_failure(model:nn.Module, cfg:WrapConfig, world:int=1, plan=None)->str|None:
-    "One line for a wrapping the plan already knows FSDP refuses or fails on at its first step (at `world`), else None."
-    from lora_fsdp_kit.checks import CHECKS, uneven_shards  # a check with `predicts` names FSDP's error
-    plan = cfg.plan(model) if plan is None else plan
-    f = next((f for f in plan.check() if f.severity == "error" and CHECKS[f.check].predicts), None)
+def _known_failure(model:nn.Module, cfg:WrapConfig, world:int=1, plan=None, autocast:str|None=None)->str|None:
+    "One line for a wrapping the plan knows FSDP refuses or fails on at its first step (at `world`, its `autocast`)."
+    from lora_fsdp_kit.checks import CHECKS, check_plan, uneven_shards  # a check with `predicts` names FSDP's error
+    plan = cfg.plan(model) if plan is None else plan   # the forward's autocast makes some errors run (they say so)
+    f = next((f for f in check_plan(plan, autocast=autocast) if f.severity == "error" and CHECKS[f.check].predicts),
+             None)
     if f is None: f = next(iter(uneven_shards(plan, shard_group_size(world, cfg.hybrid, cfg.shard_size))), None)
     if f is None: return None
     return f"FSDP refuses it ({f.check}): {f.message.splitlines()[0]}; fix: {f.fix}"
@@ -370,7 +371,7 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
     if attention not in ("auto", "fused", "math"):
         raise FitsError(f"attention must be 'auto', 'fused' or 'math', got {attention!r}")
     plan = cfg.plan(model)   # one plan for the checks, the layer reduction and every rank's closed form
-    if why := _known_failure(model, cfg, world, plan) or _past_positions(model, seq): raise FitsError(why)
+    if why := _known_failure(model, cfg, world, plan, step.autocast) or _past_positions(model, seq): raise FitsError(why)
     att = attention_kernel(model, cfg, backend) if attention == "auto" else attention
     ranks = list(range(world)) if rank is None else [rank]
     try: traces, trace_of = _trace(model, cfg, world, ranks, batch, seq, backend, att, plan, step)
@@ -385,6 +386,35 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
     closed = {t.rank: closed_form(model, cfg, world, t.rank, plan) for t in traces}
     return StepMemory(label, world, tuple(ranks), tuple(traces), tuple(trace_of), closed, words,
                       inexact_families(model), forward)
+
+# %% ../nbs/11_fits.ipynb #b7a1f0c8
+_JOB_MODELS: dict = {}   # the model fields of a job -> its meta model (a --max-batch search probes one model often)
+_BUILT_FROM = ("model", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "dora", "modules_to_save",
+               "target_parameters")
+
+def _job_model(job)->nn.Module:
+    "The meta model a job's step trains (`Job.build(step=True)`), built once per model and LoRA."
+    key = repr([getattr(job, k) for k in _BUILT_FROM])
+    if key not in _JOB_MODELS:
+        if len(_JOB_MODELS) >= 4: _JOB_MODELS.pop(next(iter(_JOB_MODELS)))
+        _JOB_MODELS[key] = job.build(step=True)
+    return _JOB_MODELS[key]
+
+def predict_job(job,                   # a `lora_fsdp_kit.job.Job`: the model, its LoRA, wrapping, world and step
+                *,
+                rank:int|None=None,    # predict only this rank (None: every rank)
+                backend:str="nccl",    # the job's backend: "gloo" adds its staging copies
+                attention:str="auto",  # "auto" (what the job's devices run), "fused" or "math"
+               )->StepMemory:
+    "`predict_step_memory` of one `Job`: its model, wrapping, world and step; the knobs the trace does not take, said."
+    from lora_fsdp_kit.job import Job
+    if not isinstance(job, Job): raise TypeError(f"predict_job takes a lora_fsdp_kit.job.Job, got {type(job).__name__}")
+    if job.world is None: raise FitsError("the job has no world: give it one (world=, --world, or a file's ranks)")
+    kw, left = job.step_kwargs(predict_step_memory)
+    mem = predict_step_memory(_job_model(job), rank=rank, backend=backend, attention=attention, **kw)
+    if not left: return mem
+    return dataclasses.replace(mem, forward=f"{mem.forward}; not in the trace: {', '.join(left)} (it steps AdamW "
+                                            "on the device, unclipped)")
 
 # %% ../nbs/11_fits.ipynb #d329c0e9
 _COLORS = {"sharded parameters": "#1f77b4", "unsharded parameters": "#aec7e8", "buffers": "#7f7f7f",

@@ -5,7 +5,8 @@
 # %% ../nbs/11b_fits_report.ipynb #b2ae4889
 from __future__ import annotations
 
-import os, sys, textwrap, time
+import dataclasses, os, sys, textwrap, time
+from pathlib import Path
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -15,7 +16,7 @@ from torch import nn
 from .families import PLAN_TARGETS, text_model_of
 from .units import fmt_bytes, fmt_count, parse_bytes
 from .fits import (RESERVE, FitsError, StepMemory, _dtype_short, _is_adapter, _ranks_text, _stack,
-                                _storage_dtype, _timeline, _unit, position_table, predict_step_memory)
+                                _storage_dtype, _timeline, _unit, position_table, predict_job, predict_step_memory)
 from .policies import resolve_layer_classes
 from .shards import shard_group_size
 from .wrap import WrapConfig
@@ -31,6 +32,8 @@ _CAT_SHORT = {"sharded parameters": "shards", "unsharded parameters": "gathered"
 _WORD = {"mixed_precision=bf16": "bf16", "mixed_precision=fp16": "fp16"}
 
 _SAID = {"no-mp": "no mixed precision", "bf16": "bf16 compute", "fp16": "fp16 compute", "ac": "activation checkpointing",
+         "ac=hf": "transformers' gradient checkpointing", "prefetch=None": "no backward prefetch",
+         "prefetch=BACKWARD_POST": "backward prefetch after each gradient", "no-reshard": "no reshard after forward",
          "orig": "use_orig_params", "store=config": "base stored in config.json's dtype", "store=fp32": "base stored in fp32",
          "store=bf16": "base stored in bf16", "store=fp16": "base stored in fp16"}
 
@@ -163,7 +166,11 @@ def _dtype_words(text:str|torch.dtype, what:str, key:str)->list:
     for v in out: _storage_dtype(v, what, {key: torch.float32})
     return out
 
-def _probe(model, cfg, world, batch, seq, pd, ld, backend, attention)->StepMemory:
+def _probe(model, cfg, world, batch, seq, pd, ld, backend, attention, job=None)->StepMemory:
+    "One setting's prediction: the `job`'s step at this wrapping, batch, seq and storage, or (no job) the bare step."
+    if job is not None: return predict_job(dataclasses.replace(job, wrap=cfg, world=world, batch=batch, seq=seq,
+                                                               param_dtype=pd, lora_dtype=ld),
+                                           backend=backend, attention=attention)
     return predict_step_memory(model, world=world, wrap=cfg, batch=batch, seq=seq, param_dtype=pd, lora_dtype=ld,
                                backend=backend, attention=attention)
 
@@ -192,6 +199,22 @@ def _header(model, config:str, lora_r:int, targets:str, world:int, backend:str, 
             f"device {fmt_bytes(device)} - reserve {fmt_bytes(reserve)} = {fmt_bytes(device - reserve)} for the step's "
             "tensors (what the verdict counts: torch's allocator)"]
 
+def _short_source(src:str)->str:
+    "'/long/path/args.json: optim' as 'args.json: optim' (the file's name is enough beside its key)."
+    path, sep, key = src.partition(": ")
+    return f"{Path(path).name}{sep}{key}" if sep and ("/" in path or os.sep in path) else src
+
+def _job_lines(job, wraps, batches, seqs, backend:str, search:str|None)->list[str]:
+    "The job the answer is for, in one line (`Job.line`; a swept field: its values), where each field came from."
+    size = lambda v, what: ("largest that fits" if search == what else ",".join(map(str, v)))
+    one = dataclasses.replace(job, wrap=wraps[0], batch=batches[0], seq=seqs[0])
+    line = one.line().replace(f"batch {batches[0]} x seq {seqs[0]}", f"batch {size(batches, 'batch')} x seq "
+                                                                      f"{size(seqs, 'seq')}")
+    if len(wraps) > 1: line = line.replace(f" · {wraps[0].label} · ", " · the wrapping of each row · ")
+    out = [line + (f" · {backend}" if backend != "nccl" else "")]
+    if job.sources: out.append("from: " + "; ".join(f"{k} <- {_short_source(v)}" for k, v in job.sources.items()))
+    return out + [f"note: {_short_source(n)}" for n in job.notes]
+
 def _details(s:Setting, usable:int)->list[str]:
     "`--verbose`: every category at the worst rank's peak, the module and phase, and the ranks that differ."
     m = s.memory; i = m.peak_bytes.index(m.worst)
@@ -217,6 +240,9 @@ def _answer(done:list[Setting], failed:list[str], found:dict, usable:int, search
     for i, s in enumerate(done): texts.setdefault(s.memory.assumptions, []).append(str(i + 1))
     for t, rows in texts.items(): print(*_wrapped([f"precision{'' if len(texts) == 1 else ' of ' + ','.join(rows)}: {t}"]))
     for t in dict.fromkeys(s.memory.not_exact for s in done if s.memory.not_exact): print(*_wrapped([t]))   # said, not hidden
+    fwd = {}   # the forward each row assumes (checkpointing, the cache, autocast, micro-batches), once per text
+    for i, s in enumerate(done): fwd.setdefault(s.memory.forward, []).append(str(i + 1))
+    for t, rows in fwd.items(): print(*_wrapped([f"forward{'' if len(fwd) == 1 else ' of ' + ','.join(rows)}: {t}"]))
     if done: print(settings_table(done, usable))
     for i, (best, seen) in found.items():
         nxt = seen.get(best + 1)
@@ -286,18 +312,27 @@ def fits_report(config:str,                 # a model's config.json (or its fold
                 speak:Callable[[str], str]|None=None, # rewrites the library's spellings (the CLI: its flags)
                 png:bool=False,             # save the chart as fits.png in `out`
                 out:str=".",                # folder for the PNG
+                job=None,                   # a `lora_fsdp_kit.job.Job`: its model, LoRA, world and step (the CLI's)
                )->int:                      # 0: every setting fits; 1: one does not, or cannot be predicted; 2: bad input
     "The `fits` command: trace every setting, print a header, one row per setting and the verdicts; the exit code."
     speak = speak or (lambda t: t)
     try:
         device, res = parse_bytes(device_memory), parse_bytes(reserve)
         if res >= device: raise FitsError(f"--reserve {fmt_bytes(res)} leaves nothing of {fmt_bytes(device)}")
-        if not isinstance(world, int) or not 1 <= world <= 1024: raise FitsError(f"--world must be 1-1024, got {world}")
+        if job is None and (not isinstance(world, int) or not 1 <= world <= 1024):
+            raise FitsError(f"--world must be 1-1024, got {world}")
         if max_batch and max_seq: raise FitsError("--max-batch and --max-seq: ask for one of them at a time")
         batches, seqs = _sweep(batch, "batch"), _sweep(seq, "seq")
         pds, lds = _dtype_words(param_dtype, "param_dtype", "config"), _dtype_words(lora_dtype, "lora_dtype", "base")
         if not wraps: raise FitsError("no wrapping to trace")
-        model = _fits_model(config, lora_r, targets, dora); _check_wraps(model, wraps, world)
+        if job is not None:   # the job's model and LoRA; its world unless one is given
+            from lora_fsdp_kit.fits import _job_model
+            world = job.world if world is None else world
+            config, lora_r, targets = job.model, job.lora_r, ",".join(job.lora_targets + job.target_parameters)
+            if not isinstance(world, int) or not 1 <= world <= 1024: raise FitsError(f"--world must be 1-1024, got {world}")
+            model = _job_model(job)
+        else: model = _fits_model(config, lora_r, targets, dora)
+        _check_wraps(model, wraps, world)
     except (FitsError, ValueError, FileNotFoundError, TypeError) as e:
         print(f"fits: error: {str(e).splitlines()[0]}", file=sys.stderr); return 2
     usable, search = device - res, "batch" if max_batch else "seq" if max_seq else None
@@ -306,19 +341,23 @@ def fits_report(config:str,                 # a model's config.json (or its fold
     for (c, pd, ld, b, s), words in zip(jobs, names):
         t0, label = time.perf_counter(), " ".join(t for t in words if t not in common) or "the setting"
         try:
-            if search is None: done.append(Setting(c, b, s, _probe(model, c, world, b, s, pd, ld, backend, attention),
+            if search is None: done.append(Setting(c, b, s, _probe(model, c, world, b, s, pd, ld, backend, attention, job),
                                                    pd, ld))
             else:
                 mems = {}
                 def peak(n):
                     mems[n] = _probe(model, c, world, *((n, s) if search == "batch" else (b, n)), pd, ld, backend,
-                                     attention); return mems[n].worst_case
+                                     attention, job); return mems[n].worst_case
                 best, seen = largest_fitting(peak, usable, _cap(model, search))
                 v = max(best, 1); found[len(done)] = (best, seen)
                 done.append(Setting(c, *((v, s) if search == "batch" else (b, v)), mems[v], pd, ld))
         except Exception as e: failed.append(_one_line(label, e, speak))   # the step fails as it would on devices
         print(f"  traced {label} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    print("\n".join(_header(model, config, lora_r, targets, world, backend, batches, seqs, device, res, common, search)))
+    head = _header(model, config, lora_r, targets, world, backend, batches, seqs, device, res, common, search)
+    if job is not None:   # the job's line in place of the bare one; the words every row shares stay
+        head[1:2] = _job_lines(job, wraps, batches, seqs, backend, search) + (
+            [f"every setting: {_in_words(common)}"] if common else [])
+    print("\n".join(_wrapped(head[:1]) + _wrapped(head[1:])))
     _answer(done, failed, found, usable, search, verbose)
     if done and png:
         os.makedirs(out, exist_ok=True)

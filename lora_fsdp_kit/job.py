@@ -237,12 +237,15 @@ STEP_KEYWORDS = dict(world=("world",), wrap=("wrap",), batch=("batch",), seq=("s
 def _step_kwargs(job:Job, fn:Callable)->tuple[dict, list[str]]:
     "`Job.step_kwargs`: each field under the name `fn` takes it by; a field set off its default that `fn` lacks, named."
     takes, defaults = inspect.signature(fn).parameters, {f.name: f.default for f in dataclasses.fields(Job)}
+    vals = {name: getattr(job, name) for name in STEP_KEYWORDS}
+    vals["autocast"] = job.autocast_dtype   # the step's autocast: its dtype ('bf16', 'fp16'), or None
+    if job.backward_prefetch is not None and "wrap" in takes and "backward_prefetch" not in takes:   # FSDP1's own
+        vals["wrap"] = dataclasses.replace(job.wrap, backward_prefetch=vals.pop("backward_prefetch"))
     kw, left = {}, []
-    for name, spellings in STEP_KEYWORDS.items():
-        v = getattr(job, name)
-        if (k := next((s for s in spellings if s in takes), None)) is not None: kw[k] = v
-        elif name not in ("wrap", "world") and v != defaults[name] and not (name == "optimizer" and "adamw" in v):
-            left.append(f"{name}={v!r}")
+    for name, v in vals.items():
+        if (k := next((s for s in STEP_KEYWORDS[name] if s in takes), None)) is not None: kw[k] = v
+        elif (name not in ("wrap", "world") and getattr(job, name) != defaults[name]
+              and not (name == "optimizer" and "adamw" in v)): left.append(f"{name}={v!r}")
     return kw, left
 
 # %% ../nbs/03e_job.ipynb #c232d4ba

@@ -70,6 +70,7 @@ class Unit:
     depth: int                       # 0 for the root, 1 for its child units, ...
     claimed_by: str                  # the policy part that made it a unit ("root", "lambda", "layer+size", ...)
     params: tuple[ParamInfo, ...]    # its own parameters (not its child units'), in FSDP's order
+    members: tuple[str, ...] = ()    # FSDP2 `fully_shard([a, b])`: every module of the group, `name` first; () for one
 
     @property
     def param_names(self)->tuple[str, ...]: return tuple(p.name for p in self.params)
@@ -92,16 +93,21 @@ class Unit:
     def lora_bytes(self)->int: return sum(p.nbytes for p in self.params if p.is_lora)
     @property
     def is_root(self)->bool: return self.parent is None
+    @property
+    def modules(self)->tuple[str, ...]: return self.members or (self.name,)   # the module(s) of its fully_shard call
     def local_names(self)->tuple[str, ...]:
-        "Own parameter names relative to the unit's module (what a collector sees from the unit itself)."
-        k = len(self.name) + 1 if self.name else 0
-        return tuple(n[k:] for n in self.param_names)
+        "Own parameter names relative to the unit's module holding them (what a collector sees from the unit)."
+        def local(n):
+            m = max((m for m in self.modules if not m or n.startswith(m + ".")), key=len, default="")
+            return n[len(m) + 1:] if m else n
+        return tuple(map(local, self.param_names))
     def to_dict(self)->dict:
-        return dict(name=self.name, module_class=self.module_class, parent=self.parent, children=list(self.children),
-                    depth=self.depth, claimed_by=self.claimed_by, numel=self.numel, nbytes=self.nbytes,
-                    bytes_by_dtype=self.bytes_by_dtype, n_params=len(self.params), n_lora=self.n_lora,
-                    n_trainable=self.n_trainable, lora_numel=self.lora_numel,
-                    params=[p.to_dict() for p in self.params])
+        d = dict(name=self.name, module_class=self.module_class, parent=self.parent, children=list(self.children),
+                 depth=self.depth, claimed_by=self.claimed_by, numel=self.numel, nbytes=self.nbytes,
+                 bytes_by_dtype=self.bytes_by_dtype, n_params=len(self.params), n_lora=self.n_lora,
+                 n_trainable=self.n_trainable, lora_numel=self.lora_numel, params=[p.to_dict() for p in self.params])
+        if self.members: d["members"] = list(self.members)   # a group only: one-module units read as before
+        return d
 
 # %% ../nbs/03_plan.ipynb #41e70d63
 @dataclass(frozen=True, kw_only=True)   # 14 fields: built by name, never by position
@@ -124,7 +130,7 @@ class Plan:
 
     def __getitem__(self, name:str)->Unit:
         for u in self.units:
-            if u.name == name: return u
+            if u.name == name or name in u.members: return u   # a group: by any of its modules
         raise KeyError(f"no unit named {name!r}; units: {[u.name for u in self.units]}")
     def __len__(self): return len(self.units)
     @property
@@ -237,9 +243,11 @@ def _fsdp2_children_first()->bool:
     return _managed_modules((probe,))[0] is not probe
 
 def _owned_params(unit_mods:list[nn.Module], names:dict, flavour:str, use_orig_params:bool, ignored:set,
-                  shard_dim:int=0):
+                  shard_dim:int=0, members:dict|None=None):
     "Per unit its own `ParamInfo`s in FSDP's order; the names each shared parameter has; FSDP1's copies."
-    is_unit, claimed, late = set(unit_mods), set(), flavour == "fsdp2" and _fsdp2_children_first()
+    members = members or {}   # FSDP2 groups: first module -> every module of its fully_shard([...]) call
+    is_unit, claimed = {x for m in unit_mods for x in members.get(m, (m,))}, set()
+    late = flavour == "fsdp2" and _fsdp2_children_first()
     owned, holders, owner, copies = {}, {}, {}, {}   # unit -> infos; id -> names; id -> unit; (id, unit) -> name
     for um in unit_mods:
         ps = []
@@ -266,41 +274,51 @@ def _owned_params(unit_mods:list[nn.Module], names:dict, flavour:str, use_orig_p
         def children(m, prefix):
             for cn, c in m.named_children():
                 if c not in is_unit: visit(c, join_name(prefix, cn))
-        visit(um, names[um])
+        for x in members.get(um, (um,)): visit(x, names[x])   # a group: each module in turn, as torch walks them
         owned[um] = ps
     copied = tuple(sorted((n, names[um]) for (_, um), n in copies.items()))
     return owned, tuple(sorted(tuple(v) for v in holders.values() if len(v) > 1)), copied
 
-def _nesting(model:nn.Module, unit_mods:list[nn.Module])->tuple[dict, dict]:
-    "Each unit's enclosing unit (None for the root) and depth."
-    is_unit, parent = set(unit_mods), {model: None}
+def _nesting(model:nn.Module, unit_mods:list[nn.Module], members:dict|None=None)->tuple[dict, dict]:
+    "Each unit's enclosing unit (None for the root) and depth; a group's: the innermost unit enclosing all its modules."
+    members = members or {}
+    unit_of, parent = {x: m for m in unit_mods for x in members.get(m, (m,))}, {model: None}
     def walk(m, enclosing):
         for c in m.children():
             if c in parent: continue
             parent[c] = enclosing
-            walk(c, c if c in is_unit else enclosing)
+            walk(c, unit_of.get(c, enclosing))
     walk(model, model)
-    depth = {model: 0}
-    for m in unit_mods:            # children first: compute up the parent chain
-        chain = [m]
-        while chain[-1] not in depth: chain.append(parent[chain[-1]])
-        for i, x in enumerate(reversed(chain[:-1]), 1): depth[x] = depth[chain[-1]] + i
-    return parent, depth
+    up = {model: None}
+    def outer(u):   # u and the units enclosing it, innermost first
+        out = [u]
+        while (p := up_of(out[-1])) is not None: out.append(p)
+        return out
+    def up_of(u):
+        if u not in up:
+            chains = [outer(parent[x]) for x in members.get(u, (u,))]
+            up[u] = next(c for c in chains[0] if all(c in ch for ch in chains[1:]))
+        return up[u]
+    depth = {m: len(outer(m)) - 1 for m in unit_mods}
+    return up, depth
 
 # %% ../nbs/03_plan.ipynb #bf08962d
 def _build_plan(model:nn.Module, unit_claims:dict[nn.Module, str], flavour:str, policy:str, use_orig_params:bool,
-                ignored_params:set, mixed_precision:str|None=None, conditional:tuple=(), shard_dim:int=0)->Plan:
-    "The `Plan` of `unit_claims` (module -> claiming part, in creation order, the root last)."
+                ignored_params:set, mixed_precision:str|None=None, conditional:tuple=(), shard_dim:int=0,
+                groups:dict[nn.Module, tuple[nn.Module, ...]]|None=None)->Plan:
+    "The `Plan` of `unit_claims` (module -> claiming part, in creation order, the root last; a group by its first)."
     names = {}
     for n, m in model.named_modules(remove_duplicate=True): names.setdefault(m, clean_name(n))
     unit_mods = list(unit_claims)
-    owned, tied, copied = _owned_params(unit_mods, names, flavour, use_orig_params, ignored_params, shard_dim)
-    parent, depth = _nesting(model, unit_mods)
+    groups = {m: g for m, g in (groups or {}).items() if len(g) > 1}   # FSDP2 `fully_shard([a, b])`: one unit
+    owned, tied, copied = _owned_params(unit_mods, names, flavour, use_orig_params, ignored_params, shard_dim, groups)
+    parent, depth = _nesting(model, unit_mods, groups)
     children = {m: [] for m in unit_mods}
     for m in unit_mods:
         if m is not model: children[parent[m]].append(names[m])
-    units = tuple(Unit(names[m], type(m).__name__, None if m is model else names[parent[m]], tuple(children[m]),
-                       depth[m], unit_claims[m], tuple(owned[m])) for m in unit_mods)
+    cls = lambda m: "+".join(type(x).__name__ for x in groups.get(m, (m,)))
+    units = tuple(Unit(names[m], cls(m), None if m is model else names[parent[m]], tuple(children[m]), depth[m],
+                       unit_claims[m], tuple(owned[m]), tuple(names[x] for x in groups.get(m, ()))) for m in unit_mods)
     pnames = {}
     for n, p in model.named_parameters(): pnames.setdefault(p, clean_name(n))
     ign = tuple(sorted(pnames[p] for p in ignored_params if p in pnames))
@@ -368,7 +386,8 @@ def _tree_rows(plan:Plan)->list[tuple[Unit, str, str]]:
     "(unit, indent prefix, short name) in tree order, children after their parent."
     rows = []
     def visit(u, prefix, last, top):
-        short = "<root>" if u.is_root else (u.name[len(u.parent)+1:] if u.parent else u.name)
+        rel = lambda n: n[len(u.parent)+1:] if u.parent else n
+        short = "<root>" if u.is_root else " + ".join(map(rel, u.modules))   # a group: its modules, joined
         rows.append((u, "" if top else prefix + ("└─ " if last else "├─ "), short))
         kids = plan.children_of(u)
         for i, c in enumerate(kids):

@@ -174,11 +174,14 @@ def _routing(model:nn.Module, probes:int)->Routing:
     "`routing` without the cache."
     names = {m: clean_name(n) for n, m in model.named_modules()}
     on_meta = any(p.is_meta for p in model.parameters())
-    was = model.training
+    # each module's own flag back after: a peft model's top may train while its base is in eval mode, and
+    # `model.train(was)` set every layer training (dropout on) for the user and every later trace
+    was = [(m, m.training) for m in model.modules()]
     model.eval()   # no dropout: the same input must give the same calls
     try: sig, unprobed = ({}, [n for m, n in names.items() if any(_same_type_kids(c) for c in m.children())]) \
             if on_meta else _probe_regions(model, names, probes)
-    finally: model.train(was)
+    finally:
+        for m, t in was: m.training = t
     varying = sorted(n for n, s in sig.items() if len(set(s)) > 1)
     top = [n for n in varying if not any(n.startswith(v + ".") for v in varying)]
     experts = [(n, _why(n, sig)) for n in top]

@@ -215,8 +215,10 @@ def _build(model:nn.Module)->ShardedView:
         for n, m in f1:
             u, shared = _fsdp1_unit(m, clean_name(n)); units.append(u); aliases.update(shared)
     else:
-        names = {id(m): n for n, m in named}
+        names, seen = {id(m): n for n, m in named}, set()
         for n, m in f2:
+            if id(st := m._get_fsdp_state()) in seen: continue   # fully_shard([a, b]): one unit, named by a
+            seen.add(id(st))
             u, keys = _fsdp2_unit(m, clean_name(n), names); units.append(u); by_key.update(keys)
     managed = {(id(p.module), p.attr) for u in units for p in u.params}
     managed |= {(id(a.module), a.attr) for a, _ in aliases.values()}
@@ -402,5 +404,6 @@ def fsdp1_under_fake_tensors():
 # %% ../nbs/04a_sharded.ipynb #82e2ad37
 def fsdp2_unsharded_params(wrapped:nn.Module)->list:
     "FSDP2: every unsharded parameter made so far (one per sharded parameter whose unit has all-gathered once)."
-    groups = [m._get_fsdp_state()._fsdp_param_group for m in wrapped.modules() if hasattr(m, "_get_fsdp_state")]
+    groups = {id(g): g for m in wrapped.modules() if hasattr(m, "_get_fsdp_state")   # a group's modules: one
+              for g in [m._get_fsdp_state()._fsdp_param_group]}.values()
     return [p._unsharded_param for g in groups if g is not None for p in g.fsdp_params if hasattr(p, "_unsharded_param")]

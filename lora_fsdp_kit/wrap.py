@@ -68,6 +68,12 @@ class WrapConfig:
     "Cast every LoRA adapter to its base layer's dtype before wrapping (`lora_dtype.align_lora_dtype`)."
     targets: str|tuple[str, ...]|None = None
     "FSDP2 only: class names or dotted-name globs to `fully_shard` instead of `policy` (e.g. '**.layers.*')."
+    groups: tuple[tuple[str, ...], ...] = ()
+    ("FSDP2 only: modules sharded together, one `fully_shard([...])` (one unit) per group of class names or dotted-"
+     "name globs, e.g. `(('**.embed_tokens', '**.lm_head'),)`; a module in a group is no unit of its own.")
+    tie_group: bool = False
+    ("FSDP2 only: a tied input embedding and output head sharded together, `fully_shard([embed, head])`, as "
+     "accelerate's FSDP2 does (an untied model is left as the other fields make it).")
     backward_prefetch: str|None = "BACKWARD_PRE"
     ("FSDP1's `BackwardPrefetch`: 'BACKWARD_PRE' (its default), 'BACKWARD_POST', or None (no prefetch: what "
      "transformers' FSDP1 plugin sets); FSDP2 prefetches the next unit's all-gather itself.")
@@ -88,6 +94,7 @@ def _validate(cfg:WrapConfig):
     "Normalise spellings (lists to tuples, 'bfloat16' to 'bf16', the policy default) and refuse contradictions."
     if cfg.flavour not in ("fsdp1", "fsdp2"):
         raise ValueError(f"flavour must be 'fsdp1' or 'fsdp2', got {cfg.flavour!r}")
+    _validate_groups(cfg)
     for f in ("layer_cls", "targets"):
         v = getattr(cfg, f)
         if isinstance(v, str) and v != "auto": v = (v,)   # one class name or glob
@@ -131,6 +138,20 @@ def _validate(cfg:WrapConfig):
         if not cfg.reshard_after_forward:
             raise ValueError("FSDP1 spells reshard_after_forward=False as sharding='SHARD_GRAD_OP'")
 
+# %% ../nbs/03c_wrap.ipynb #grpvalid
+def _validate_groups(cfg:WrapConfig):
+    "Normalise `groups` to a tuple of tuples of names; refuse it, and `tie_group`, outside FSDP2."
+    g = () if cfg.groups is None else cfg.groups
+    if isinstance(g, (str, type)) or any(isinstance(x, (str, type)) for x in g):
+        raise ValueError("groups is a tuple of groups, each a tuple of class names or name globs, e.g. "
+                         f"groups=(('**.embed_tokens', '**.lm_head'),); got {g!r}")
+    g = tuple(_names(x) for x in g)
+    if not all(g): raise ValueError("groups holds an empty group: give each group the modules to shard together")
+    _set(cfg, groups=g)
+    if (g or cfg.tie_group) and cfg.flavour != "fsdp2":
+        raise ValueError("groups and tie_group are FSDP2's (one fully_shard([...]) for several modules); FSDP1 makes "
+                         "one module a unit: leave the modules to a common parent unit, or use flavour='fsdp2'")
+
 # %% ../nbs/03c_wrap.ipynb #843ae740
 def _output_head(model:nn.Module)->nn.Module:
     "The model's output head: its output embeddings, else the one module named `lm_head`."
@@ -171,6 +192,10 @@ def auto_wrap_policy(self:WrapConfig, model:nn.Module)->WrapPolicy:
 
 def _unit_claims(self:WrapConfig, model:nn.Module)->dict[nn.Module, str]:
     "Module -> the part that made it a unit, children first, the root last (FSDP2: `fully_shard` in this order)."
+    return _grouped_claims(self, model)[0]
+
+def _single_claims(self:WrapConfig, model:nn.Module)->dict[nn.Module, str]:
+    "`_unit_claims` before `groups`: one module per unit."
     if self.policy == "targets":
         classes = module_classes_in(model)   # a target naming a module class of the model is that class
         targets = [classes.get(t, t) for t in self.targets]
@@ -184,8 +209,63 @@ def _unit_claims(self:WrapConfig, model:nn.Module)->dict[nn.Module, str]:
 
 @patch_to(WrapConfig)
 def shard_modules(self:WrapConfig, model:nn.Module)->list[nn.Module]:
-    "The modules to `fully_shard` before the root, children first (FSDP2's form of the policy)."
-    return [m for m in _unit_claims(self, model) if m is not model]
+    "The modules to `fully_shard` before the root, children first (FSDP2's form of the policy); a group as a list."
+    claims, groups = _grouped_claims(self, model)
+    return [list(groups[m]) if m in groups else m for m in claims if m is not model]
+
+# %% ../nbs/03c_wrap.ipynb #grp1374d
+def _group_modules(cfg:WrapConfig, model:nn.Module)->list[tuple[tuple[nn.Module, ...], str]]:
+    "Each FSDP2 group's modules in module order, and what made it: 'group' (`groups`) or 'tie-group' (`tie_group`)."
+    classes, pos = module_classes_in(model), {m: i for i, m in enumerate(model.modules())}
+    out, names = [], {m: clean_name(n) or "<root>" for n, m in model.named_modules()}
+    for g in cfg.groups:
+        try: hits = resolve_targets(model, [classes.get(t, t) for t in g])
+        except ValueError as e: raise ValueError(f"groups {g!r}: {e}") from None
+        out.append((tuple(sorted((m for _, m in hits), key=pos.get)), "group"))
+    taken = {m for g, _ in out for m in g}
+    if cfg.tie_group:
+        emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+        if emb is None: raise ValueError(f"tie_group: {type(model).__name__} has no input embeddings "
+                                         "(get_input_embeddings()); name the modules with groups=((...),) instead")
+        head, w = _output_head(model), getattr(emb, "weight", None)
+        if w is not None and w is getattr(head, "weight", None) and not {emb, head} & taken:   # tied: as accelerate
+            out.append(((emb, head), "tie-group"))
+    seen = {}
+    for g, _ in out:
+        for m in g:
+            if seen.setdefault(m, g) is not g:
+                raise ValueError(f"groups: {names[m]} is in two groups; a module is sharded once: merge the groups")
+        inner = next(((a, b) for a in g for b in g if a is not b and b in set(a.modules())), None)
+        if inner: raise ValueError(f"groups: {names[inner[1]]} lies inside {names[inner[0]]}, in the same group: "
+                                   f"fully_shard([{names[inner[0]]}]) holds it already; leave the inner one out")
+    return out
+
+def _grouped_claims(cfg:WrapConfig, model:nn.Module)->tuple[dict[nn.Module, str], dict]:
+    "`_unit_claims` with each group one unit, keyed by its first module; and first module -> the group's modules."
+    claims = _single_claims(cfg, model)
+    groups = _group_modules(cfg, model) if cfg.flavour == "fsdp2" else []
+    if not groups: return claims, {}
+    order, grouped = {m: i for i, m in enumerate(_post_order(model))}, {m for g, _ in groups for m in g}
+    items = [(order[m], m, c) for m, c in claims.items() if m is not model and m not in grouped]
+    items += [(max(order[x] for x in g), g[0], c) for g, c in groups]   # after the units inside its modules
+    items.sort(key=lambda t: t[0])
+    for at, g0, _ in items:   # a unit made before a group must not hold one of its modules
+        for g in (g for g, _ in groups if g[0] is g0):
+            for pos, m, _ in items:
+                if pos < at and m not in g and any(x in set(m.modules()) for x in g):
+                    raise ValueError(f"groups: unit {clean_name(_name_of(model, m))!r} holds a module of the group "
+                                     f"{[clean_name(_name_of(model, x)) for x in g]} and is sharded first; put the "
+                                     "group inside one unit, or the unit in the group")
+    out = {m: c for _, m, c in items}
+    out[model] = claims.get(model, "root")
+    return out, {g[0]: g for g, _ in groups}
+
+def _name_of(model:nn.Module, m:nn.Module)->str: return next(n for n, x in model.named_modules() if x is m)
+
+def _groups_text(cfg:WrapConfig)->str:
+    "The plan's words for the groups."
+    parts = ["+".join(g) for g in cfg.groups] + (["the tied embedding+head"] if cfg.tie_group else [])
+    return f"; together: {', '.join(parts)}" if parts else ""
 
 # %% ../nbs/03c_wrap.ipynb #4e847ffa
 def _adapter_dtypes(model:nn.Module)->dict[str, str]:
@@ -224,11 +304,11 @@ def plan(self:WrapConfig,
                           mixed_precision=mp, allow_root_only=self.policy == "root", conditional=conditional,
                           detect_experts=detect_experts, world_size=w, rank=r)
     else:
-        claims = _unit_claims(self, model)
+        claims, groups = _grouped_claims(self, model)
         what = (", ".join(self.targets) if self.policy == "targets"
                 else f"the units of {self.auto_wrap_policy(model)!r}".replace("\n", "; "))
-        plan = _build_plan(model, claims, "fsdp2", f"fully_shard on {what}, then the root", True, set(), mp,
-                           conditional_modules(model, conditional, detect_experts), self.shard_dim)
+        plan = _build_plan(model, claims, "fsdp2", f"fully_shard on {what}{_groups_text(self)}, then the root", True,
+                           set(), mp, conditional_modules(model, conditional, detect_experts), self.shard_dim, groups)
     if world_size is not None or dist.is_initialized():   # the world is known: its checks run too (uneven-shard-dim)
         plan = dataclasses.replace(plan, shard_group=_shard_rank(self, world_size, rank)[0])
     return _aligned(plan, _adapter_dtypes(model)) if self.align_lora_dtype else plan
@@ -266,6 +346,7 @@ def label(self:WrapConfig)->str:
         elif isinstance(v, bool): out.append(("" if v else "no-") + _SHORT.get(k, k))
         elif k == "min_num_params": out.append(f"min={v:,}")
         elif k == "layer_cls": out.append("layers=" + ("-" if v is None else "|".join(v)))
+        elif k == "groups": out.append("groups=" + ",".join("+".join(g) for g in v))
         else: out.append(f"{_SHORT.get(k, k)}={v}")
     return " ".join(out)
 

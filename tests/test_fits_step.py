@@ -40,7 +40,7 @@ def predicted(name:str):
 
 @pytest.fixture(scope="module")
 def real():
-    "{name: [lower peak of 2 runs, rank 0 and 1]}: every case twice in one launch of 2 ranks, while this process traces."
+    "{name: [lower peak of 2 runs, rank 0 and 1]}: each case twice in one launch of 2 ranks, while this process traces."
     names = list(CASES)
     spec = [dict(config=MISTRAL, wrap=WrapConfig(**CASES[n][0]).to_dict(), batch=BATCH, seq=SEQ, **CASES[n][1],
                  **CASES[n][2]) for n in names]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lora_fsdp_kit.fits_check import EXACT, SETTINGS, _compared, check_case, measure_beside, predict_case
+from lora_fsdp_kit.fits_check import EXACT, SETTINGS, _compared, check_case, measure_beside, predict_fresh
 from lora_fsdp_kit.wrap import WrapConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,10 +36,8 @@ def real():
     cases = [check_case(r["arch"], WrapConfig(**SETTINGS[r["setting"]]), r["world"], meta["batch"], meta["seq"],
                         experts=meta.get("experts"))
              for r in ROWS]
-    preds, seen = {}, set()
-    def predict(i):   # as the sweep: the first prediction of a model class in a process is not the row (see its md)
-        if ROWS[i]["arch"] not in seen: seen.add(ROWS[i]["arch"]); predict_case(cases[i])
-        preds[i] = predict_case(cases[i])
+    preds = {}
+    def predict(i): preds[i] = predict_fresh(cases[i])   # as the sweep, and `lfk fits`: a fresh process each
     got = measure_beside(cases, predict, timeout=300)
     return [(preds.get(i), g) for i, g in enumerate(got)]
 

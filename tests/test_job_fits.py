@@ -1,0 +1,57 @@
+"""`fits` answers for one `Job`, read from the trainer's own files: FSDP1 bf16 with LoRA leaves as units (the policy the
+Trainer installs for a peft model, `bf16=True`) trains under the Trainer's autocast, and `fits.predict_job` predicts it
+within 0.1 % of real gloo ranks (`lora_fsdp_kit.steppeak`, the same autocast around its forward), where bare FSDP1
+without autocast is still refused (its first forward fails); `lfk fits --job` gives the answer of the equivalent flags.
+Measured (2026-12, 2 ranks, tiny Mistral, 2 x 64 tokens): see the test's printout."""
+import dataclasses, json
+from pathlib import Path
+
+import pytest
+
+from lora_fsdp_kit.fits import FitsError, predict_job
+from lora_fsdp_kit.job import Job
+from real_steps import measure_while_predicting
+
+BATCH, SEQ, WORLD = 2, 64, 2
+MISTRAL = dict(model_type="mistral", architectures=["MistralForCausalLM"], vocab_size=256, hidden_size=64,
+               intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+# the Trainer's arguments (TrainingArguments.to_json_string(), the keys the kit reads) and peft's adapter_config.json
+ARGS = dict(per_device_train_batch_size=BATCH, gradient_accumulation_steps=1, bf16=True, fp16=False, optim="adamw_torch",
+            max_grad_norm=0.0, gradient_checkpointing=False, fsdp=True, fsdp_config=dict(version=1, min_num_params=0))
+ADAPTER = dict(peft_type="LORA", r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+
+def files(tmp:Path)->list[str]:
+    (tmp/"args.json").write_text(json.dumps(ARGS)); (tmp/"adapter_config.json").write_text(json.dumps(ADAPTER))
+    (tmp/"config.json").write_text(json.dumps(MISTRAL))
+    return [str(tmp/"config.json"), str(tmp/"args.json"), str(tmp/"adapter_config.json")]
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory)->Job:
+    return Job.from_files(*files(tmp_path_factory.mktemp("job")), world=WORLD, seq=SEQ)
+
+@pytest.fixture(scope="module")
+def real(job):
+    "Per rank, the peak of the Trainer's step (autocast bf16), and the errors of the bare step; traced meanwhile."
+    spec = dict(config=MISTRAL, wrap=job.wrap.to_dict(), batch=BATCH, seq=SEQ, r=job.lora_r,
+                targets=list(job.lora_targets), autocast=job.autocast_dtype)
+    box = {}
+    def predict(i):
+        if i == 0: box["pred"] = predict_job(job, backend="gloo")
+    bare = dict(spec, autocast=None)   # the kit's own FSDP1 wrap runs no autocast
+    got, failed = measure_while_predicting([spec, bare], [WORLD] * 2, WORLD, predict)
+    return got, box.get("pred") or predict_job(job, backend="gloo"), failed
+
+def test_the_trainers_fsdp1_bf16_leaves_train_and_are_predicted(job, real):
+    assert job.wrap.policy == "peft" and job.wrap.mixed_precision == "bf16" and job.autocast_dtype == "bf16"
+    got, pred, _ = real
+    assert all(isinstance(g, int) for g in got), got   # the step trains (an error would be its traceback)
+    for r, g in enumerate(got):
+        p = pred.peak_bytes[r]
+        print(f"rank {r}: measured {g:,}, predicted {p:,} ({p / g - 1:+.4%})")
+        assert abs(p / g - 1) <= 0.001, f"rank {r}: predicted {p:,}, measured {g:,} ({p / g - 1:+.3%}), {pred.label}"
+    assert "the forward under torch.autocast(bf16)" in pred.forward
+
+def test_bare_fsdp1_without_autocast_is_still_refused(job, real):
+    assert all("expected m1 and m2 to have the same dtype" in str(e) for e in real[2]), real[2]   # it fails for real
+    with pytest.raises(FitsError, match=r"mixed-precision-lora-leaf"):
+        predict_job(dataclasses.replace(job, autocast=False), backend="gloo")
