@@ -14,7 +14,8 @@ from .cli_input import (_Parser, _Version, _from_transformers, _input_problem, _
 
 # %% auto #0
 __all__ = ['FLAG_WORDS', 'FITS_DEFAULTS', 'render_readme', 'flag_language', 'job_of_args', 'wrap_fields', 'flavour_defaults',
-           'add_wrap_flags', 'wrap_configs_of', 'wrap_config_of', 'module_constant', 'parser', 'main']
+           'add_wrap_flags', 'wrap_configs_of', 'wrap_config_of', 'module_constant', 'fits_job_of_args', 'parser',
+           'main']
 
 # %% ../nbs/90_cli.ipynb #5c72cea4
 def _readme_block(text:str, lang:str="")->str: return f"```{lang}\n{text.rstrip()}\n```"
@@ -333,8 +334,8 @@ def _fits_parser(sub):
                        "setting on one CPU, and say which settings fit on the device.",
                        epilog="exit codes: 0 every setting fits; 1 one does not fit or cannot be predicted; "
                               "2 bad input (one line on stderr)")
-    _model_flags(f, required=True)
-    f.add_argument("--world", required=True, type=int, help="ranks (devices) of the job")
+    _model_flags(f)   # one of the two, or a --job file naming the model
+    f.add_argument("--world", type=int, default=None, help="ranks (devices) of the job (or a --job file's)")
     f.add_argument("--device-memory", required=True, help="memory of one device, with its unit: 80GiB, 80GB")
     f.add_argument("--reserve", default=module_constant("fits", "RESERVE"), help="taken off the device before the "
                    f"verdict (default %(default)s): {module_constant('fits', 'RESERVE_WHY')}")
@@ -363,9 +364,15 @@ def _fits_parser(sub):
                    "(its own classes, 2 layers, width 64) stepped on real CPU ranks at --world (at most the cores "
                    "here), predicted vs measured")
     f.add_argument("--out", default=".", help="folder for the PNG (default: here)")
+    f.add_argument("--autocast", default=None, nargs="?", const="on", metavar="on|off", help="the forward under "
+                   "torch.autocast in the compute dtype (--mixed-precision), as accelerate and the Trainer run it "
+                   "(default off; a --job file's mixed precision sets it)")
+    f.add_argument("--grad-accum", type=_whole(1), default=None, metavar="N", help="micro-batches per optimizer "
+                   "step, the gradients reduced after the last (default 1)")
+    f.add_argument("--use-cache", default=None, metavar="on|off", help="the forward's KV cache (default: "
+                   "config.json's; off under --activation-checkpointing hf)")
     add_wrap_flags(f, sweep=True, defaults=FITS_DEFAULTS)
-    f.add_argument("--lenient", action="store_true", help="accept a config.json key its config class does not know "
-                   "(a warning, not exit 2)")
+    _job_flags(f)   # --job FILE (repeatable) and --lenient
     f.set_defaults(fn=_cmd_fits, precheck=_fits_args)
 
 # fits' own sweep: both flavours (each its one meaning, job.FLAVOUR_DEFAULTS, as in plan), bf16 compute, checkpointing
@@ -382,14 +389,19 @@ def _fits_args(a)->int|None:
     words = dict(param_dtype=("config", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16"),
                  lora_dtype=("base", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16"))
     def refuse(text): print(f"fits: error: {text}", file=sys.stderr); return 2
-    if a.model is None and a.config is None: return refuse("give --model NAME or --config path/to/config.json")
+    if a.model is None and a.config is None and not a.job:
+        return refuse("give --model NAME or --config path/to/config.json (or a --job file naming it)")
+    if a.world is None and not a.job: return refuse("give --world N: ranks (devices) of the job (or a --job file's)")
+    for flag in ("autocast", "use_cache"):
+        if getattr(a, flag) is not None and getattr(a, flag).lower() not in ("on", "off"):
+            return refuse(f"--{flag.replace('_', '-')} takes on or off, got {getattr(a, flag)!r}")
     for flag, text in (("--device-memory", a.device_memory), ("--reserve", a.reserve)):
         try: sizes[flag] = parse_bytes(text)
         except ValueError as e: return refuse(f"{flag} {e}")
     if sizes["--device-memory"] <= 0: return refuse(f"--device-memory {a.device_memory}: a device has more than 0 bytes")
     if sizes["--reserve"] >= sizes["--device-memory"]:
         return refuse(f"--reserve {a.reserve} leaves nothing of --device-memory {a.device_memory}")
-    if not 1 <= a.world <= 1024: return refuse(f"--world must be 1-1024, got {a.world}")
+    if a.world is not None and not 1 <= a.world <= 1024: return refuse(f"--world must be 1-1024, got {a.world}")
     for flag in ("batch", "seq"):
         if not all(v.strip().isdigit() and int(v) >= 1 for v in getattr(a, flag).split(",")):
             return refuse(f"--{flag} takes whole numbers >= 1 (comma-separated), got {getattr(a, flag)!r}")
@@ -407,23 +419,45 @@ def _fits_args(a)->int|None:
     return None
 
 def _cmd_fits(a)->int:
-    try: wraps = wrap_configs_of(a, sweep=True)
-    except ValueError as e:
+    try: job, wraps = fits_job_of_args(a)
+    except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"fits: error: {str(e).splitlines()[0]}", file=sys.stderr); return 2
     import dataclasses   # FSDP2 always keeps the original parameters: one row, whatever --use-orig-params says
     wraps = list(dict.fromkeys(dataclasses.replace(w, use_orig_params=False) if w.flavour == "fsdp2" else w
                                for w in wraps))
+    typed = _typed(a) if a.job else {"batch", "seq", "param_dtype", "lora_dtype"}   # a flag beside a file wins
+    sweep = {k: getattr(a, k) if k in typed else getattr(job, k) for k in ("batch", "seq", "param_dtype", "lora_dtype")}
     from lora_fsdp_kit.fits_report import fits_report
-    rc = fits_report(a.model or a.config, a.world, a.device_memory, wraps, batch=a.batch, seq=a.seq, lora_r=a.lora_r,
-                     targets=a.lora_targets, dora=a.dora, backend=a.backend, attention=a.attention, param_dtype=a.param_dtype,
-                     lora_dtype=a.lora_dtype, reserve=a.reserve, max_batch=a.max_batch, max_seq=a.max_seq,
-                     verbose=a.verbose, speak=flag_language, png=a.png, out=a.out)
+    rc = fits_report(job.model, job.world, a.device_memory, wraps, lora_r=job.lora_r, dora=job.dora,
+                     targets=",".join(job.lora_targets), backend=a.backend, attention=a.attention, reserve=a.reserve,
+                     max_batch=a.max_batch, max_seq=a.max_seq, verbose=a.verbose, speak=flag_language, png=a.png,
+                     out=a.out, job=job, **sweep)
     if a.check:   # the proof on the user's own architecture (fits_check, chapter 11e)
         from lora_fsdp_kit.fits_check import check_report
-        check_report(a.model or a.config, wraps, a.world, r=a.lora_r, dora=a.dora,
-                     targets=tuple(t.strip() for t in a.lora_targets.split(",")),
-                     param_dtype=a.param_dtype.split(",")[0], lora_dtype=a.lora_dtype.split(",")[0])
+        check_report(job.model, wraps, job.world, r=job.lora_r, dora=job.dora, targets=job.lora_targets,
+                     param_dtype=str(sweep["param_dtype"]).split(",")[0], lora_dtype=str(sweep["lora_dtype"]).split(",")[0])
     return rc
+
+# %% ../nbs/90_cli.ipynb #b7a1f0d1
+def _on(text:str|None)->bool|None: return None if text is None else text.strip().lower() == "on"
+
+def fits_job_of_args(a:argparse.Namespace)->tuple["Job", list]:
+    "`fits`' `Job` and the wrappings it sweeps: its --job files with the flags typed beside them on top, or the flags."
+    import itertools
+    from lora_fsdp_kit.job import Job
+    step = dict(autocast=_on(a.autocast), grad_accum=a.grad_accum, use_cache=_on(a.use_cache))
+    flags = dict(model=a.model or a.config, world=a.world, lora_r=a.lora_r, lora_targets=a.lora_targets, dora=a.dora,
+                 **{k: v for k, v in step.items() if v is not None})
+    if not a.job:
+        wraps = wrap_configs_of(a, sweep=True)
+        return Job.of(wrap=wraps[0], **{k: v for k, v in flags.items() if v is not None}), wraps
+    typed, wtypes = _typed(a), {f[0]: f[2] for f in wrap_fields()}
+    given = {k: v for k, v in flags.items() if k in typed or (k == "model" and v is not None)}
+    axes = {k: [tuple(t.strip() for t in getattr(a, k).split(","))] if "tuple" in wtypes[k] and "," in getattr(a, k)
+            else list(dict.fromkeys(_value(v, k, wtypes[k]) for v in getattr(a, k).split(",")))
+            for k in wtypes if k in typed}   # a wrap flag beside the files: its values swept over the file's job
+    jobs = [Job.from_files(*a.job, **given, **dict(zip(axes, combo))) for combo in itertools.product(*axes.values())]
+    return jobs[0], list(dict.fromkeys(j.wrap for j in jobs))
 
 # %% ../nbs/90_cli.ipynb #442db780
 def parser()->argparse.ArgumentParser:

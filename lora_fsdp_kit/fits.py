@@ -393,11 +393,11 @@ _BUILT_FROM = ("model", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", 
                "target_parameters")
 
 def _job_model(job)->nn.Module:
-    "The meta model a job's step trains (`Job.build(step=True)`), built once per model and LoRA."
+    "The meta model a job's step trains (`Job.build(step=True)`, in training mode), built once per model and LoRA."
     key = repr([getattr(job, k) for k in _BUILT_FROM])
     if key not in _JOB_MODELS:
         if len(_JOB_MODELS) >= 4: _JOB_MODELS.pop(next(iter(_JOB_MODELS)))
-        _JOB_MODELS[key] = job.build(step=True)
+        _JOB_MODELS[key] = job.build(step=True).train()   # a training job: as the trainer calls .train()
     return _JOB_MODELS[key]
 
 def predict_job(job,                   # a `lora_fsdp_kit.job.Job`: the model, its LoRA, wrapping, world and step

@@ -5,8 +5,7 @@
 # %% ../nbs/11b_fits_report.ipynb #b2ae4889
 from __future__ import annotations
 
-import dataclasses, os, sys, textwrap, time
-from pathlib import Path
+import dataclasses, os, re, sys, textwrap, time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -200,9 +199,8 @@ def _header(model, config:str, lora_r:int, targets:str, world:int, backend:str, 
             "tensors (what the verdict counts: torch's allocator)"]
 
 def _short_source(src:str)->str:
-    "'/long/path/args.json: optim' as 'args.json: optim' (the file's name is enough beside its key)."
-    path, sep, key = src.partition(": ")
-    return f"{Path(path).name}{sep}{key}" if sep and ("/" in path or os.sep in path) else src
+    "'/long/path/args.json: optim' as 'args.json: optim' (the file's name is enough beside its key), every path in it."
+    return re.sub(r"(?:[^\s:]*[/\\])+(?=[^/\\\s:]+: )", "", src)
 
 def _job_lines(job, wraps, batches, seqs, backend:str, search:str|None)->list[str]:
     "The job the answer is for, in one line (`Job.line`; a swept field: its values), where each field came from."
@@ -211,8 +209,12 @@ def _job_lines(job, wraps, batches, seqs, backend:str, search:str|None)->list[st
     line = one.line().replace(f"batch {batches[0]} x seq {seqs[0]}", f"batch {size(batches, 'batch')} x seq "
                                                                       f"{size(seqs, 'seq')}")
     if len(wraps) > 1: line = line.replace(f" · {wraps[0].label} · ", " · the wrapping of each row · ")
+    by = {}   # file -> its fields ('given': a flag or keyword beside the files); a tool's own default marked
+    for k, v in job.sources.items():
+        f, _, key = _short_source(v).partition(": ")
+        by.setdefault(f, []).append(k + " (its default)" * ("absent (" in key))
     out = [line + (f" · {backend}" if backend != "nccl" else "")]
-    if job.sources: out.append("from: " + "; ".join(f"{k} <- {_short_source(v)}" for k, v in job.sources.items()))
+    if by: out.append("from " + "; ".join(f"{f}: {', '.join(ks)}" for f, ks in by.items()))
     return out + [f"note: {_short_source(n)}" for n in job.notes]
 
 def _details(s:Setting, usable:int)->list[str]:
@@ -355,9 +357,9 @@ def fits_report(config:str,                 # a model's config.json (or its fold
         print(f"  traced {label} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     head = _header(model, config, lora_r, targets, world, backend, batches, seqs, device, res, common, search)
     if job is not None:   # the job's line in place of the bare one; the words every row shares stay
-        head[1:2] = _job_lines(job, wraps, batches, seqs, backend, search) + (
-            [f"every setting: {_in_words(common)}"] if common else [])
-    print("\n".join(_wrapped(head[:1]) + _wrapped(head[1:])))
+        head[1:2] = _wrapped(_job_lines(job, wraps, batches, seqs, backend, search) + (
+            [f"every setting: {_in_words(common)}"] if common else []))
+    print("\n".join(head))
     _answer(done, failed, found, usable, search, verbose)
     if done and png:
         os.makedirs(out, exist_ok=True)

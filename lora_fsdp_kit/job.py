@@ -170,6 +170,7 @@ def _validate_job(job:Job):
     if job.backward_prefetch is not None: _one_of("backward_prefetch", job.backward_prefetch, PREFETCH)
     if job.max_grad_norm is not None and job.max_grad_norm < 0:
         raise ValueError(f"Job max_grad_norm must be >= 0 (0 or None: no clipping), got {job.max_grad_norm!r}")
+    if job.max_grad_norm == 0: _fix(job, max_grad_norm=None)   # the Trainer's 0: no clipping, one spelling
     if job.autocast and job.wrap.mixed_precision is None:
         raise ValueError("Job autocast=True runs the forward in the compute dtype: give the wrapping one "
                          "(wrap mixed_precision='bf16' or 'fp16'), or autocast=False")

@@ -143,7 +143,7 @@ def resume_runs(root:str,                           # a folder every rank can re
 
 # %% ../nbs/95g_trainer_runs.ipynb #83ded0ce
 TRAINER_WRAP = {"fsdp1": dict(policy="peft", use_orig_params=True, backward_prefetch=None),
-                "fsdp2": dict(targets=(LAYER, "**.embed_tokens"), wrap_lm_head=True)}
+                "fsdp2": dict(targets=(LAYER, "**.embed_tokens"), wrap_lm_head=True, tie_group=True)}
 UNIT_CASES = {"tied": dict(tied=True), "modules_to_save": dict(modules_to_save=("lm_head",)),
               "lora_head": dict(lora_head=True)}   # the layouts the Trainer treats apart
 
@@ -159,7 +159,7 @@ def built_units(model:nn.Module)->list[tuple[str, ...]]:   # a model the Trainer
 
 def planned_units(plan)->list[tuple[str, ...]]:   # a kit `Plan`
     "The units of a plan, as `built_units` spells them."
-    return sorted((u.name,) for u in plan.units)
+    return sorted(u.modules for u in plan.units)   # a group: every module of it
 
 # %% ../nbs/95g_trainer_runs.ipynb #4a754b5d
 def unit_cases(root:str,                      # a folder every rank can reach

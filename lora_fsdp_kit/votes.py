@@ -438,11 +438,11 @@ def arrive(self:RankVote, seconds:float|None=None)->None:
             for k in done: self.store.delete_key(k)
         return
     _BUSY.discard(self)
-    self._partial(seen["came"], seen["gave_up"], bad, limit)
+    self._partial(seen["came"], bad, limit)
 
 # %% ../nbs/04b_votes.ipynb #86aac60e
 @patch_to(RankVote)
-def _partial(self:RankVote, came:list[int], gave_up:list[int], bad:dict[int, str], limit:float):
+def _partial(self:RankVote, came:list[int], bad:dict[int, str], limit:float):
     "Raise `PartialCall` (a waited-for rank that died: `RankFailure` naming it) on a rank of an abandoned call."
     what = _called_as(self.name)
     if dead := {r: why for r, why in bad.items() if r >= 0}:
@@ -455,6 +455,6 @@ def _partial(self:RankVote, came:list[int], gave_up:list[int], bad:dict[int, str
         msg = (f"{what} was called on ranks {sorted(came)} only; ranks {missing} did not call it within "
                f"{limit:g} s: {fix}")
     else:
-        msg = (f"{what}: ranks {sorted(set(gave_up))} gave up waiting for rank {self.rank} at this collective call "
-               f"(it was called on ranks {sorted(came)} only); the ranks' calls of the kit are now out of step: {fix}")
+        msg = (f"{what}: rank {self.rank} came too late to this collective call: ranks {sorted(came)} made it and "
+               f"gave up waiting for ranks {missing}; the ranks' calls of the kit are now out of step: {fix}")
     raise PartialCall(msg, {r: "did not make the call" for r in missing})

@@ -77,3 +77,41 @@ def test_one_meaning_per_flavour(capsys):
     for flavour in ("fsdp1", "fsdp2"):
         assert main(["plan", "--model", "llama", "--flavour", flavour]) == 0
         assert f"{flavour}:layer" in capsys.readouterr().out.splitlines()[0]
+
+FITS_ARGS = dict(per_device_train_batch_size=2, gradient_accumulation_steps=2, bf16=True, fp16=False, optim="adamw_torch",
+                 max_grad_norm=0.0, gradient_checkpointing=True, fsdp=True, fsdp_config=dict(version=2))
+
+def _fits(capsys, *argv)->tuple[int, str]:
+    rc = main(["fits", "--device-memory", "4GiB", "--reserve", "0B", "--backend", "gloo", "--seq", "32", *argv])
+    return rc, capsys.readouterr().out
+
+def test_fits_from_the_files_is_the_fits_of_the_flags(tmp_path:Path, capsys):
+    "accelerate's YAML, the Trainer's arguments and peft's adapter_config.json: the answer of the flags that say the same."
+    (tmp_path/"a.yaml").write_text(ACCELERATE.replace("fsdp_reshard_after_forward: false", "fsdp_reshard_after_forward: true"))
+    (tmp_path/"args.json").write_text(json.dumps(FITS_ARGS))
+    (tmp_path/"adapter_config.json").write_text(json.dumps(dict(peft_type="LORA", r=4, lora_alpha=8,
+                                                               target_modules=["q_proj", "v_proj"])))
+    rc, files = _fits(capsys, "--model", "llama", *(w for f in ("a.yaml", "args.json", "adapter_config.json")
+                                                    for w in ("--job", str(tmp_path/f))))
+    # the Trainer's file comes after accelerate's: its peft policy wins (and says so)
+    rc2, flags = _fits(capsys, "--model", "llama", "--world", "2", "--flavour", "fsdp2", "--policy", "peft",
+                       "--layer-cls", "LlamaDecoderLayer", "--mixed-precision", "bf16", "--autocast",
+                       "--activation-checkpointing", "hf", "--batch", "2", "--grad-accum", "2", "--lora-r", "4",
+                       "--lora-targets", "q_proj,v_proj")
+    assert rc == rc2 == 0, (files, flags)
+    row = lambda out: next(l for l in out.splitlines() if l.startswith("1 "))
+    forward = lambda out: next(l for l in out.splitlines() if l.startswith("forward: "))
+    assert row(files) == row(flags) and forward(files) == forward(flags), (files, flags)
+    assert "under torch.autocast(bf16)" in files and "2 micro-batches per optimizer step" in files
+    assert "transformers' gradient checkpointing" in files
+    job = next(l for l in files.splitlines() if l.startswith("job: "))
+    assert job.startswith("job: llama · fsdp2:peft mixed_precision=bf16 ac=hf") and "accum 2" in files, files
+    assert "from a.yaml: world" in files and "adapter_config.json: lora_r, lora_alpha, lora_targets" in files, files
+
+def test_fits_flag_beside_a_file_wins(tmp_path:Path, capsys):
+    (tmp_path/"a.yaml").write_text(ACCELERATE)
+    rc, out = _fits(capsys, "--model", "llama", "--job", str(tmp_path/"a.yaml"), "--world", "4",
+                    "--activation-checkpointing", "off,hf")
+    assert rc == 0, out
+    assert "world 4" in out and "world <- given" not in out and "given: " in out
+    assert "1 = FSDP2 on layer units" not in out and "ac=hf" in out and "2 = transformers' gradient checkpointing" in out, out

@@ -125,6 +125,8 @@ def results():
         fsdp1(policy="size", min_num_params=3000, use_orig_params=True),        # embedding and head: sibling units
         fsdp1(policy="lora", use_orig_params=True),                             # both in the root: fine
         fsdp2(targets=["**.embed_tokens", "**.lm_head"]),                       # two groups
+        # one group, fully_shard([embed_tokens, lm_head]), as accelerate's FSDP2 shards a tied model: fine
+        fsdp2(targets=["**.layers.*", "**.embed_tokens"], wrap_lm_head=True, tie_group=True),
         LAYERS)]                                                                # both in the root: fine
     cases += _forward_cases()
     # LoRA on fused experts (peft ParamWrapper, issue 18's six rows): only FSDP2 with the layers as units runs
@@ -216,6 +218,19 @@ def test_tied_head_in_modules_to_save(results):
     # at the embedding's size the original head is a unit on one rank, not on more: the plan follows the world
     big = [r for r in mts if r["config"].get("min_num_params") == _mts_sizes()[1]]
     assert big and all("base_model.model.lm_head.original_module" not in dict(r["planned"]) for r in big)
+
+
+def test_tied_group_is_one_unit(results):
+    "The tied embedding and head in one FSDP2 group (`tie_group`): one unit, as planned, and it runs forward and back."
+    got = [r for r in _all(results) if r["case"]["model"] == "llama_tied" and r["config"].get("tie_group")]
+    assert got
+    for r in got:
+        assert r["error"] is None and r["stage"] == "backward", (_label(r), r["error"])
+        assert r["wrapped"] == r["planned"] and r["wrapped_params"] == r["planned_params"], _label(r)
+        own = dict(r["wrapped"])["base_model.model.model.embed_tokens"]   # the group's unit, named by its first module
+        assert own == ["base_model.model.model.embed_tokens.weight"] and "base_model.model.lm_head" not in dict(
+            r["wrapped"]), _label(r)
+        assert not [f for f in r["findings"] if f["check"].startswith("tied")], _label(r)
 
 
 def test_every_wrap_setting_runs_as_planned(results):
