@@ -64,6 +64,10 @@ class WrapConfig:
     activation_checkpointing: bool|str = False
     ("Checkpoint each decoder layer: False; 'wrapper' (True): torch's `checkpoint_wrapper` around it before sharding, "
      "as accelerate and torchtitan do; 'hf': transformers' `gradient_checkpointing_enable()` (the KV cache off).")
+    checkpoint_targets: str = "layers"
+    ("What `activation_checkpointing='wrapper'` wraps: 'layers' (each decoder layer, as torchtitan does) or 'units' "
+     "(FSDP1: every module the auto-wrap policy makes a unit, the root aside, as accelerate's "
+     "`fsdp_activation_checkpointing` does: under peft's policy the LoRA leaves too).")
     align_lora_dtype: bool = False
     "Cast every LoRA adapter to its base layer's dtype before wrapping (`lora_dtype.align_lora_dtype`)."
     targets: str|tuple[str, ...]|None = None
@@ -126,6 +130,11 @@ def _validate(cfg:WrapConfig):
                          "checkpoint_wrapper on each decoder layer) or 'hf' (transformers' gradient_checkpointing_"
                          f"enable()), got {cfg.activation_checkpointing!r}")
     _set(cfg, activation_checkpointing=ac)
+    if cfg.checkpoint_targets not in ("layers", "units"):
+        raise ValueError(f"checkpoint_targets must be 'layers' or 'units', got {cfg.checkpoint_targets!r}")
+    if cfg.checkpoint_targets == "units" and cfg.flavour != "fsdp1":
+        raise ValueError("checkpoint_targets='units' is accelerate's FSDP1 checkpointing (what its auto-wrap policy "
+                         "wraps): use flavour='fsdp1', or checkpoint_targets='layers'")
     bp = None if cfg.backward_prefetch == "NO_PREFETCH" else cfg.backward_prefetch
     if bp not in ("BACKWARD_PRE", "BACKWARD_POST", None):
         raise ValueError(f"backward_prefetch must be 'BACKWARD_PRE', 'BACKWARD_POST' or None (no prefetch), got {bp!r}")
@@ -333,7 +342,7 @@ def from_dict(cls, d:dict)->WrapConfig:
     return cls(**d)
 
 _SHORT = dict(use_orig_params="orig", lora_leaves="leaves", wrap_lm_head="head", activation_checkpointing="ac",
-              align_lora_dtype="align", reshard_after_forward="reshard", backward_prefetch="prefetch")
+              align_lora_dtype="align", checkpoint_targets="ac-of", reshard_after_forward="reshard", backward_prefetch="prefetch")
 
 @patch_to(WrapConfig)
 @property
@@ -365,8 +374,11 @@ def prepare(self:WrapConfig, model:nn.Module)->nn.Module:
         if not any(isinstance(m, CheckpointWrapper) for m in model.modules()):
             classes = resolve_layer_classes(model, "auto" if self.layer_cls is None else self.layer_cls)
             wrapper = functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
-            apply_activation_checkpointing(model, checkpoint_wrapper_fn=wrapper,
-                                           check_fn=lambda m: isinstance(m, classes))
+            if self.checkpoint_targets == "units":   # accelerate's FSDP1: what the auto-wrap policy wraps
+                apply_activation_checkpointing(model, checkpoint_wrapper_fn=wrapper,
+                                               auto_wrap_policy=self.auto_wrap_policy(model))
+            else: apply_activation_checkpointing(model, checkpoint_wrapper_fn=wrapper,
+                                                 check_fn=lambda m: isinstance(m, classes))
         # the KV cache stays as the forward's `use_cache` (config.json's unless given) has it, as under accelerate:
         # transformers turns it off under its own checkpointing only ('hf'), which does not see torch's wrapper
     return model
