@@ -7,6 +7,14 @@ jobs, so the wall seconds beside them vary, the CPU-seconds much less). `=`: not
 the previous measurement). tests/test_device_check.py is not here: it runs in `make test-oldest` only (see the
 Makefile). A file not listed runs after these, in collection order."""
 COST = {"test_fits_accuracy": 154,   # 2026-12-03: 168 less the forked-trace test (14 s; it lives in chapter 11a now)
+        "test_fits_heldout": 100,    # 2026-12-06: 4 ranks, 10 cases (67 s wall at load 7)
+        "test_trainer": 90,          # 2026-12-06: the HF Trainer, 2 ranks (87 s wall at load 7)
+        "test_groups": 70,           # 2026-12-06: 2 ranks, 3 cases (70 s wall)
+        "test_fits_step": 60,        # 2026-12-06: 2 ranks, 5 cases twice (69 s wall at load 7)
+        "test_fits_sweep": 50,       # 2026-12-06: a sample of the sweep that changes with the commit
+        "test_job": 33,              # 2026-12-06
+        "test_fits_check": 30,       # 2026-12-06
+        "test_partial_collective": 14,   # 2026-12-06: mostly waiting on the 2 s bound
         "test_fits_grouping": 59,    # 2026-12-03: 62 s wall (a sample of each group: 39 traces, not 80)
         "test_browser": 121,         # = (Chromium and Voila)
         "test_gather_ranks": 60,     # =
