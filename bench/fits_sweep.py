@@ -15,7 +15,7 @@ either the error of `peak` on the rank it misses most and whether every rank lie
 was skipped (the small config does not build, the setting does not apply) or failed (its prediction or its real step).
 Run it at low priority on a shared machine: `nice -n 10 python bench/fits_sweep.py`.
 """
-import argparse, datetime, json, os, random, subprocess, sys, time, traceback, warnings
+import argparse, datetime, json, os, random, re, subprocess, sys, time, traceback, warnings
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -29,7 +29,8 @@ EXPERTS = "batched_mm"   # fused MoE experts: the trace has no float32 meta kern
 def _last_line(text:str)->str:
     "The last non-empty line of an error text (a traceback's own message)."
     lines = [l.strip() for l in str(text).strip().splitlines() if l.strip()]
-    return (lines[-1] if lines else "")[:300]
+    named = [l for l in lines if re.match(r"^[\w.]*(Error|Exception)\b", l)]   # the raise, not its advice after it
+    return ((named or lines or [""])[-1])[:300]
 
 def _head()->str:
     try: return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
@@ -102,7 +103,8 @@ def write(rows:dict, out:Path):
              "process a prediction moves with those made before it (GPT-2's second is 5.9 % below its first; "
              "`fits_check.predict_fresh`).",
              "", sweep_summary(rs), "", "## Worst rows", "",
-             "| architecture | setting | world | peak error | in [peak, worst_peak] | label |", "|---|---|---|---|---|---|"]
+             "| architecture | setting | world | peak error | in [peak, worst_peak] | label |",
+             "|---|---|---|---|---|---|"]
     lines += [f"| {r['arch']} | {r['setting']} | {r['world']} | {r['error']:+.3%} | {r['inside']} | "
               f"{(r.get('not_exact') or '')[:60]} |" for r in worst]
     lines += ["", "## Every row", "", sweep_markdown(rs), ""]

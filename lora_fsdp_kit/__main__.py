@@ -196,7 +196,12 @@ def flavour_defaults()->dict:
     "`job.FLAVOUR_DEFAULTS`: what each flavour's name means, in every command."
     return _literal("job", "FLAVOUR_DEFAULTS")
 
-def _text(v)->str: return "none" if v is None else ("on" if v else "off") if isinstance(v, bool) else str(v)
+def _text(v)->str:
+    "A field's value as a flag writes it (`groups` as `_groups` reads it: members joined by '+', groups by ';')."
+    if v is None or v == (): return "none"
+    if isinstance(v, bool): return "on" if v else "off"
+    if isinstance(v, tuple) and v and isinstance(v[0], tuple): return ";".join("+".join(g) for g in v)
+    return str(v)
 
 def add_wrap_flags(p:argparse.ArgumentParser,  # a command's parser
                    sweep:bool=False,           # a value may be a comma list (every combination is a WrapConfig)
@@ -236,6 +241,11 @@ def _value(text:str, name:str, typ:str):
         except ValueError: raise ValueError(f"--{name.replace('_', '-')} takes a whole number, got {t!r}") from None
     return t
 
+def _groups(text:str)->tuple[tuple[str, ...], ...]:
+    "`--groups` as `WrapConfig.groups`: 'none', or groups split by ';', each its modules joined by '+'."
+    if text.strip().lower() in ("", "none", "()"): return ()
+    return tuple(tuple(m.strip() for m in g.split("+") if m.strip()) for g in text.split(";") if g.strip())
+
 def wrap_configs_of(a:argparse.Namespace,  # parsed flags of a command with `add_wrap_flags`
                     sweep:bool=False,      # comma lists sweep: one WrapConfig per combination
                    )->list:                # [WrapConfig, ...] (one when not sweeping)
@@ -247,6 +257,7 @@ def wrap_configs_of(a:argparse.Namespace,  # parsed flags of a command with `add
         v = getattr(a, name)
         if v is None: axes.append([unset])
         elif not isinstance(v, str): axes.append([v])
+        elif typ.startswith("tuple[tuple"): axes.append([_groups(v)])
         elif "tuple" in typ: axes.append([tuple(x.strip() for x in v.split(",")) if "," in v else _value(v, name, typ)])
         else: axes.append(list(dict.fromkeys(_value(x, name, typ) for x in (v.split(",") if sweep else [v]))))
     names = [f[0] for f in wrap_fields()]
@@ -435,7 +446,8 @@ def _cmd_fits(a)->int:
     if a.check:   # the proof on the user's own architecture (fits_check, chapter 11e)
         from lora_fsdp_kit.fits_check import check_report
         check_report(job.model, wraps, job.world, r=job.lora_r, dora=job.dora, targets=job.lora_targets,
-                     param_dtype=str(sweep["param_dtype"]).split(",")[0], lora_dtype=str(sweep["lora_dtype"]).split(",")[0])
+                     param_dtype=str(sweep["param_dtype"]).split(",")[0],
+                     lora_dtype=str(sweep["lora_dtype"]).split(",")[0])
     return rc
 
 # %% ../nbs/90_cli.ipynb #b7a1f0d1

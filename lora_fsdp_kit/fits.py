@@ -159,7 +159,8 @@ def _forward_text(model:nn.Module, cfg:WrapConfig, step:StepOptions=StepOptions(
     "What a prediction assumes about the step, in words: checkpointing and how, the KV cache and why, micro-batches."
     ac, on = cfg.activation_checkpointing, kv_cache(model, step.use_cache, cfg.activation_checkpointing)
     idle = ac == "hf" and not (model.get_base_model() if hasattr(model, "get_base_model") else model).training
-    how = _AC_WORDS[ac] + (", idle: the model is in eval mode (a trainer calls .train())" if idle else "")
+    how = ("checkpoint_wrapper on every unit the auto-wrap policy makes (accelerate's FSDP1)"
+           if ac == "wrapper" and getattr(cfg, "checkpoint_targets", "layers") == "units" else _AC_WORDS[ac]) + (", idle: the model is in eval mode (a trainer calls .train())" if idle else "")
     why = ("transformers turns it off under its own checkpointing" if ac == "hf" and not idle else
            "config.json" if step.use_cache is None else f"use_cache={step.use_cache}")
     out = (f"{how}; use_cache {'on' if on else 'off'} ({why})"
@@ -371,7 +372,8 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
     if attention not in ("auto", "fused", "math"):
         raise FitsError(f"attention must be 'auto', 'fused' or 'math', got {attention!r}")
     plan = cfg.plan(model)   # one plan for the checks, the layer reduction and every rank's closed form
-    if why := _known_failure(model, cfg, world, plan, step.autocast) or _past_positions(model, seq): raise FitsError(why)
+    if why := _known_failure(model, cfg, world, plan, step.autocast) or _past_positions(model, seq):
+        raise FitsError(why)
     att = attention_kernel(model, cfg, backend) if attention == "auto" else attention
     ranks = list(range(world)) if rank is None else [rank]
     try: traces, trace_of = _trace(model, cfg, world, ranks, batch, seq, backend, att, plan, step)

@@ -33,6 +33,7 @@ _WORD = {"mixed_precision=bf16": "bf16", "mixed_precision=fp16": "fp16"}
 _SAID = {"no-mp": "no mixed precision", "bf16": "bf16 compute", "fp16": "fp16 compute", "ac": "activation checkpointing",
          "ac=hf": "transformers' gradient checkpointing", "prefetch=None": "no backward prefetch",
          "prefetch=BACKWARD_POST": "backward prefetch after each gradient", "no-reshard": "no reshard after forward",
+         "ac-of=units": "every unit checkpointed (accelerate's FSDP1)",
          "orig": "use_orig_params", "store=config": "base stored in config.json's dtype", "store=fp32": "base stored in fp32",
          "store=bf16": "base stored in bf16", "store=fp16": "base stored in fp16"}
 
@@ -214,7 +215,9 @@ def _job_lines(job, wraps, batches, seqs, backend:str, search:str|None)->list[st
         f, _, key = _short_source(v).partition(": ")
         by.setdefault(f, []).append(k + " (its default)" * ("absent (" in key))
     out = [line + (f" · {backend}" if backend != "nccl" else "")]
-    if by: out.append("from " + "; ".join(f"{f}: {', '.join(ks)}" for f, ks in by.items()))
+    said = [f"{f}: {', '.join(ks)}" for f, ks in by.items() if f != "given"] + [
+        f"given beside them: {', '.join(by['given'])}" for _ in [1] if "given" in by]
+    if said: out.append("from " + "; ".join(said))
     return out + [f"note: {_short_source(n)}" for n in job.notes]
 
 def _details(s:Setting, usable:int)->list[str]:
@@ -258,7 +261,8 @@ def _answer(done:list[Setting], failed:list[str], found:dict, usable:int, search
     if used: print("categories: " + ", ".join(used))
     if len(done) > 1:   # the rows' short names in words, wrapped to the table's 100 columns
         common = set.intersection(*(set(s.words) for s in done))
-        said = "; ".join(f"{i + 1} = {_in_words([w for w in s.words if w not in common])}" for i, s in enumerate(done))
+        said = "; ".join(f"{i + 1} = {_in_words([w for w in s.words if w not in common]) or 'the shared words alone'}"
+                         for i, s in enumerate(done))
         print(*_wrapped(["settings: " + said]))
     if verbose:
         for i, s in enumerate(done): print(f"{i + 1} {' '.join(s.words)}:"); print("\n".join(_details(s, usable)))

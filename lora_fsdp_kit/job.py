@@ -336,6 +336,8 @@ def _read_accelerate(f:JobFile, d:dict):
         f.set("reshard_after_forward", _bool(fc["fsdp_reshard_after_forward"]), "fsdp_config.fsdp_reshard_after_forward")
     if _bool(fc.get("fsdp_activation_checkpointing", False)):   # accelerate's: what the auto-wrap policy wraps
         f.set("activation_checkpointing", _ac("wrapper"), "fsdp_config.fsdp_activation_checkpointing")
+        if v == 1:   # accelerate's FSDP1 checkpoints what its auto-wrap policy wraps
+            f.set("checkpoint_targets", "units", "fsdp_config.fsdp_activation_checkpointing (FSDP1: every unit)")
     if _bool(fc.get("fsdp_offload_params", False)): f.set("cpu_offload", True, "fsdp_config.fsdp_offload_params")
     if _bool(fc.get("fsdp_forward_prefetch", False)): f.note("fsdp_forward_prefetch true: not in the Job (no field)")
     read = {"fsdp_version", "fsdp_auto_wrap_policy", "fsdp_transformer_layer_cls_to_wrap", "fsdp_min_num_params",
@@ -376,6 +378,7 @@ def _read_trainer(f:JobFile, d:dict):
         f.set("reshard_after_forward", _bool(fc["reshard_after_forward"]), "fsdp_config.reshard_after_forward")
     if _bool(fc.get("activation_checkpointing", False)):
         f.set("activation_checkpointing", _ac("wrapper"), "fsdp_config.activation_checkpointing")
+        if v == 1: f.set("checkpoint_targets", "units", "fsdp_config.activation_checkpointing (FSDP1: every unit)")
     if _bool(fc.get("cpu_offload", False)) or "offload" in str(d.get("fsdp")): f.set("cpu_offload", True, "fsdp_config.cpu_offload")
     if int(fc.get("min_num_params", 0) or 0) > 0: f.note("fsdp_config.min_num_params: the Trainer installs peft's policy over it")
 

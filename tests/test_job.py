@@ -78,16 +78,16 @@ def test_one_meaning_per_flavour(capsys):
         assert main(["plan", "--model", "llama", "--flavour", flavour]) == 0
         assert f"{flavour}:layer" in capsys.readouterr().out.splitlines()[0]
 
-FITS_ARGS = dict(per_device_train_batch_size=2, gradient_accumulation_steps=2, bf16=True, fp16=False, optim="adamw_torch",
-                 max_grad_norm=0.0, gradient_checkpointing=True, fsdp=True, fsdp_config=dict(version=2))
+FITS_ARGS = dict(per_device_train_batch_size=2, gradient_accumulation_steps=2, bf16=True, fp16=False,
+                 optim="adamw_torch", max_grad_norm=0.0, gradient_checkpointing=True, fsdp=True, fsdp_config=dict(version=2))
 
 def _fits(capsys, *argv)->tuple[int, str]:
     rc = main(["fits", "--device-memory", "4GiB", "--reserve", "0B", "--backend", "gloo", "--seq", "32", *argv])
     return rc, capsys.readouterr().out
 
 def test_fits_from_the_files_is_the_fits_of_the_flags(tmp_path:Path, capsys):
-    "accelerate's YAML, the Trainer's arguments and peft's adapter_config.json: the answer of the flags that say the same."
-    (tmp_path/"a.yaml").write_text(ACCELERATE.replace("fsdp_reshard_after_forward: false", "fsdp_reshard_after_forward: true"))
+    "accelerate's YAML, the Trainer's arguments and peft's adapter_config.json: the answer of the same flags."
+    (tmp_path/"a.yaml").write_text(ACCELERATE.replace("reshard_after_forward: false", "reshard_after_forward: true"))
     (tmp_path/"args.json").write_text(json.dumps(FITS_ARGS))
     (tmp_path/"adapter_config.json").write_text(json.dumps(dict(peft_type="LORA", r=4, lora_alpha=8,
                                                                target_modules=["q_proj", "v_proj"])))
@@ -99,19 +99,24 @@ def test_fits_from_the_files_is_the_fits_of_the_flags(tmp_path:Path, capsys):
                        "--activation-checkpointing", "hf", "--batch", "2", "--grad-accum", "2", "--lora-r", "4",
                        "--lora-targets", "q_proj,v_proj")
     assert rc == rc2 == 0, (files, flags)
-    row = lambda out: next(l for l in out.splitlines() if l.startswith("1 "))
-    forward = lambda out: next(l for l in out.splitlines() if l.startswith("forward: "))
-    assert row(files) == row(flags) and forward(files) == forward(flags), (files, flags)
-    assert "under torch.autocast(bf16)" in files and "2 micro-batches per optimizer step" in files
-    assert "transformers' gradient checkpointing" in files
+    flat = lambda out: " ".join(out.split())   # the lines folded at 100 columns, unfolded
+    answer = lambda out: flat(out)[flat(out).index("precision: "):]   # the precision, the forward, the rows
+    assert answer(files) == answer(flags), (files, flags)
+    assert "under torch.autocast(bf16); 2 micro-batches per optimizer step" in flat(files)
+    assert "forward: transformers' gradient checkpointing" in flat(files)
     job = next(l for l in files.splitlines() if l.startswith("job: "))
-    assert job.startswith("job: llama · fsdp2:peft mixed_precision=bf16 ac=hf") and "accum 2" in files, files
-    assert "from a.yaml: world" in files and "adapter_config.json: lora_r, lora_alpha, lora_targets" in files, files
+    assert job.startswith("job: llama · fsdp2:peft layers=LlamaDecoderLayer mixed_precision=bf16 ac=hf"), files
+    assert "accum 2" in files
+    assert "from a.yaml: world" in flat(files), files
+    assert "adapter_config.json: lora_r, lora_alpha, lora_targets" in flat(files), files
 
 def test_fits_flag_beside_a_file_wins(tmp_path:Path, capsys):
     (tmp_path/"a.yaml").write_text(ACCELERATE)
     rc, out = _fits(capsys, "--model", "llama", "--job", str(tmp_path/"a.yaml"), "--world", "4",
                     "--activation-checkpointing", "off,hf")
     assert rc == 0, out
-    assert "world 4" in out and "world <- given" not in out and "given: " in out
-    assert "1 = FSDP2 on layer units" not in out and "ac=hf" in out and "2 = transformers' gradient checkpointing" in out, out
+    text = " ".join(out.split())
+    given = text[text.index("given beside them: "):].split(" every setting")[0]
+    assert "· world 4 ·" in text and all(k in given for k in ("model", "world", "activation_checkpointing")), out
+    assert "the wrapping of each row" in text, out
+    assert "1 = the shared words alone; 2 = transformers' gradient checkpointing" in text, out
