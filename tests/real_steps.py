@@ -1,5 +1,5 @@
 """Real ranks measured while this process traces: the step peaks that tests/test_fits_accuracy.py and
-tests/test_fits_beyond.py hold `predict_step_memory` to (95d's `measure_steps` on gloo ranks)."""
+tests/test_fits_beyond.py hold `predict_step_memory` to (`steppeak.measure_steps` on gloo ranks)."""
 import multiprocessing, threading, time
 
 from lora_fsdp_kit.launch import launch
