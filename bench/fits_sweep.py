@@ -99,9 +99,10 @@ def write(rows:dict, out:Path):
     lines = [f"# fits against real gloo ranks, every causal-LM architecture of transformers {meta['transformers']}",
              "", f"Written by `bench/fits_sweep.py` (commit {meta['commit']} plus working tree, {meta['date']}; "
              f"torch {meta['torch']}, peft {meta['peft']}); batch {BATCH} x seq {SEQ}, LoRA r=8 on all-linear.",
-             "", "Each row's prediction is made in a fresh process, as `lfk fits` makes it: in one long-lived "
-             "process a prediction moves with those made before it (GPT-2's second is 5.9 % below its first; "
-             "`fits_check.predict_fresh`).",
+             "", "Each row's prediction is made in a fresh process, as `lfk fits` makes it "
+             "(`fits_check.predict_fresh`). In one long-lived process a prediction once moved with those made before "
+             "it (GPT-2's second 5.9 % below its first: the routing probes of the first plan left a peft model's base "
+             "in training mode); since that was fixed the two are equal, and the rows stay apart all the same.",
              "", sweep_summary(rs), "", "## Worst rows", "",
              "| architecture | setting | world | peak error | in [peak, worst_peak] | label |",
              "|---|---|---|---|---|---|"]
