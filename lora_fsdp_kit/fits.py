@@ -129,7 +129,7 @@ def closed_form(model:nn.Module,   # the peft model before wrapping (meta is fin
                 if g and n: opt += 2 * n * isz + 4
     return dict(sharded=sharded, optimizer=opt, unsharded=unsharded)
 
-# %% ../nbs/11_fits.ipynb #a415f17e
+# %% ../nbs/11_fits.ipynb #15351636
 class FitsError(ValueError):
     "A configuration the trace cannot predict, said in one line."
 
@@ -152,6 +152,7 @@ def _checkpointing(value:bool|str)->bool|str:
     try: return WrapConfig(activation_checkpointing=value).activation_checkpointing
     except ValueError as e: raise FitsError(str(e)) from None
 
+# %% ../nbs/11_fits.ipynb #6ebe579d
 _AC_WORDS = {False: "no activation checkpointing", "wrapper": "checkpoint_wrapper per decoder layer",
              "hf": "transformers' gradient checkpointing (torch.utils.checkpoint in each decoder layer)"}
 
@@ -173,6 +174,7 @@ def _forward_text(model:nn.Module, cfg:WrapConfig, step:StepOptions=StepOptions(
                 "between them)")
     return out
 
+# %% ../nbs/11_fits.ipynb #3bad2ff7
 _CACHE_FIX = ("; with use_cache on, checkpoint_wrapper's recompute appends each layer's keys to the KV cache a second "
               "time: fix: use_cache=False (the forward's or config.json's), or activation_checkpointing='hf'")
 
@@ -195,6 +197,7 @@ def _explain(e:Exception, model:nn.Module)->str|None:
         return f"the step itself fails (it would on the devices too): {name}: {msg.splitlines()[0][:200]}"
     return None
 
+# %% ../nbs/11_fits.ipynb #0a242c1e
 def _known_failure(model:nn.Module, cfg:WrapConfig, world:int=1, plan=None, autocast:str|None=None)->str|None:
     "One line for a wrapping the plan knows FSDP refuses or fails on at its first step (at `world`, its `autocast`)."
     from lora_fsdp_kit.checks import CHECKS, check_plan, uneven_shards  # a check with `predicts` names FSDP's error
@@ -218,7 +221,6 @@ def _past_positions(model:nn.Module, seq:int)->str|None:
         return (f"the step itself fails (it would on the devices too): {t[0]} holds {t[1]} positions, and a sequence "
                 f"of {seq} tokens indexes past them (IndexError); fix: --seq at most {t[1]}")
     return None
-
 
 # %% ../nbs/11_fits.ipynb #23d6965f
 def _trace(model, cfg, world, ranks, batch, seq, backend, attention, plan, step:StepOptions|None=None

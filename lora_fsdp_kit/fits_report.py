@@ -184,7 +184,7 @@ def _one_line(label:str, e:Exception, speak)->str:
     room = 160 - len(label) - len(fix)
     return f"{label}{head if len(head) <= room else head[:max(room - 1, 0)] + '…'}{fix}"
 
-# %% ../nbs/11b_fits_report.ipynb #84b1a400
+# %% ../nbs/11b_fits_report.ipynb #4d64caf2
 def _dora(model)->bool: return any(getattr(c, "use_dora", False) for c in model.peft_config.values())
 
 def _header(model, config:str, lora_r:int, targets:str, world:int, backend:str, batches, seqs, device:int,
@@ -199,6 +199,7 @@ def _header(model, config:str, lora_r:int, targets:str, world:int, backend:str, 
             f"device {fmt_bytes(device)} - reserve {fmt_bytes(reserve)} = {fmt_bytes(device - reserve)} for the step's "
             "tensors (what the verdict counts: torch's allocator)"]
 
+# %% ../nbs/11b_fits_report.ipynb #4dc58fed
 def _short_source(src:str)->str:
     "'/long/path/args.json: optim' as 'args.json: optim' (the file's name is enough beside its key), every path in it."
     return re.sub(r"(?:[^\s:]*[/\\])+(?=[^/\\\s:]+: )", "", src)
@@ -220,6 +221,7 @@ def _job_lines(job, wraps, batches, seqs, backend:str, search:str|None)->list[st
     if said: out.append("from " + "; ".join(said))
     return out + [f"note: {_short_source(n)}" for n in job.notes]
 
+# %% ../nbs/11b_fits_report.ipynb #8741c6dd
 def _details(s:Setting, usable:int)->list[str]:
     "`--verbose`: every category at the worst rank's peak, the module and phase, and the ranks that differ."
     m = s.memory; i = m.peak_bytes.index(m.worst)
@@ -239,6 +241,7 @@ def _wrapped(lines:list[str])->list[str]:
     "Lines over the table's 100 columns folded, the rest indented by 2."
     return [textwrap.fill(t, 100, subsequent_indent="  ", break_on_hyphens=False) for t in lines]
 
+# %% ../nbs/11b_fits_report.ipynb #3abc2949
 def _answer(done:list[Setting], failed:list[str], found:dict, usable:int, search:str|None, verbose:bool):
     "The precision assumed, the rows, the searched values, what cannot be predicted and (verbose) the details."
     texts = {}
@@ -297,6 +300,27 @@ def _jobs(wraps, pds, lds, batches, seqs, search):
               for t in Setting(c, b, s, None, pd, ld).words] for c, pd, ld, b, s in jobs]
     return jobs, names, [t for t in names[0] if all(t in w for w in names)]
 
+# %% ../nbs/11b_fits_report.ipynb #d91e48a1
+def _trace_settings(model, jobs, names, common, world, backend, attention, job, usable, search, speak):
+    "Each setting traced (with `search`, its largest fitting batch or seq): the rows, failures' lines, searches."
+    done, failed, found = [], [], {}
+    for (c, pd, ld, b, s), words in zip(jobs, names):
+        t0, label = time.perf_counter(), " ".join(t for t in words if t not in common) or "the setting"
+        try:
+            if search is None: done.append(Setting(c, b, s, _probe(model, c, world, b, s, pd, ld, backend, attention, job),
+                                                   pd, ld))
+            else:
+                mems = {}
+                def peak(n):
+                    mems[n] = _probe(model, c, world, *((n, s) if search == "batch" else (b, n)), pd, ld, backend,
+                                     attention, job); return mems[n].worst_case
+                best, seen = largest_fitting(peak, usable, _cap(model, search))
+                v = max(best, 1); found[len(done)] = (best, seen)
+                done.append(Setting(c, *((v, s) if search == "batch" else (b, v)), mems[v], pd, ld))
+        except Exception as e: failed.append(_one_line(label, e, speak))   # the step fails as it would on devices
+        print(f"  traced {label} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return done, failed, found
+
 # %% ../nbs/11b_fits_report.ipynb #954d6374
 def fits_report(config:str,                 # a model's config.json (or its folder), or a shipped config name
                 world:int,                  # ranks (devices) of the job
@@ -343,22 +367,7 @@ def fits_report(config:str,                 # a model's config.json (or its fold
         print(f"fits: error: {str(e).splitlines()[0]}", file=sys.stderr); return 2
     usable, search = device - res, "batch" if max_batch else "seq" if max_seq else None
     jobs, names, common = _jobs(wraps, pds, lds, batches, seqs, search)
-    done, failed, found = [], [], {}
-    for (c, pd, ld, b, s), words in zip(jobs, names):
-        t0, label = time.perf_counter(), " ".join(t for t in words if t not in common) or "the setting"
-        try:
-            if search is None: done.append(Setting(c, b, s, _probe(model, c, world, b, s, pd, ld, backend, attention, job),
-                                                   pd, ld))
-            else:
-                mems = {}
-                def peak(n):
-                    mems[n] = _probe(model, c, world, *((n, s) if search == "batch" else (b, n)), pd, ld, backend,
-                                     attention, job); return mems[n].worst_case
-                best, seen = largest_fitting(peak, usable, _cap(model, search))
-                v = max(best, 1); found[len(done)] = (best, seen)
-                done.append(Setting(c, *((v, s) if search == "batch" else (b, v)), mems[v], pd, ld))
-        except Exception as e: failed.append(_one_line(label, e, speak))   # the step fails as it would on devices
-        print(f"  traced {label} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    done, failed, found = _trace_settings(model, jobs, names, common, world, backend, attention, job, usable, search, speak)
     head = _header(model, config, lora_r, targets, world, backend, batches, seqs, device, res, common, search)
     if job is not None:   # the job's line in place of the bare one; the words every row shares stay
         head[1:2] = _wrapped(_job_lines(job, wraps, batches, seqs, backend, search) + (

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import torch.nn as nn
 
+from .methods import patch_to
 from .families import PLAN_TARGETS, text_model_of
 from .checks import Finding, check_plan
 from .plan import Plan
@@ -39,13 +40,14 @@ def default_wrap(flavour:str="fsdp2",  # "fsdp1" or "fsdp2"
     if flavour == "fsdp2": kw.pop("use_orig_params", None)   # FSDP2 always keeps them: one spelling of one job
     return WrapConfig(flavour=flavour, **kw)
 
-# %% ../nbs/03e_job.ipynb #f8bc2ae5
+# %% ../nbs/03e_job.ipynb #00c390a6
 OPTIMIZERS = ("adamw", "adamw_torch", "adamw_torch_fused", "adamw_hf", "adam", "sgd", "adafactor", "adamw_8bit",
               "paged_adamw_8bit", "adamw_bnb_8bit")   # transformers' `optim` names the kit reads (fits traces AdamW)
 PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH")   # FSDP1's backward prefetch (torch: BACKWARD_PRE)
 _DTYPES = ("config", "base", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
 _LORA_FIELDS = ("lora_r", "lora_alpha", "lora_targets", "lora_dropout", "dora", "modules_to_save", "target_parameters")
 
+# %% ../nbs/03e_job.ipynb #361397f1
 @dataclass(frozen=True)
 class Job:
     "One LoRA training job as a prediction needs it: the model, its LoRA, how it is sharded, the world and the step."
@@ -101,35 +103,46 @@ class Job:
 
     def __post_init__(self): _validate_job(self)
     def __str__(self)->str: return _line(self)
-    def line(self)->str:
-        "The job in one line: every answer (plan, fits) prints it, to say which job it answers for."
-        return _line(self)
-    @property
-    def flavour(self)->str: return self.wrap.flavour
-    @property
-    def autocast_dtype(self)->str|None:
-        "The dtype the forward runs under `torch.autocast` ('bf16', 'fp16'), None: no autocast."
-        return self.wrap.mixed_precision if self.autocast else None
-    @classmethod
-    def of(cls, **fields)->Job:
-        "A job from flat field names: `WrapConfig`'s (`flavour` first) build the flavour's one default wrapping."
-        return _job_of(cls, fields)
-    @classmethod
-    def from_files(cls, *paths:str, **overrides)->Job:
-        "A job read from the trainer's own files (accelerate, Trainer, peft, verl), `overrides` (flat fields) on top."
-        return _from_files(cls, paths, overrides)
-    def build(self, step:bool=False)->nn.Module:
-        "The model with the job's LoRA on the meta device; `step`: the sub-model a step trains (an Omni thinker)."
-        return _build_model(self, step)
-    def plan(self)->Plan:
-        "The units the job's wrapping gives its model (`WrapConfig.plan`), at its world."
-        return self.wrap.plan(self.build(), world_size=self.world)
-    def check(self, plan:Plan)->list[Finding]:
-        "The plan's findings for this job's step (the forward's autocast makes some errors run)."
-        return check_plan(plan, autocast=self.autocast_dtype)
-    def step_kwargs(self, fn:Callable)->tuple[dict, list[str]]:
-        "The keywords of `fn` (`fits.predict_step_memory`) this job sets, and its knobs `fn` does not take."
-        return _step_kwargs(self, fn)
+
+# %% ../nbs/03e_job.ipynb #fdae12b9
+@patch_to(Job)
+def line(self)->str:
+    "The job in one line: every answer (plan, fits) prints it, to say which job it answers for."
+    return _line(self)
+@patch_to(Job)
+@property
+def flavour(self)->str: return self.wrap.flavour
+@patch_to(Job)
+@property
+def autocast_dtype(self)->str|None:
+    "The dtype the forward runs under `torch.autocast` ('bf16', 'fp16'), None: no autocast."
+    return self.wrap.mixed_precision if self.autocast else None
+@patch_to(Job)
+@classmethod
+def of(cls, **fields)->Job:
+    "A job from flat field names: `WrapConfig`'s (`flavour` first) build the flavour's one default wrapping."
+    return _job_of(cls, fields)
+@patch_to(Job)
+@classmethod
+def from_files(cls, *paths:str, **overrides)->Job:
+    "A job read from the trainer's own files (accelerate, Trainer, peft, verl), `overrides` (flat fields) on top."
+    return _from_files(cls, paths, overrides)
+@patch_to(Job)
+def build(self, step:bool=False)->nn.Module:
+    "The model with the job's LoRA on the meta device; `step`: the sub-model a step trains (an Omni thinker)."
+    return _build_model(self, step)
+@patch_to(Job)
+def plan(self)->Plan:
+    "The units the job's wrapping gives its model (`WrapConfig.plan`), at its world."
+    return self.wrap.plan(self.build(), world_size=self.world)
+@patch_to(Job)
+def check(self, plan:Plan)->list[Finding]:
+    "The plan's findings for this job's step (the forward's autocast makes some errors run)."
+    return check_plan(plan, autocast=self.autocast_dtype)
+@patch_to(Job)
+def step_kwargs(self, fn:Callable)->tuple[dict, list[str]]:
+    "The keywords of `fn` (`fits.predict_step_memory`) this job sets, and its knobs `fn` does not take."
+    return _step_kwargs(self, fn)
 
 # %% ../nbs/03e_job.ipynb #70b29e68
 def _fix(job:Job, **kw):

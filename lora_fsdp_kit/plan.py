@@ -242,6 +242,7 @@ def _fsdp2_children_first()->bool:
     probe = nn.Linear(1, 1); probe.add_module("child", nn.Linear(1, 1))
     return _managed_modules((probe,))[0] is not probe
 
+# %% ../nbs/03_plan.ipynb #5b6fb4cd
 def _owned_params(unit_mods:list[nn.Module], names:dict, flavour:str, use_orig_params:bool, ignored:set,
                   shard_dim:int=0, members:dict|None=None):
     "Per unit its own `ParamInfo`s in FSDP's order; the names each shared parameter has; FSDP1's copies."
@@ -279,6 +280,7 @@ def _owned_params(unit_mods:list[nn.Module], names:dict, flavour:str, use_orig_p
     copied = tuple(sorted((n, names[um]) for (_, um), n in copies.items()))
     return owned, tuple(sorted(tuple(v) for v in holders.values() if len(v) > 1)), copied
 
+# %% ../nbs/03_plan.ipynb #dd1b806b
 def _nesting(model:nn.Module, unit_mods:list[nn.Module], members:dict|None=None)->tuple[dict, dict]:
     "Each unit's enclosing unit (None for the root) and depth; a group's: the innermost unit enclosing all its modules."
     members = members or {}

@@ -179,7 +179,8 @@ def test_cli_bad_input_is_one_line_exit_2():
                        (["--world", "8", "--device-memory", "80GiB", "--mixed-precision", "fp8"],
                         "--mixed-precision takes none, bf16, bfloat16, fp16, float16; got 'fp8'"),
                        (["--world", "8", "--device-memory", "80GiB", "--activation-checkpointing", "maybe"],
-                        "--activation-checkpointing takes on or off"),
+                        # its words name the implementations: off, on (= wrapper), wrapper, hf
+                        "activation_checkpointing must be False ('off'), 'wrapper' (True, 'on'"),
                        # said as a step that fails (exit 1, which a CI gate reads as "does not fit") until checked here
                        (["--world", "4", "--device-memory", "80GiB", "--sharding", "HYBRID", "--shard-size", "3"],
                         "world size 4 does not split into shard groups of 3"),
