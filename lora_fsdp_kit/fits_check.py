@@ -178,13 +178,17 @@ _SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "torch.float
 def measure_beside(cases:list[dict],   # `check_case` dicts; a case runs on ranks 0..world-1
                    predict,            # called with each case's index while the ranks run (its errors are its own)
                    timeout:float=600,  # seconds the ranks may take
+                   repeat:int=1,       # measure each case this often and keep each rank's lowest reading
+                   nprocs:int|None=None, # ranks to launch (None: the largest world of the cases)
                   )->list[list]:       # per case, each rank's peak bytes (or its error text)
-    "`steppeak.measure_steps` of every case in one launch of gloo ranks, while this process predicts them."
+    """`steppeak.measure_steps` of every case in one launch of gloo ranks, while this process predicts them. With
+    `repeat`, the lowest of each rank's readings: a gloo worker may free a collective's buffer late, a reading above
+    the step's own peak seen once in a few runs."""
     from lora_fsdp_kit.launch import launch
     from lora_fsdp_kit.steppeak import measure_steps
-    nprocs, box = max(c["world"] for c in cases), {}
+    nprocs, box = nprocs or max(c["world"] for c in cases), {}
     def run():
-        try: box["res"] = launch(measure_steps, cases, nprocs=nprocs, quiet=True, timeout=timeout)
+        try: box["res"] = launch(measure_steps, cases * repeat, nprocs=nprocs, quiet=True, timeout=timeout)
         except BaseException as e: box["error"] = e
     t = threading.Thread(target=run, daemon=True); t.start()
     t0 = time.monotonic()   # the trace makes a fake process group here: let `launch` spawn its ranks first
@@ -194,8 +198,11 @@ def measure_beside(cases:list[dict],   # `check_case` dicts; a case runs on rank
         except Exception: pass
     t.join()
     if "error" in box: raise box["error"]
-    res = box["res"]
-    return [[res[k][i].get("peak", res[k][i].get("error")) for k in range(c["world"])] for i, c in enumerate(cases)]
+    def reading(k:int, i:int):   # rank k's lowest peak of case i, or its first error
+        got = [box["res"][k][i + j * len(cases)] for j in range(repeat)]
+        bad = next((g.get("error") for g in got if "peak" not in g), None)
+        return bad if bad is not None else min(g["peak"] for g in got)
+    return [[reading(k, i) for k in range(c["world"])] for i, c in enumerate(cases)]
 
 # %% ../nbs/11e_fits_check.ipynb #766b890b
 def predict_case(case:dict):   # -> fits.StepMemory

@@ -83,10 +83,15 @@ class WrapConfig:
      "transformers' FSDP1 plugin sets); FSDP2 prefetches the next unit's all-gather itself.")
 
     def __post_init__(self): _validate(self)
-    @property
-    def hybrid(self)->bool: return self.sharding is not None and "HYBRID" in self.sharding
-    @property
-    def compute_dtype(self)->torch.dtype|None: return _MP_DTYPE.get(self.mixed_precision)
+
+# %% ../nbs/03c_wrap.ipynb #103782a7
+@patch_to(WrapConfig)
+@property
+def hybrid(self:WrapConfig)->bool: return self.sharding is not None and "HYBRID" in self.sharding
+
+@patch_to(WrapConfig)
+@property
+def compute_dtype(self:WrapConfig)->torch.dtype|None: return _MP_DTYPE.get(self.mixed_precision)
 
 # %% ../nbs/03c_wrap.ipynb #6dba2683
 def _set(cfg, **kw):

@@ -394,14 +394,18 @@ def modules_to_save_unit(folder:str, layout:str)->dict:
         if rank == 0:   # rank 0 alone: an error here must not leave the others in the collectives below
             try: res.update(_mts_checks(ref, got, lb, ls, merged, d))
             except Exception: res["error"] = traceback.format_exc()
-        fresh = cfg.wrap(_mts_model())
-        res["differs_before"] = not _equal(gather_lora(fresh, progress=False), got)
-        res["loaded"] = E.load_lora(fresh, d/"adapter")
-        res["load_equal"] = _equal(gather_lora(fresh, progress=False), got)
-        res["next"] = (train_steps(fm, 1, start=2), train_steps(fresh, 1, start=2))
+        res.update(loaded_back(fm, cfg.wrap(_mts_model()), got, d/"adapter"))
     except Exception:
         res["error"] = traceback.format_exc()
     return res
+
+def loaded_back(fm, fresh, got:dict, folder:Path)->dict:
+    "Collective: `fresh` (wrapped, untrained) differs from `got`, equals it after `load_lora`, then steps as `fm` does."
+    out = dict(differs_before=not _equal(gather_lora(fresh, progress=False), got))
+    out["loaded"] = E.load_lora(fresh, folder)
+    out["load_equal"] = _equal(gather_lora(fresh, progress=False), got)
+    out["next"] = (train_steps(fm, 1, start=2), train_steps(fresh, 1, start=2))
+    return out
 
 def modules_to_save_units(folder:str, layouts:tuple=tuple(MTS_LAYOUTS))->list[dict]:
     "Rank function: `modules_to_save_unit` for each layout, in one launch."

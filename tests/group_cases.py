@@ -10,7 +10,7 @@ import torch.distributed as dist
 from peft import get_peft_model_state_dict
 
 import lora_fsdp_kit.export as E
-from export_cases import _equal, _tree, torch_full_state
+from export_cases import _equal, _tree, loaded_back, torch_full_state
 from lora_fsdp_kit.fidelity import planned_units, units_of
 from lora_fsdp_kit.gather import gather_lora
 from lora_fsdp_kit.testing import train_steps
@@ -72,11 +72,7 @@ def group_case(folder:str, name:str)->dict:
                 res["ref_keys_ok"] = not missing and not unexpected
                 res.update(_checks(ref, got, buckets, stream, d))
             except Exception: res["error"] = traceback.format_exc()
-        fresh = cfg.wrap(chapter_model(**kw))
-        res["differs_before"] = not _equal(gather_lora(fresh, progress=False), got)
-        res["loaded"] = E.load_lora(fresh, d/"adapter")
-        res["load_equal"] = _equal(gather_lora(fresh, progress=False), got)
-        res["next"] = (train_steps(fm, 1, start=2), train_steps(fresh, 1, start=2))
+        res.update(loaded_back(fm, cfg.wrap(chapter_model(**kw)), got, d/"adapter"))
     except Exception:
         res["error"] = traceback.format_exc()
     return res
