@@ -3,7 +3,7 @@
 Each architecture's small config comes from its config class alone (`fits_check.small_config`: 2 layers, width 64,
 4 heads, vocabulary 128, and what its family's validator asks), LoRA on every linear layer (peft's `all-linear`),
 in each setting of `fits_check.SETTINGS` at worlds 2 and 3: each real gloo rank's step peak (`steppeak`, the CPU
-allocator's running total) beside `predict_step_memory(..., backend="gloo")`. One launch per architecture and world
+allocator's running total, the lower of 2 readings) beside `predict_step_memory(..., backend="gloo")`. One launch per architecture and world
 runs its settings; the prediction is traced while the ranks run.
 
     python bench/fits_sweep.py [--arch llama gpt2] [--setting "fsdp2 layers"] [--world 2 3] [--sample N --seed S]
@@ -66,7 +66,8 @@ def run_cases(arch:str, cases:list[dict])->list[dict]:
     def predict(i):   # each in a fresh process, as `lfk fits` predicts (see `predict_fresh`)
         try: preds[i] = predict_fresh(cases[i])
         except Exception as e: preds[i] = e
-    try: got = measure_beside(cases, predict, timeout=400)
+    # each rank's lower of 2 readings (the measure): one in about 30 holds a gloo all-gather its worker freed late
+    try: got = measure_beside(cases, predict, timeout=400, repeat=2)
     except Exception as e:
         return [dict(arch=arch, setting=c["setting"], world=c["world"], failed=True,
                      why=f"launch: {_last_line(e)}") for c in cases]
