@@ -91,7 +91,7 @@ class Job:
     grad_accum: int = 1
     "Micro-batches per optimizer step (the Trainer's `gradient_accumulation_steps`)."
     backward_prefetch: str|None = None
-    "FSDP1's backward prefetch: 'BACKWARD_PRE' (torch's default, None), 'BACKWARD_POST' or 'NO_PREFETCH' (transformers')."
+    "FSDP1's backward prefetch: 'BACKWARD_PRE' (torch's, None), 'BACKWARD_POST' or 'NO_PREFETCH' (transformers')."
     cpu_offload: bool = False
     "Parameters (and their gradients) offloaded to the CPU (accelerate's `fsdp_offload_params`)."
     optimizer_offload: bool = False
@@ -156,7 +156,8 @@ def _words(v)->tuple[str, ...]:
 def _one_of(name:str, v, ok:tuple)->None:
     if v not in ok:
         near = difflib.get_close_matches(str(v), ok, n=1)
-        raise ValueError(f"Job {name}={v!r}: use one of {', '.join(ok)}" + (f"; did you mean {near[0]}?" if near else ""))
+        raise ValueError(f"Job {name}={v!r}: use one of {', '.join(ok)}"
+                         + (f"; did you mean {near[0]}?" if near else ""))
 
 def _validate_job(job:Job):
     "Normalise spellings (comma lists to tuples, the default wrapping) and refuse what no job can be, naming the fix."
@@ -166,7 +167,8 @@ def _validate_job(job:Job):
     if job.wrap is None: _fix(job, wrap=default_wrap())
     elif isinstance(job.wrap, dict): _fix(job, wrap=WrapConfig.from_dict(job.wrap))
     elif not isinstance(job.wrap, WrapConfig):
-        raise TypeError(f"Job wrap must be a WrapConfig, a dict or None (the flavour's default), got {type(job.wrap).__name__}")
+        raise TypeError("Job wrap must be a WrapConfig, a dict or None (the flavour's default), "
+                        f"got {type(job.wrap).__name__}")
     for name in ("lora_r", "batch", "seq", "grad_accum"):
         if not whole(getattr(job, name)) or getattr(job, name) < 1:
             raise ValueError(f"Job {name} must be a whole number >= 1, got {getattr(job, name)!r}")
@@ -237,7 +239,15 @@ def _build_model(job:Job, step:bool=False)->nn.Module:
               target_parameters=list(job.target_parameters) or None, modules_to_save=list(job.modules_to_save) or None,
               strict=",".join(job.lora_targets) != PLAN_TARGETS)   # targets the user named must each match
     takes = inspect.signature(add_lora).parameters
-    return add_lora(base, **{k: v for k, v in kw.items() if k in takes and (v is not None or k == "modules")})
+    if left := [k for k, v in kw.items() if k not in takes and v is not None and k != "modules_to_save"]:
+        raise TypeError(f"Job.build: add_lora takes no {left}")   # a job field dropped would plan another job
+    pm = add_lora(base, **{k: v for k, v in kw.items() if k in takes and (v is not None or k == "modules")})
+    if job.modules_to_save and "modules_to_save" not in takes:   # peft's own wrappers, as get_peft_model adds them
+        from peft.tuners.tuners_utils import BaseTuner
+        from peft.utils.other import set_additional_trainable_modules
+        cfg = pm.peft_config[pm.active_adapter]; cfg.modules_to_save = list(job.modules_to_save)
+        set_additional_trainable_modules(pm.base_model, cfg, BaseTuner.get_model_config(pm), pm.active_adapter)
+    return pm
 
 # %% ../nbs/03e_job.ipynb #916649a5
 # the Job's fields under the names `predict_step_memory` has for them, or may come to have (read at call time)
@@ -302,7 +312,8 @@ _SHARDING = {"1": "FULL_SHARD", "2": "SHARD_GRAD_OP", "3": "NO_SHARD", "4": "HYB
 _ACCELERATE_QUIET = {"compute_environment", "debug", "machine_rank", "main_training_function", "num_machines",
                      "rdzv_backend", "same_network", "tpu_env", "tpu_use_cluster", "tpu_use_sudo", "use_cpu",
                      "downcast_bf16", "enable_cpu_affinity", "main_process_ip", "main_process_port", "gpu_ids",
-                     "dynamo_config", "fsdp_state_dict_type", "fsdp_sync_module_states", "fsdp_cpu_ram_efficient_loading"}
+                     "dynamo_config", "fsdp_state_dict_type", "fsdp_sync_module_states",
+                     "fsdp_cpu_ram_efficient_loading"}
 
 def _bool(v)->bool: return v if isinstance(v, bool) else str(v).strip().lower() in ("true", "1", "yes", "on")
 
@@ -324,7 +335,8 @@ def _read_accelerate(f:JobFile, d:dict):
         f.note(f"distributed_type {d['distributed_type']!r}: not FSDP (accelerate runs no fsdp_config)")
     if "num_processes" in d: f.set("world", int(d["num_processes"]), "num_processes")
     _precision(f, d.get("mixed_precision"), "mixed_precision")
-    v = int(fc.get("fsdp_version", 1)); f.set("flavour", f"fsdp{v}", "fsdp_config.fsdp_version", "fsdp_version" not in fc)
+    v = int(fc.get("fsdp_version", 1))
+    f.set("flavour", f"fsdp{v}", "fsdp_config.fsdp_version", "fsdp_version" not in fc)
     pol = str(fc.get("fsdp_auto_wrap_policy", "NO_WRAP")).upper()
     src = "fsdp_config.fsdp_auto_wrap_policy"
     if pol == "TRANSFORMER_BASED_WRAP":
@@ -345,20 +357,35 @@ def _read_accelerate(f:JobFile, d:dict):
               "fsdp_use_orig_params" not in fc)
         bp = str(fc.get("fsdp_backward_prefetch") or "NO_PREFETCH").upper()   # accelerate passes None: no prefetch
         f.set("backward_prefetch", bp, "fsdp_config.fsdp_backward_prefetch", "fsdp_backward_prefetch" not in fc)
-    elif "fsdp_reshard_after_forward" in fc:
-        f.set("reshard_after_forward", _bool(fc["fsdp_reshard_after_forward"]), "fsdp_config.fsdp_reshard_after_forward")
-    if _bool(fc.get("fsdp_activation_checkpointing", False)):   # accelerate's: what the auto-wrap policy wraps
-        f.set("activation_checkpointing", _ac("wrapper"), "fsdp_config.fsdp_activation_checkpointing")
-        if v == 1:   # accelerate's FSDP1 checkpoints what its auto-wrap policy wraps
-            f.set("checkpoint_targets", "units", "fsdp_config.fsdp_activation_checkpointing (FSDP1: every unit)")
+    else:
+        _carve(f, "fsdp_config.fsdp_version")
+        if "fsdp_reshard_after_forward" in fc:
+            f.set("reshard_after_forward", _bool(fc["fsdp_reshard_after_forward"]),
+                  "fsdp_config.fsdp_reshard_after_forward")
+    if _bool(fc.get("fsdp_activation_checkpointing", False)):
+        _accelerate_ac(f, v, "fsdp_config.fsdp_activation_checkpointing")
     if _bool(fc.get("fsdp_offload_params", False)): f.set("cpu_offload", True, "fsdp_config.fsdp_offload_params")
     if _bool(fc.get("fsdp_forward_prefetch", False)): f.note("fsdp_forward_prefetch true: not in the Job (no field)")
     read = {"fsdp_version", "fsdp_auto_wrap_policy", "fsdp_transformer_layer_cls_to_wrap", "fsdp_min_num_params",
             "fsdp_sharding_strategy", "fsdp_reshard_after_forward", "fsdp_use_orig_params", "fsdp_backward_prefetch",
             "fsdp_activation_checkpointing", "fsdp_offload_params", "fsdp_forward_prefetch"}
     for k in sorted(set(fc) - read - _ACCELERATE_QUIET): f.note(f"fsdp_config.{k}: not read")
-    for k in sorted(set(d) - {"fsdp_config", "distributed_type", "num_processes", "mixed_precision"} - _ACCELERATE_QUIET):
+    top = {"fsdp_config", "distributed_type", "num_processes", "mixed_precision"}
+    for k in sorted(set(d) - top - _ACCELERATE_QUIET):
         f.note(f"{k}: not read")
+
+
+# %% ../nbs/03e_job.ipynb #72d64e0a
+def _carve(f:JobFile, key:str):
+    "accelerate's FSDP2 (`fsdp2_prepare_model`): the input embedding and the head sharded beside the policy's units."
+    why = f"{key} 2 (accelerate's fsdp2_prepare_model shards the input embedding and the head; tied: one group)"
+    for name in ("wrap_embedding", "wrap_lm_head", "tie_group"): f.set(name, True, why)
+
+def _accelerate_ac(f:JobFile, version:int, key:str):
+    "accelerate's activation checkpointing: FSDP1 wraps what its policy wraps; FSDP2 the layers, keeping no RNG state."
+    f.set("activation_checkpointing", _ac("wrapper"), key)
+    if version == 1: f.set("checkpoint_targets", "units", f"{key} (FSDP1: every unit)")
+    else: f.set("checkpoint_rng_state", False, f"{key} (FSDP2: checkpoint_wrapper(preserve_rng_state=False))")
 
 def _ac(impl:str):
     "An activation checkpointing implementation as `WrapConfig` takes it: 'wrapper'/'hf' where it knows them, else on."
@@ -370,30 +397,44 @@ def _read_trainer(f:JobFile, d:dict):
     "The Trainer's arguments (`TrainingArguments.to_json_string()`): the step, and `fsdp_config` as it reads it."
     f.set("batch", int(d.get("per_device_train_batch_size", 8)), "per_device_train_batch_size",
           "per_device_train_batch_size" not in d)
-    if "gradient_accumulation_steps" in d: f.set("grad_accum", int(d["gradient_accumulation_steps"]), "gradient_accumulation_steps")
+    if "gradient_accumulation_steps" in d:
+        f.set("grad_accum", int(d["gradient_accumulation_steps"]), "gradient_accumulation_steps")
     _precision(f, "bf16" if d.get("bf16") else "fp16" if d.get("fp16") else None, "bf16" if d.get("bf16") else "fp16")
-    if d.get("gradient_checkpointing"): f.set("activation_checkpointing", _ac("hf"), "gradient_checkpointing")
+    if "use_cache" in d:   # transformers >= 5 sets the model's config.use_cache to it (False by default) in Trainer()
+        f.set("use_cache", bool(d["use_cache"]), "use_cache")
+    for k in ("activation_checkpointing", "gradient_checkpointing"):   # the new name, and its deprecated alias
+        if d.get(k) is True: f.set("activation_checkpointing", _ac("hf"), k); break
     if d.get("optim"): f.set("optimizer", str(d["optim"]).lower(), "optim")
     if d.get("max_grad_norm") is not None: f.set("max_grad_norm", float(d["max_grad_norm"]), "max_grad_norm")
     if not d.get("fsdp"): f.note("fsdp is off: the Trainer runs DDP, not FSDP"); return
     fc = {k.removeprefix("fsdp_"): v for k, v in (d.get("fsdp_config") or {}).items()}
     v = int(fc.get("version", 2)); f.set("flavour", f"fsdp{v}", "fsdp_config.version", "version" not in fc)
-    # the Trainer wraps a peft model with peft's own policy (LoRA leaves, embeddings, layers: fsdp_auto_wrap_policy)
-    f.set("policy", "peft", "fsdp (the Trainer's peft policy)")
-    if cls := fc.get("transformer_layer_cls_to_wrap"): f.set("layer_cls", tuple(_words(cls)), "fsdp_config.transformer_layer_cls_to_wrap")
+    if v == 1:   # the Trainer wraps a peft model with peft's own policy (LoRA leaves, layers: fsdp_auto_wrap_policy)
+        f.set("policy", "peft", "fsdp (the Trainer's FSDP1 policy for a peft model)")
+    else:        # FSDP2: its auto_wrap_policy as given (accelerate cannot apply peft's), the embedding and head carved
+        pol = str(fc.get("auto_wrap_policy", "TRANSFORMER_BASED_WRAP")).upper()
+        if pol == "SIZE_BASED_WRAP" and int(fc.get("min_num_params", 0) or 0) > 0:
+            f.set("policy", "size", "fsdp_config.auto_wrap_policy"); f.set("min_num_params", int(fc["min_num_params"]),
+                                                                          "fsdp_config.min_num_params")
+        else: f.set("policy", "layer" if pol == "TRANSFORMER_BASED_WRAP" else "root", "fsdp_config.auto_wrap_policy",
+                    "auto_wrap_policy" not in fc)
+        _carve(f, "fsdp_config.version")
+    if cls := fc.get("transformer_layer_cls_to_wrap"):
+        f.set("layer_cls", tuple(_words(cls)), "fsdp_config.transformer_layer_cls_to_wrap")
     if v == 1:
-        f.set("use_orig_params", _bool(fc.get("use_orig_params", True)), "fsdp_config.use_orig_params", "use_orig_params" not in fc)
-        f.set("backward_prefetch", str(fc.get("backward_prefetch", "NO_PREFETCH")).upper(), "fsdp_config.backward_prefetch",
-              "backward_prefetch" not in fc)
+        f.set("use_orig_params", _bool(fc.get("use_orig_params", True)), "fsdp_config.use_orig_params",
+              "use_orig_params" not in fc)
+        f.set("backward_prefetch", str(fc.get("backward_prefetch", "NO_PREFETCH")).upper(),
+              "fsdp_config.backward_prefetch", "backward_prefetch" not in fc)
         if (s := _sharding(fc.get("reshard_after_forward", "FULL_SHARD"))) != "FULL_SHARD":
             f.set("sharding", s, "fsdp_config.reshard_after_forward")
     elif "reshard_after_forward" in fc:
         f.set("reshard_after_forward", _bool(fc["reshard_after_forward"]), "fsdp_config.reshard_after_forward")
-    if _bool(fc.get("activation_checkpointing", False)):
-        f.set("activation_checkpointing", _ac("wrapper"), "fsdp_config.activation_checkpointing")
-        if v == 1: f.set("checkpoint_targets", "units", "fsdp_config.activation_checkpointing (FSDP1: every unit)")
-    if _bool(fc.get("cpu_offload", False)) or "offload" in str(d.get("fsdp")): f.set("cpu_offload", True, "fsdp_config.cpu_offload")
-    if int(fc.get("min_num_params", 0) or 0) > 0: f.note("fsdp_config.min_num_params: the Trainer installs peft's policy over it")
+    if _bool(fc.get("activation_checkpointing", False)): _accelerate_ac(f, v, "fsdp_config.activation_checkpointing")
+    if _bool(fc.get("cpu_offload", False)) or "offload" in str(d.get("fsdp")):
+        f.set("cpu_offload", True, "fsdp_config.cpu_offload")
+    if v == 1 and int(fc.get("min_num_params", 0) or 0) > 0:
+        f.note("fsdp_config.min_num_params: the Trainer installs peft's policy over it")
 
 def _read_peft(f:JobFile, d:dict):
     "A peft `adapter_config.json` (`LoraConfig`): the rank, alpha, targets, dropout, DoRA and what is trained whole."
@@ -419,7 +460,7 @@ def _at(d:dict, path:str, default=None):
     return d
 
 def _read_verl(f:JobFile, d:dict):
-    "The RL framework verl's trainer config: `actor_rollout_ref.actor` and `.model`, `data`'s lengths, `trainer`'s GPUs."
+    "verl's trainer config: `actor_rollout_ref.actor` and `.model`, `data`'s lengths, `trainer`'s GPUs."
     a, m = "actor_rollout_ref.actor.", "actor_rollout_ref.model."
     strat = str(_at(d, a + "strategy", "fsdp"))
     if strat not in ("fsdp", "fsdp2"): f.note(f"{a}strategy {strat!r}: not FSDP"); return
@@ -427,15 +468,17 @@ def _read_verl(f:JobFile, d:dict):
     n, g = _at(d, "trainer.nnodes"), _at(d, "trainer.n_gpus_per_node")
     if isinstance(n, int) and isinstance(g, int): f.set("world", n * g, "trainer.nnodes x trainer.n_gpus_per_node")
     wp = a + "fsdp_config.wrap_policy."
-    if cls := _at(d, wp + "transformer_layer_cls_to_wrap"): f.set("layer_cls", tuple(_words(cls)), wp + "transformer_layer_cls_to_wrap")
+    if cls := _at(d, wp + "transformer_layer_cls_to_wrap"):
+        f.set("layer_cls", tuple(_words(cls)), wp + "transformer_layer_cls_to_wrap")
     if strat == "fsdp":   # LoRA leaves | layers, the leaves left out under a size policy (verl's get_fsdp_wrap_policy)
         f.set("policy", "lora", a + "strategy (verl's LoRA wrap policy)")
         if mn := int(_at(d, wp + "min_num_params", 0) or 0): f.set("min_num_params", mn, wp + "min_num_params")
-        f.set("use_orig_params", _bool(_at(d, a + "fsdp_config.use_orig_params", False)), a + "fsdp_config.use_orig_params",
-              _at(d, a + "fsdp_config.use_orig_params") is None)
+        f.set("use_orig_params", _bool(_at(d, a + "fsdp_config.use_orig_params", False)),
+              a + "fsdp_config.use_orig_params", _at(d, a + "fsdp_config.use_orig_params") is None)
     else: f.set("policy", "layer", a + "strategy (verl's fully_shard on the layer classes)")
     # verl's actor: fp32 master weights, bf16 compute, its forward under torch.autocast(bfloat16)
-    mp = str(_at(d, a + "fsdp_config.mixed_precision.param_dtype", "bf16")).replace("bfloat16", "bf16").replace("float16", "fp16")
+    mp = str(_at(d, a + "fsdp_config.mixed_precision.param_dtype", "bf16"))
+    mp = mp.replace("bfloat16", "bf16").replace("float16", "fp16")
     f.set("param_dtype", "fp32", a + "fsdp_config (verl loads the actor in fp32)", True)
     _precision(f, mp if mp in ("bf16", "fp16") else None, a + "fsdp_config.mixed_precision.param_dtype")
     if r := int(_at(d, m + "lora_rank", 0) or 0): f.set("lora_r", r, m + "lora_rank")
@@ -446,13 +489,16 @@ def _read_verl(f:JobFile, d:dict):
     elif tm: f.set("lora_targets", tuple(_words(tm)), m + "target_modules")
     if _bool(_at(d, m + "enable_gradient_checkpointing", False)):
         f.set("activation_checkpointing", _ac("hf"), m + "enable_gradient_checkpointing")
-    if (b := _at(d, a + "ppo_micro_batch_size_per_gpu")) is not None: f.set("batch", int(b), a + "ppo_micro_batch_size_per_gpu")
+    if (b := _at(d, a + "ppo_micro_batch_size_per_gpu")) is not None:
+        f.set("batch", int(b), a + "ppo_micro_batch_size_per_gpu")
     p, r = _at(d, "data.max_prompt_length"), _at(d, "data.max_response_length")
-    if p is not None and r is not None: f.set("seq", int(p) + int(r), "data.max_prompt_length + data.max_response_length")
+    if p is not None and r is not None:
+        f.set("seq", int(p) + int(r), "data.max_prompt_length + data.max_response_length")
     for k, name in (("param_offload", "cpu_offload"), ("optimizer_offload", "optimizer_offload")):
         if _bool(_at(d, a + f"fsdp_config.{k}", False)): f.set(name, True, a + f"fsdp_config.{k}")
     if (g := _at(d, a + "grad_clip")) is not None: f.set("max_grad_norm", float(g), a + "grad_clip")
-    if _bool(_at(d, a + "use_dynamic_bsz", False)): f.note(f"{a}use_dynamic_bsz: batches vary; the job takes the micro batch")
+    if _bool(_at(d, a + "use_dynamic_bsz", False)):
+        f.note(f"{a}use_dynamic_bsz: batches vary; the job takes the micro batch")
 
 # %% ../nbs/03e_job.ipynb #6e92beab
 READERS = dict(accelerate=_read_accelerate, trainer=_read_trainer, peft=_read_peft, verl=_read_verl)

@@ -5,12 +5,13 @@
 # %% ../nbs/95g_trainer_runs.ipynb #aac4a457
 from __future__ import annotations
 
-import hashlib, os, tempfile
+import contextlib, hashlib, os, tempfile
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from transformers import TrainerCallback
 
 from .shards import clean_name
 
@@ -19,9 +20,10 @@ TRAINER_KW = dict(per_device_train_batch_size=2, learning_rate=1e-2, report_to="
                   logging_strategy="no", disable_tqdm=True, save_strategy="steps")   # quiet, seeded, saving
 
 # %% auto #0
-__all__ = ['LAYER', 'TRAINER_KW', 'TRAINER_WRAP', 'UNIT_CASES', 'chapter_model', 'token_data', 'fsdp_config', 'trainer_args',
+__all__ = ['LAYER', 'TRAINER_KW', 'UNIT_CASES', 'ACCELERATE_FSDP1', 'chapter_model', 'token_data', 'fsdp_config', 'trainer_args',
            'fsdp_on_cpu', 'fsdp_trainer', 'checkpoint_files', 'resume_runs', 'built_units', 'planned_units',
-           'unit_cases', 'trainer_suite']
+           'trainer_files', 'unit_cases', 'trainer_suite', 'StepPeak', 'step_peaks', 'accelerate_config',
+           'accelerator_on_cpu', 'accelerate_step_peaks', 'peak_suite']
 
 # %% ../nbs/95g_trainer_runs.ipynb #c0a76eb4
 def chapter_model(tied:bool=False,                   # tie the input embedding and the output head
@@ -54,6 +56,7 @@ def fsdp_config(flavour:str="fsdp2")->dict:   # "fsdp1" or "fsdp2"
 
 def trainer_args(output_dir:str,         # the Trainer's output folder
                  flavour:str="fsdp2",    # "fsdp1" or "fsdp2"
+                 fsdp:dict|None=None,    # further `fsdp_config` keys (activation_checkpointing, backward_prefetch, ...)
                  **kw,                   # further TrainingArguments (max_steps, save_steps, bf16, ...)
                 ):                       # transformers `TrainingArguments`
     "TrainingArguments for accelerate's FSDP path on CPU ranks (inside a rank; see `fsdp_on_cpu`)."
@@ -63,7 +66,8 @@ def trainer_args(output_dir:str,         # the Trainer's output folder
     # this variable when the arguments first set up its state (lazily, in `args.device`): "cpu", with no index
     os.environ["ACCELERATE_TORCH_DEVICE"] = "cpu"
     # use_cpu: without it a CPU-only host gets DistributedType.NO and each rank trains alone on all the data
-    return TrainingArguments(output_dir=output_dir, use_cpu=True, fsdp=True, fsdp_config=fsdp_config(flavour),
+    return TrainingArguments(output_dir=output_dir, use_cpu=True, fsdp=True,
+                             fsdp_config={**fsdp_config(flavour), **(fsdp or {})},
                              **{**TRAINER_KW, **kw})
 
 # %% ../nbs/95g_trainer_runs.ipynb #d6f2c004
@@ -142,8 +146,6 @@ def resume_runs(root:str,                           # a folder every rank can re
     return out
 
 # %% ../nbs/95g_trainer_runs.ipynb #83ded0ce
-TRAINER_WRAP = {"fsdp1": dict(policy="peft", use_orig_params=True, backward_prefetch=None),
-                "fsdp2": dict(targets=(LAYER, "**.embed_tokens"), wrap_lm_head=True, tie_group=True)}
 UNIT_CASES = {"tied": dict(tied=True), "modules_to_save": dict(modules_to_save=("lm_head",)),
               "lora_head": dict(lora_head=True)}   # the layouts the Trainer treats apart
 
@@ -161,18 +163,32 @@ def planned_units(plan)->list[tuple[str, ...]]:   # a kit `Plan`
     "The units of a plan, as `built_units` spells them."
     return sorted(u.modules for u in plan.units)   # a group: every module of it
 
+def trainer_files(folder:str|Path,   # where to write them
+                  args,              # the run's `TrainingArguments` (None: none, an accelerate loop's job)
+                  model:nn.Module,   # its peft model
+                 )->list[str]:       # config.json, args.json, adapter_config.json
+    "The files a Trainer user has for a job: the model's config, `args.to_json_string()`, peft's adapter config."
+    d = Path(folder); d.mkdir(parents=True, exist_ok=True)
+    model.get_base_model().config.to_json_file(str(d/"config.json"))
+    if args is not None: (d/"args.json").write_text(args.to_json_string())   # None: an accelerate job's, no arguments
+    model.peft_config["default"].save_pretrained(str(d))
+    return [str(d/"config.json"), str(d/"args.json"), str(d/"adapter_config.json")]
+
 # %% ../nbs/95g_trainer_runs.ipynb #4a754b5d
 def unit_cases(root:str,                      # a folder every rank can reach
                cases:list[tuple[str, str]],   # (flavour, a `UNIT_CASES` name)
               )->list[dict]:                  # per case: built, planned, the plan's error ids
-    "Inside a rank: the units the Trainer built and the kit planned (`TRAINER_WRAP`), after one step."
-    from lora_fsdp_kit.wrap import WrapConfig
+    "Inside a rank: the units the Trainer built, and those the kit planned from the run's files (`trainer_files`)."
+    from lora_fsdp_kit.job import Job
     out = []
     for i, (fl, name) in enumerate(cases):
-        model = chapter_model(**UNIT_CASES[name])
-        plan = WrapConfig(flavour=fl, **TRAINER_WRAP[fl]).plan(model, world_size=2, rank=0)
-        errors = sorted({f.check for f in plan.check() if f.severity == "error"})
-        tr = fsdp_trainer(model, trainer_args(f"{root}/units{i}", fl, max_steps=1, save_strategy="no"))
+        model, args = chapter_model(**UNIT_CASES[name]), trainer_args(f"{root}/units{i}", fl, max_steps=1,
+                                                                     save_strategy="no")
+        job = Job.from_files(*trainer_files(f"{root}/units{i}/job{dist.get_rank()}", args, model),
+                             world=dist.get_world_size())
+        plan = job.plan()
+        errors = sorted({f.check for f in job.check(plan) if f.severity == "error"})
+        tr = fsdp_trainer(model, args)
         loss = tr.train().training_loss
         out.append(dict(flavour=fl, case=name, built=built_units(tr.model_wrapped), planned=planned_units(plan),
                         plan_errors=errors, loss=loss))
@@ -181,3 +197,123 @@ def unit_cases(root:str,                      # a folder every rank can reach
 def trainer_suite(root:str, cases:list[tuple[str, str]])->dict:
     "Inside a rank: `resume_runs` and `unit_cases` in one launch (tests/test_trainer.py)."
     return dict(resume=resume_runs(root), units=unit_cases(root, cases))
+
+# %% ../nbs/95g_trainer_runs.ipynb #1b2a6f83
+class StepPeak(TrainerCallback):
+    "Profiles each optimizer step in `at` of a Trainer apart (the steps before prime the optimizer's state)."
+    window = "lfk_step_1"   # the profiled window's name, as `steppeak.measure_step` names it
+    def __init__(self, at:tuple[int, ...]=(2, 3, 4)): self.at, self.profs, self._open = tuple(at), [], None
+    def on_step_begin(self, args, state, control, **kw):
+        from torch.profiler import ProfilerActivity, profile, record_function
+        if state.global_step + 1 not in self.at: return
+        prof, rf = profile(activities=[ProfilerActivity.CPU], profile_memory=True), record_function(self.window)
+        prof.__enter__(); rf.__enter__(); self._open = prof, rf
+    def on_step_end(self, args, state, control, **kw):
+        if self._open is None: return
+        prof, rf = self._open
+        rf.__exit__(None, None, None); prof.__exit__(None, None, None); self.profs.append(prof); self._open = None
+
+def step_peaks(root:str,           # a folder every rank can reach
+               cases:list[dict],   # `trainer_args` keywords each: flavour, fsdp (fsdp_config keys), bf16, optim, ...
+               seq:int=64,         # tokens per sequence
+              )->list[dict]:       # per case: peak and start bytes (or error), the run's files (rank 0 writes them)
+    "Inside a rank: each case's Trainer trains 4 steps; the lowest peak of steps 2-4 (as `steppeak` reads one)."
+    import gc, time, traceback
+    from lora_fsdp_kit.steppeak import allocator_peak, allocator_total, counting_every_thread
+    out = []
+    with counting_every_thread():   # one `with` for every case (see `counting_every_thread`)
+        for i, case in enumerate(cases):
+            kw, t0 = dict(case), time.perf_counter()
+            res, fl = dict(case=case, files=None), kw.pop("flavour", "fsdp2")
+            try:
+                n = 4 * kw.get("gradient_accumulation_steps", 1) * TRAINER_KW["per_device_train_batch_size"]
+                data = token_data(n * dist.get_world_size(), seq)   # made before the count starts
+                torch.manual_seed(0); gc.collect()
+                base, cb = allocator_total(), StepPeak()
+                model = chapter_model()
+                args = trainer_args(f"{root}/peak{i}", fl, max_steps=max(cb.at), save_strategy="no", **kw)
+                if dist.get_rank() == 0: res["files"] = trainer_files(f"{root}/peak{i}/job", args, model)
+                tr = fsdp_trainer(model, args, data, callbacks=[cb])
+                tr.train()
+                del tr, model; gc.collect()
+                # the lowest of steps 2-4: a gloo worker may free an all-gather's buffer late, now and then
+                res["peak"], res["start"] = min(allocator_peak(p, cb.window, base) for p in cb.profs)
+            except Exception: res["error"] = traceback.format_exc()
+            res["seconds"] = time.perf_counter() - t0
+            out.append(res)
+    return out
+
+# %% ../nbs/95g_trainer_runs.ipynb #19e67f1b
+ACCELERATE_FSDP1 = dict(fsdp_version=1, fsdp_auto_wrap_policy="TRANSFORMER_BASED_WRAP",
+                        fsdp_transformer_layer_cls_to_wrap=LAYER, fsdp_use_orig_params=True,
+                        fsdp_sync_module_states=False, fsdp_state_dict_type="SHARDED_STATE_DICT")   # on CPU, as above
+
+def accelerate_config(**fsdp)->dict:   # further `fsdp_config` keys
+    "An accelerate config file's content for 2 ranks: FSDP1 decoder-layer units keeping the original parameters."
+    return dict(distributed_type="FSDP", num_processes=2, mixed_precision="no",
+                fsdp_config={**ACCELERATE_FSDP1, **fsdp})
+
+def accelerator_on_cpu(config:dict,   # an `accelerate_config`
+                       **kw):          # `Accelerator` keywords (gradient_accumulation_steps)
+    "The `Accelerator` of an accelerate config on its FSDP path on a CPU host: the plugin `accelerate launch` makes."
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+    os.environ["ACCELERATE_TORCH_DEVICE"] = "cpu"   # see `trainer_args`
+    AcceleratorState._reset_state(True)   # a fresh state, as a new `accelerate launch` process has
+    env = {"FSDP_" + k.removeprefix("fsdp_").upper().replace("TRANSFORMER_LAYER_CLS", "TRANSFORMER_CLS"): str(v).lower()
+           if isinstance(v, bool) else str(v) for k, v in config["fsdp_config"].items()}
+    saved = dict(os.environ); os.environ.update(env)   # what `accelerate launch` sets for its config file
+    try: plugin = FullyShardedDataParallelPlugin()
+    finally: os.environ.clear(); os.environ.update(saved)
+    acc = Accelerator(cpu=True, mixed_precision=config.get("mixed_precision", "no"), fsdp_plugin=plugin, **kw)
+    acc.state.fsdp_plugin = plugin
+    acc.state.distributed_type = PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    return acc
+
+
+# %% ../nbs/95g_trainer_runs.ipynb #1b3e6283
+def accelerate_step_peaks(root:str,          # a folder every rank can reach
+                          cases:list[dict],  # each: `accelerate_config` keywords, and accum (micro-batches per step)
+                          seq:int=64,        # tokens per sequence
+                         )->list[dict]:      # per case: peak and start bytes (or error), its files (rank 0's)
+    "Inside a rank: accelerate's own loop, 4 optimizer steps of `accum` micro-batches; the lowest peak of steps 2-4."
+    import gc, time, traceback, yaml
+    from torch.profiler import ProfilerActivity, profile, record_function
+    from lora_fsdp_kit.steppeak import allocator_peak, allocator_total, counting_every_thread
+    out, b = [], TRAINER_KW["per_device_train_batch_size"]
+    with counting_every_thread():
+        for i, case in enumerate(cases):
+            kw, t0 = dict(case), time.perf_counter()
+            k, res = kw.pop("accum", 1), dict(case=case, files=None)
+            try:
+                config, data = accelerate_config(**kw), token_data(4 * k * b, seq, seed=dist.get_rank())
+                torch.manual_seed(0); gc.collect()
+                base = allocator_total()
+                acc, model = accelerator_on_cpu(config, gradient_accumulation_steps=k), chapter_model()
+                if dist.get_rank() == 0:
+                    d = Path(f"{root}/acc{i}"); d.mkdir(parents=True, exist_ok=True)
+                    (d/"accelerate.yaml").write_text(yaml.safe_dump(config))
+                    res["files"] = [str(d/"accelerate.yaml")] + trainer_files(d, None, model)[::2]
+                model = acc.prepare(model)
+                opt = acc.prepare(torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2))
+                profs = []
+                for step in range(4):
+                    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True) if step else None
+                    with prof or contextlib.nullcontext(), record_function(StepPeak.window):
+                        for j in range(k):
+                            ex = data[step * k * b + j * b:][:b]
+                            batch = {n: torch.stack([e[n] for e in ex]) for n in ("input_ids", "labels")}
+                            with acc.accumulate(model):
+                                acc.backward(model(**batch).loss); opt.step(); opt.zero_grad()
+                    if prof: profs.append(prof)
+                del model, opt, acc; gc.collect()
+                res["peak"], res["start"] = min(allocator_peak(p, StepPeak.window, base) for p in profs)
+            except Exception: res["error"] = traceback.format_exc()
+            res["seconds"] = time.perf_counter() - t0
+            out.append(res)
+    return out
+
+def peak_suite(root:str, cases:list[dict], accelerate_cases:list[dict], seq:int=64)->dict:
+    "Inside a rank: `step_peaks` and `accelerate_step_peaks` in one launch (tests/test_trainer_fits.py)."
+    return dict(trainer=step_peaks(root, cases, seq), accelerate=accelerate_step_peaks(root, accelerate_cases, seq))

@@ -81,6 +81,10 @@ class WrapConfig:
     backward_prefetch: str|None = "BACKWARD_PRE"
     ("FSDP1's `BackwardPrefetch`: 'BACKWARD_PRE' (its default), 'BACKWARD_POST', or None (no prefetch: what "
      "transformers' FSDP1 plugin sets); FSDP2 prefetches the next unit's all-gather itself.")
+    wrap_embedding: bool = False
+    "Make the input embedding a unit of its own (with `wrap_lm_head` and `tie_group`: accelerate's FSDP2 layout)."
+    checkpoint_rng_state: bool = True
+    "`checkpoint_wrapper`'s `preserve_rng_state`: torch's True (5,056 B a module on CPU); accelerate's FSDP2 False."
 
     def __post_init__(self): _validate(self)
 
@@ -166,7 +170,7 @@ def _validate_groups(cfg:WrapConfig):
         raise ValueError("groups and tie_group are FSDP2's (one fully_shard([...]) for several modules); FSDP1 makes "
                          "one module a unit: leave the modules to a common parent unit, or use flavour='fsdp2'")
 
-# %% ../nbs/03c_wrap.ipynb #843ae740
+# %% ../nbs/03c_wrap.ipynb #8a63c5c0
 def _output_head(model:nn.Module)->nn.Module:
     "The model's output head: its output embeddings, else the one module named `lm_head`."
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -178,6 +182,15 @@ def _output_head(model:nn.Module)->nn.Module:
         head = found[0]
     return head
 
+def _input_embedding(model:nn.Module)->nn.Module:
+    "The model's input embedding (`get_input_embeddings()`)."
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if emb is None: raise ValueError(f"wrap_embedding: {type(model).__name__} has no input embeddings "
+                                     "(get_input_embeddings()); wrap it with targets=[...] instead")
+    return emb
+
+
+# %% ../nbs/03c_wrap.ipynb #843ae740
 def _base_policy(cfg:WrapConfig, model:nn.Module)->WrapPolicy:
     lc = cfg.layer_cls
     if cfg.policy == "lora":
@@ -198,10 +211,11 @@ def _base_policy(cfg:WrapConfig, model:nn.Module)->WrapPolicy:
 def auto_wrap_policy(self:WrapConfig, model:nn.Module)->WrapPolicy:
     "The FSDP1 auto-wrap policy this configuration names (for FSDP2: the same choice, see `shard_modules`)."
     pol = _base_policy(self, model)
-    if self.wrap_lm_head:
-        head = _output_head(model)
-        part = functools.partial(fsdp_wrap.lambda_auto_wrap_policy, lambda_fn=lambda m: m is head)
-        pol = dataclasses.replace(pol, parts=pol.parts + (("head", part),))
+    for name, on, find in (("embedding", self.wrap_embedding, _input_embedding),
+                           ("head", self.wrap_lm_head, _output_head)):
+        if on:
+            part = functools.partial(fsdp_wrap.lambda_auto_wrap_policy, lambda_fn=lambda x, m=find(model): x is m)
+            pol = dataclasses.replace(pol, parts=pol.parts + ((name, part),))
     return pol
 
 def _unit_claims(self:WrapConfig, model:nn.Module)->dict[nn.Module, str]:
@@ -214,6 +228,7 @@ def _single_claims(self:WrapConfig, model:nn.Module)->dict[nn.Module, str]:
         classes = module_classes_in(model)   # a target naming a module class of the model is that class
         targets = [classes.get(t, t) for t in self.targets]
         claims = {m: "target" for _, m in resolve_targets(model, targets)}
+        if self.wrap_embedding: claims.setdefault(_input_embedding(model), "embedding")
         if self.wrap_lm_head: claims.setdefault(_output_head(model), "head")
         order = {m: i for i, m in enumerate(_post_order(model))}
         claims = dict(sorted(claims.items(), key=lambda kv: order[kv[0]]))
@@ -346,8 +361,10 @@ def from_dict(cls, d:dict)->WrapConfig:
     if unknown: raise ValueError(f"unknown WrapConfig keys {unknown}; the fields are {sorted(names)}")
     return cls(**d)
 
-_SHORT = dict(use_orig_params="orig", lora_leaves="leaves", wrap_lm_head="head", activation_checkpointing="ac",
-              align_lora_dtype="align", checkpoint_targets="ac-of", reshard_after_forward="reshard", backward_prefetch="prefetch")
+_SHORT = dict(use_orig_params="orig", lora_leaves="leaves", wrap_lm_head="head",
+              wrap_embedding="embedding", checkpoint_rng_state="rng", activation_checkpointing="ac",
+              align_lora_dtype="align", checkpoint_targets="ac-of", reshard_after_forward="reshard",
+              backward_prefetch="prefetch")
 
 @patch_to(WrapConfig)
 @property
@@ -378,7 +395,8 @@ def prepare(self:WrapConfig, model:nn.Module)->nn.Module:
             CheckpointImpl, CheckpointWrapper, apply_activation_checkpointing, checkpoint_wrapper)
         if not any(isinstance(m, CheckpointWrapper) for m in model.modules()):
             classes = resolve_layer_classes(model, "auto" if self.layer_cls is None else self.layer_cls)
-            wrapper = functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+            wrapper = functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT,
+                                        preserve_rng_state=self.checkpoint_rng_state)
             if self.checkpoint_targets == "units":   # accelerate's FSDP1: what the auto-wrap policy wraps
                 apply_activation_checkpointing(model, checkpoint_wrapper_fn=wrapper,
                                                auto_wrap_policy=self.auto_wrap_policy(model))

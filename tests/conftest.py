@@ -8,6 +8,7 @@ the previous measurement). tests/test_device_check.py is not here: it runs in `m
 Makefile). A file not listed runs after these, in collection order."""
 COST = {"test_fits_accuracy": 154,   # 2026-12-03: 168 less the forked-trace test (14 s; it lives in chapter 11a now)
         "test_fits_heldout": 100,    # 2026-12-06: 4 ranks, 10 cases (67 s wall at load 7)
+        "test_trainer_fits": 110,    # 2026-12-06: fits beside 13 real Trainer / accelerate steps (108 s alone)
         "test_trainer": 90,          # 2026-12-06: the HF Trainer, 2 ranks (87 s wall at load 7)
         "test_groups": 70,           # 2026-12-06: 2 ranks, 3 cases (70 s wall)
         "test_fits_step": 60,        # 2026-12-06: 2 ranks, 5 cases twice (69 s wall at load 7)

@@ -18,10 +18,11 @@ from lora_fsdp_kit.trainer_runs import chapter_model
 from lora_fsdp_kit.wrap import WrapConfig
 
 LAYER = "LlamaDecoderLayer"
-# (model: chapter_model's arguments, the WrapConfig): the tied embedding and head in one group, spelled both ways
+# (model: chapter_model's arguments, the WrapConfig): the tied embedding and head in one group, spelled both ways;
+# `tie_group` as `Job.from_files` reads an accelerate FSDP2 config: layers, the embedding and the head, no names given
 CASES = {
     "tie_group+lora_head": (dict(tied=True, lora_head=True),
-                            dict(targets=(LAYER, "**.embed_tokens"), wrap_lm_head=True, tie_group=True)),
+                            dict(policy="layer", wrap_embedding=True, wrap_lm_head=True, tie_group=True)),
     "groups+lora_head": (dict(tied=True, lora_head=True),
                          dict(targets=LAYER, groups=(("**.embed_tokens", "**.lm_head"),))),
     "groups+modules_to_save": (dict(tied=True, modules_to_save=("lm_head",)),

@@ -31,10 +31,13 @@ trainer: {nnodes: 1, n_gpus_per_node: 4}
 def test_accelerate_yaml_is_its_flags(tmp_path:Path):
     (tmp_path/"a.yaml").write_text(ACCELERATE)
     job = Job.from_files(tmp_path/"a.yaml", model="llama")
+    # accelerate's FSDP2 (fsdp2_prepare_model) also shards the input embedding and the head, a tied pair as one group
     flags = Job.of(model="llama", flavour="fsdp2", policy="layer", layer_cls="LlamaDecoderLayer", world=2,
-                   reshard_after_forward=False, mixed_precision="bf16", autocast=True)
+                   reshard_after_forward=False, mixed_precision="bf16", autocast=True, wrap_embedding=True,
+                   wrap_lm_head=True, tie_group=True)
     assert job == flags, (job.line(), flags.line())
     assert [u.name for u in job.plan().units] == [u.name for u in flags.plan().units]
+    assert [u.claimed_by for u in job.plan().units] == ["embedding", "layer", "layer", "head", "root"]
     assert job.sources["reshard_after_forward"].endswith("fsdp_config.fsdp_reshard_after_forward")
 
 def test_trainer_json_and_peft_are_their_flags(tmp_path:Path):
@@ -93,9 +96,10 @@ def test_fits_from_the_files_is_the_fits_of_the_flags(tmp_path:Path, capsys):
                                                                target_modules=["q_proj", "v_proj"])))
     rc, files = _fits(capsys, "--model", "llama", *(w for f in ("a.yaml", "args.json", "adapter_config.json")
                                                     for w in ("--job", str(tmp_path/f))))
-    # the Trainer's file comes after accelerate's: its peft policy wins (and says so)
-    rc2, flags = _fits(capsys, "--model", "llama", "--world", "2", "--flavour", "fsdp2", "--policy", "peft",
-                       "--layer-cls", "LlamaDecoderLayer", "--mixed-precision", "bf16", "--autocast",
+    # the Trainer's file comes after accelerate's: under FSDP2 both mean accelerate's fsdp2_prepare_model (layers, the
+    # input embedding and the head carved beside them)
+    rc2, flags = _fits(capsys, "--model", "llama", "--world", "2", "--flavour", "fsdp2", "--policy", "layer",
+                       "--wrap-embedding", "--wrap-lm-head", "--tie-group", "--layer-cls", "LlamaDecoderLayer", "--mixed-precision", "bf16", "--autocast",
                        "--activation-checkpointing", "hf", "--batch", "2", "--grad-accum", "2", "--lora-r", "4",
                        "--lora-targets", "q_proj,v_proj")
     assert rc == rc2 == 0, (files, flags)
@@ -104,8 +108,8 @@ def test_fits_from_the_files_is_the_fits_of_the_flags(tmp_path:Path, capsys):
     assert answer(files) == answer(flags), (files, flags)
     assert "under torch.autocast(bf16); 2 micro-batches per optimizer step" in flat(files)
     assert "forward: transformers' gradient checkpointing" in flat(files)
-    job = next(l for l in files.splitlines() if l.startswith("job: "))
-    assert job.startswith("job: llama · fsdp2:peft layers=LlamaDecoderLayer mixed_precision=bf16 ac=hf"), files
+    assert "job: llama · fsdp2:layer layers=LlamaDecoderLayer mixed_precision=bf16 head ac=hf tie_group embedding " \
+           "· LoRA" in flat(files), files
     assert "accum 2" in files
     assert "from a.yaml: world" in flat(files), files
     assert "adapter_config.json: lora_r, lora_alpha, lora_targets" in flat(files), files

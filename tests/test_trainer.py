@@ -2,7 +2,8 @@
 `trainer_runs.fsdp_on_cpu`): with `LoraCheckpointCallback`, 6 steps straight and 3 + resume + 3 end with bitwise-equal
 adapters under FSDP1 and FSDP2, where the Trainer's own FSDP1 resume of a peft model does not; the callback leaves the
 checkpoint's other files as the Trainer wrote them; and the FSDP units the Trainer built equal, name for name, the
-units of the kit's plan for the equivalent `WrapConfig` (`trainer_runs.TRAINER_WRAP`). One launch for all of it."""
+units the kit plans from the run's own files (`Job.from_files` of its config.json, `TrainingArguments.to_json_string()`
+and adapter_config.json: `trainer_runs.trainer_files`), no wrapping spelt by hand. One launch for all of it."""
 import shutil, tempfile
 
 import pytest
@@ -11,8 +12,9 @@ from lora_fsdp_kit import trainer_runs as TR
 from lora_fsdp_kit.launch import launch
 
 CASES = [(fl, name) for fl in ("fsdp1", "fsdp2") for name in TR.UNIT_CASES]
-# accelerate's FSDP2 puts a tied embedding and head in ONE `fully_shard([embed_tokens, lm_head])` group: the kit's
-# TRAINER_WRAP spells it `tie_group=True` (as two units the plan would call it ✖ tied-param-split, and wrongly)
+# accelerate's FSDP2 shards the input embedding and the head beside the layers, a tied pair in ONE
+# `fully_shard([embed_tokens, lm_head])` group: the job read from the Trainer's arguments says so (`wrap_embedding`,
+# `wrap_lm_head`, `tie_group`; as two units the plan would call it ✖ tied-param-split, and wrongly)
 
 @pytest.fixture(scope="module")
 def suite():
