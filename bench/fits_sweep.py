@@ -39,7 +39,8 @@ def _head()->str:
 
 def build_cases(arch:str, settings:list[str], world:int)->tuple[list[dict], list[dict]]:
     "The cases of one architecture at one world, and the rows of those that cannot run (with why)."
-    from lora_fsdp_kit.fits_check import SETTINGS, check_case
+    from lora_fsdp_kit.fits_check import SETTINGS
+    from lora_fsdp_kit.steppeak import check_case
     from lora_fsdp_kit.steppeak import case_model
     from lora_fsdp_kit.wrap import WrapConfig
     cases, rows = [], []
@@ -61,7 +62,8 @@ def build_cases(arch:str, settings:list[str], world:int)->tuple[list[dict], list
 
 def run_cases(arch:str, cases:list[dict])->list[dict]:
     "Measure and predict the cases (one launch), a row per case."
-    from lora_fsdp_kit.fits_check import _compared, measure_beside, predict_fresh
+    from lora_fsdp_kit.fits_check import predict_fresh
+    from lora_fsdp_kit.steppeak import _compared, measure_beside
     preds, t0 = {}, time.perf_counter()
     def predict(i):   # each in a fresh process, as `lfk fits` predicts (see `predict_fresh`)
         try: preds[i] = predict_fresh(cases[i])
@@ -113,7 +115,8 @@ def write(rows:dict, out:Path):
     out.with_suffix(".md").write_text("\n".join(lines))
 
 def main(argv=None):
-    from lora_fsdp_kit.fits_check import SETTINGS, causal_lm_types
+    from lora_fsdp_kit.fits_check import SETTINGS
+    from lora_fsdp_kit.steppeak import causal_lm_types
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", nargs="*", help="model types (default: every causal-LM type)")
     ap.add_argument("--setting", nargs="*", choices=list(SETTINGS), help="settings (default: all)")

@@ -5,276 +5,22 @@
 # %% ../nbs/11e_fits_check.ipynb #f152a399
 from __future__ import annotations
 
-import dataclasses, multiprocessing, os, re, threading, time, warnings
+import time
 from pathlib import Path
 
-from .methods import patch_to
+from .fits import predicted_values
+from .steppeak import EXACT, SMALL, FitsCheck, check_case, check_cases, check_world, fresh
 
 # %% auto #0
-__all__ = ['SMALL', 'NONE_TOO', 'FAMILY_NEEDS', 'EXACT', 'SETTINGS', 'small_sizes', 'causal_lm_types', 'small_config',
-           'all_linear', 'check_case', 'measure_beside', 'predict_case', 'predicted_values', 'predict_fresh',
-           'FitsCheck', 'check_predictions', 'check_prediction', 'check_report', 'sweep_rows', 'sweep_summary',
+__all__ = ['SETTINGS', 'predict_fresh', 'check_predictions', 'check_prediction', 'check_report', 'sweep_rows', 'sweep_summary',
            'sweep_figure', 'sweep_markdown']
 
-# %% ../nbs/11e_fits_check.ipynb #1d125554
-SMALL = {   # what: (value, names: the standard one first, then the spellings families use without an attribute_map)
-    "layers": (2, ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "decoder_layers", "num_decoder_layers")),
-    "hidden": (64, ("hidden_size", "n_embd", "d_model", "embed_dim", "dim", "model_dim")),
-    "heads": (4, ("num_attention_heads", "n_head", "n_heads", "num_heads", "decoder_attention_heads",
-                  "num_decoder_attention_heads")),
-    "kv heads": (2, ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num", "n_head_kv")),
-    "head dim": (16, ("head_dim", "attention_head_dim", "v_head_dim", "qk_head_dim", "d_head")),
-    "rope dims": (8, ("qk_rope_head_dim", "qk_nope_head_dim", "rotary_dim")),
-    "low ranks": (16, ("kv_lora_rank", "q_lora_rank")),
-    "vocab": (128, ("vocab_size",)),
-    "ffn": (128, ("intermediate_size", "n_inner", "ffn_dim", "decoder_ffn_dim", "d_ff", "ffn_hidden_size", "mlp_dim",
-                  "dense_intermediate_size")),
-    "expert ffn": (32, ("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size")),
-    "experts": (4, ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")),
-    "experts per token": (2, ("num_experts_per_tok", "moe_topk", "moe_k", "num_experts_per_token")),
-    "expert groups": (1, ("n_group", "topk_group")),
-    "positions": (256, ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len")),
-}
-NONE_TOO = ("kv heads", "head dim")   # set where a class leaves them None (its layers divide by them)
-
-FAMILY_NEEDS = {   # model_type: what a family's validator asks beyond the sizes, in its words
-    "mamba2": dict(num_heads=8, head_dim=16, n_groups=1),        # "hidden_size * expand must equal num_heads *
-                                                                # head_dim"
-    "zaya": dict(num_experts_per_tok=1),                        # "supports num_experts_per_tok=1 only"
-    "gemma4_assistant": dict(hidden_size_per_layer_input=0),    # "hidden_size_per_layer_input must be 0"
-    "bamba": dict(mamba_n_heads=8, mamba_d_head=16),            # "Mamba head state ... intermediate_size"
-    "granitemoehybrid": dict(mamba_n_heads=8, mamba_d_head=16),
-    "reformer": dict(is_decoder=True, axial_pos_shape=[4, 8], axial_pos_embds_dim=[32, 32]),   # "sum to hidden_size",
-                                                                # "multiply to sequence length" (32)
-}
-
-# %% ../nbs/11e_fits_check.ipynb #975f23a8
-def _kinds(v:list, n:int)->list:
-    "A per-layer list cut to `n` layers, keeping its distinct kinds (a hybrid's attention and its linear layers)."
-    seen = [x for i, x in enumerate(v) if x not in v[:i]]
-    return (seen + [v[0]] * n)[:n]
-
-def _layers_of(d:dict, amap:dict)->int|None:
-    "The config dict's layer count, under whichever of the standard spellings it uses."
-    return next((d[amap.get(n, n)] for n in SMALL["layers"][1] if type(d.get(amap.get(n, n))) is int), None)
-
-# %% ../nbs/11e_fits_check.ipynb #12efdc6f
-def small_sizes(d:dict,         # a config's `to_dict()`
-                amap:dict,      # its class's `attribute_map` (standard name -> the name it stores)
-               )->dict:         # the keys to change, with their small values
-    "The small sizes of one config: every standard name (or its spelling) it has, its per-layer lists cut to match."
-    out, layers, vocab = {}, SMALL["layers"][0], SMALL["vocab"][0]
-    for what, (v, names) in SMALL.items():
-        for n in names:
-            real = amap.get(n, n)
-            if real not in d or isinstance(d[real], bool): continue
-            if isinstance(d[real], int) or (d[real] is None and what in NONE_TOO): out[real] = v
-    n0 = _layers_of(d, amap)
-    for k, v in d.items():
-        if k in out: continue
-        if isinstance(v, list) and n0 and len(v) == n0: out[k] = _kinds(v, layers)
-        elif isinstance(v, dict) and n0 and v and all(str(i).isdigit() for i in v):   # per-layer overrides
-            out[k] = {i: x for i, x in v.items() if int(i) < layers}
-        elif k.endswith("token_id") and type(v) is int and v >= vocab: out[k] = vocab - 1
-        elif k.endswith("token_id") and isinstance(v, list): out[k] = [min(x, vocab - 1) for x in v if type(x) is int]
-    return out
-
-# %% ../nbs/11e_fits_check.ipynb #84997f08
-def causal_lm_types()->list[str]:
-    "Every model type with a causal-LM class in the installed transformers."
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
-
-def _defaults(model_type:str):
-    "The causal-LM class of `model_type` and its config class's defaults."
-    import transformers
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as names
-    from lora_fsdp_kit.models import _as_config
-    cls = getattr(transformers, names[model_type])
-    ccls = getattr(cls, "config_class", None)
-    return cls, (ccls() if isinstance(ccls, type) else _as_config(dict(model_type=model_type)))
-
-# %% ../nbs/11e_fits_check.ipynb #3c61f514
-def small_config(config,   # a model type ("llama": its causal-LM class's defaults), or a config (dict, path, object)
-                ):         # a `PretrainedConfig` of the same classes: 2 layers, width 64, 4 heads, vocabulary 128
-    "A small config of the same architecture: layers, widths and vocabulary cut, every sub-config (text, vision) too."
-    from transformers import PretrainedConfig
-    from lora_fsdp_kit.models import _as_config, _model_class
-    if isinstance(config, str) and config in causal_lm_types(): cls, base = _defaults(config)
-    else: base = _as_config(config); cls = _model_class(base)
-    d = base.to_dict()
-    kw = small_sizes(d, getattr(base, "attribute_map", {}) or {})
-    for k in d:   # the text config (get_text_config's), a vision tower's, an audio encoder's
-        if isinstance(sub := getattr(base, k, None), PretrainedConfig):
-            sd = sub.to_dict(); kw[k] = dict(sd, **small_sizes(sd, getattr(sub, "attribute_map", {}) or {}))
-    kw.update(FAMILY_NEEDS.get(d.get("model_type"), {}), architectures=[cls.__name__])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return type(base).from_dict(dict(d, **kw))
-
-# %% ../nbs/11e_fits_check.ipynb #66c9696b
-def all_linear(model)->tuple[str, ...]:
-    "The module names peft's `target_modules='all-linear'` adapts in `model` (every linear layer but the output head)."
-    from peft import LoraConfig
-    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers
-    cfg = _maybe_include_all_linear_layers(LoraConfig(target_modules="all-linear"), model)
-    return tuple(sorted(cfg.target_modules))
-
-# %% ../nbs/11e_fits_check.ipynb #aa63ae9d
-def _placed(model, targets:tuple)->tuple[tuple, tuple]:
-    "The targets peft adapts where they are named, and those it moves elsewhere (its MoE conversion: onto the experts)."
-    import copy
-    from peft import LoraConfig, get_peft_model
-    from peft.tuners.tuners_utils import BaseTunerLayer
-    refused = set()
-    for _ in range(4):   # peft refuses some leaves by name (Mamba's out_proj, conv1d): one error per leaf
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                keep = [t for t in targets if t.rsplit(".", 1)[-1] not in refused]
-                pm = get_peft_model(copy.deepcopy(model), LoraConfig(target_modules=keep))
-            break
-        except ValueError as e:
-            if not (m := re.search(r"Module '(\w+)' is incompatible", str(e))): raise
-            refused.add(m.group(1))
-    got = {n.removeprefix("base_model.model.") for n, m in pm.named_modules() if isinstance(m, BaseTunerLayer)}
-    hit = lambda t: any(n == t or n.endswith("." + t) for n in got)   # peft's rule: a name or a suffix
-    return tuple(t for t in targets if hit(t)), tuple(t for t in targets if not hit(t))
-
-# %% ../nbs/11e_fits_check.ipynb #1f6384db
-def check_case(config,               # a model type or a config (see `small_config`)
-               wrap,                 # a `WrapConfig`
-               world:int,            # ranks
-               batch:int=1,          # sequences per rank
-               seq:int=32,           # tokens per sequence
-               r:int=8,              # LoRA rank
-               targets:str|tuple="all-linear",   # LoRA targets: "all-linear" (peft's) or module names
-               param_dtype:str="config",  # storage of the base: "config" (the config's dtype), "fp32", "bf16", "fp16"
-               lora_dtype:str="base",     # storage of the adapters: "base" (as the base), "fp32", "bf16", "fp16"
-               experts:str|None=None,     # fused MoE experts' implementation ("batched_mm"); None: the config's
-              )->dict:               # a `steppeak` case
-    "The case of a small copy of `config`: its config dict, LoRA on `targets`, wrapped as `wrap`, at `world` ranks."
-    from lora_fsdp_kit.models import model_from_config
-    cfg = small_config(config).to_dict()
-    note = ""
-    if targets == "all-linear":
-        targets, moved = _placed(model_from_config(cfg), all_linear(model_from_config(cfg)))
-        leaves = ", ".join(sorted({m.rsplit(".", 1)[-1] for m in moved}))
-        if moved: note = (f"peft leaves {len(moved)} of the all-linear targets ({leaves}) where named (its "
-                          f"transformers-5 MoE conversion moves them onto the fused experts, or it refuses them on "
-                          f"this family); LoRA on the other {len(targets)}")
-    fused = experts and any(type(m).__name__.endswith("Experts") for m in model_from_config(cfg).modules())
-    if fused: note = "; ".join(t for t in (note, f"experts_implementation={experts!r}") if t)
-    if param_dtype == "config": param_dtype = _SHORT.get(str(cfg.get("dtype") or "float32"), "fp32")
-    if lora_dtype == "base": lora_dtype = param_dtype   # both named: the case stores as the prediction does
-    return dict(config=cfg, targets=tuple(targets), r=r, wrap=wrap.to_dict(), batch=batch, seq=seq, world=world,
-                param_dtype=param_dtype, lora_dtype=lora_dtype, note=note,
-                overrides=dict(experts_implementation=experts) if fused else {})
-
-_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "torch.float32": "fp32",
-          "torch.bfloat16": "bf16", "torch.float16": "fp16"}
-
-# %% ../nbs/11e_fits_check.ipynb #c57c42fc
-def measure_beside(cases:list[dict],   # `check_case` dicts; a case runs on ranks 0..world-1
-                   predict,            # called with each case's index while the ranks run (its errors are its own)
-                   timeout:float=600,  # seconds the ranks may take
-                   repeat:int=1,       # measure each case this often and keep each rank's lowest reading
-                   nprocs:int|None=None, # ranks to launch (None: the largest world of the cases)
-                  )->list[list]:       # per case, each rank's peak bytes (or its error text)
-    """`steppeak.measure_steps` of every case in one launch of gloo ranks, while this process predicts them. With
-    `repeat`, the lowest of each rank's readings: a gloo worker may free a collective's buffer late, a reading above
-    the step's own peak seen once in a few runs."""
-    from lora_fsdp_kit.launch import launch
-    from lora_fsdp_kit.steppeak import measure_steps
-    nprocs, box = nprocs or max(c["world"] for c in cases), {}
-    def run():
-        try: box["res"] = launch(measure_steps, cases * repeat, nprocs=nprocs, quiet=True, timeout=timeout)
-        except BaseException as e: box["error"] = e
-    t = threading.Thread(target=run, daemon=True); t.start()
-    t0 = time.monotonic()   # the trace makes a fake process group here: let `launch` spawn its ranks first
-    while not multiprocessing.active_children() and t.is_alive() and time.monotonic() - t0 < 120: time.sleep(0.05)
-    for i in range(len(cases)):
-        try: predict(i)
-        except Exception: pass
-    t.join()
-    if "error" in box: raise box["error"]
-    def reading(k:int, i:int):   # rank k's lowest peak of case i, or its first error
-        got = [box["res"][k][i + j * len(cases)] for j in range(repeat)]
-        bad = next((g.get("error") for g in got if "peak" not in g), None)
-        return bad if bad is not None else min(g["peak"] for g in got)
-    return [[reading(k, i) for k in range(c["world"])] for i, c in enumerate(cases)]
-
-# %% ../nbs/11e_fits_check.ipynb #766b890b
-def predict_case(case:dict):   # -> fits.StepMemory
-    "`predict_step_memory` of a `check_case` on the meta device: its world, wrap, batch, sequence and storage, on gloo."
-    from lora_fsdp_kit.fits import predict_step_memory
-    from lora_fsdp_kit.steppeak import case_model
-    from lora_fsdp_kit.wrap import WrapConfig
-    return predict_step_memory(case_model(case, "meta"), world=case["world"], wrap=WrapConfig.from_dict(case["wrap"]),
-                               batch=case["batch"], seq=case["seq"], backend="gloo", param_dtype=case["param_dtype"],
-                               lora_dtype=case["lora_dtype"])
-
 # %% ../nbs/11e_fits_check.ipynb #82c5ef6c
-def predicted_values(case:dict)->dict:
-    "Each rank's predicted `peak` and `worst_peak` of a case, and its label, as plain numbers."
-    p = predict_case(case)
-    ts = [p.traces[p.trace_of[r]] for r in range(case["world"])]
-    return dict(peak=[t.peak for t in ts], worst_peak=[t.worst_peak for t in ts], not_exact=p.not_exact,
-                trace_of=list(p.trace_of[:case["world"]]))
-
 def predict_fresh(case:dict)->dict:
-    "`predicted_values` in a fresh process, as `lfk fits` predicts (in a long-lived one, earlier predictions move it)."
-    # measured 2026-12-06: GPT-2's second prediction in a process is 97,280 B (5.9 %) below its first, BART's with
+    "`predicted_values` in a fresh process (`steppeak.fresh`), as `lfk fits` predicts: nothing made before moves it."
+    # measured 2026-12-06: GPT-2's second prediction in a process was 97,280 B (5.9 %) below its first, BART's with
     # HF checkpointing 14.7 % above; the fresh one is what a user gets
-    import concurrent.futures
-    from lora_fsdp_kit.fits_check import predicted_values as fn   # the module's, also where a notebook defines it
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
-        return ex.submit(fn, case).result()
-
-# %% ../nbs/11e_fits_check.ipynb #1bb88305
-EXACT = 0.001   # within ±0.1 % of the real rank: the prediction is exact
-
-@dataclasses.dataclass(frozen=True)
-class FitsCheck:
-    "A prediction beside real ranks' peaks, per rank."
-    label: str                # the case, in words
-    world: int                # ranks run
-    peak: tuple               # predicted peak bytes, per rank
-    worst_peak: tuple         # predicted worst peak bytes, per rank
-    measured: tuple           # measured peak bytes, per rank
-    not_exact: str = ""       # the prediction's own label ('' when it claims exactness)
-    note: str = ""            # what the check changed (fewer ranks than the job's)
-    trace_of: tuple = ()      # per rank, its trace: ranks that share one are compared with their lowest reading
-
-    @property
-    def errors(self)->tuple:
-        "Per rank, `peak` against the lowest reading of the ranks that share its trace."
-        # gloo's thread can free an all-gather late on one rank of a run: `worst_peak` covers that reading
-        group = self.trace_of or tuple(range(len(self.peak)))
-        low = {g: min(m for h, m in zip(group, self.measured) if h == g) for g in group}
-        return tuple(p / low[g] - 1 for p, g in zip(self.peak, group))
-    @property
-    def error(self)->float: return max(self.errors, key=abs)
-    @property
-    def inside(self)->bool: return all(p <= m <= w for p, w, m in zip(self.peak, self.worst_peak, self.measured))
-    @property
-    def exact(self)->bool: return abs(self.error) <= EXACT
-
-# %% ../nbs/11e_fits_check.ipynb #1f0d3041
-@patch_to(FitsCheck)
-def verdict(self:FitsCheck)->str:
-    "One line: verified on a reduced copy, or the difference."
-    if self.exact: return f"prediction verified on a reduced copy: peak within {self.error:+.3%} on every rank"
-    where = "inside" if self.inside else "outside"
-    return (f"prediction differs on a reduced copy: peak {self.error:+.2%} on its worst rank (the real peak lies "
-            f"{where} [peak, worst_peak])")
-
-@patch_to(FitsCheck)
-def __repr__(self:FitsCheck)->str:
-    rows = [f"  rank {r}: predicted {p:,} B (worst {w:,}), measured {m:,} B, {p / m - 1:+.3%}"
-            for r, (p, w, m) in enumerate(zip(self.peak, self.worst_peak, self.measured))]
-    return "\n".join([f"{self.label}: {self.world} real gloo ranks", *rows, self.verdict()]
-                     + ([self.note] if self.note else []) + ([self.not_exact] if self.not_exact else []))
+    return fresh(predicted_values, case)
 
 # %% ../nbs/11e_fits_check.ipynb #4cdcffcb
 def check_predictions(config,                 # the user's config: a dict, a config.json, a shipped name, or an object
@@ -288,34 +34,22 @@ def check_predictions(config,                 # the user's config: a dict, a con
                       lora_dtype:str="base",     # storage of the adapters ("base": as the base)
                       dora:bool=False,           # DoRA (peft's use_dora)
                       max_ranks:int|None=None,   # ranks this machine may run (None: its usable cores, at least 2)
+                      **step,                    # use_cache, grad_accum, autocast (True: each wrap's compute dtype)
                      )->list[FitsCheck]:         # one per wrap
     "Predict and measure a reduced copy of `config`'s architecture on real CPU ranks, per wrap, in one launch."
-    cores = max_ranks or max(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
-    w = min(world, cores)
-    note = "" if w == world else f"ran {w} ranks, not the job's {world}: this machine has {cores} cores"
+    w, note = check_world(world, max_ranks)
+    def stepped(wrap)->dict:   # the job's step; autocast=True: in this wrap's compute dtype, as `Job` says
+        s = dict(step, autocast=wrap.mixed_precision if step.get("autocast") is True else step.get("autocast") or None)
+        return {k: v for k, v in s.items() if v is not None}
     cases = [dict(check_case(config, wrap, w, batch, seq, r, targets, param_dtype, lora_dtype),
-                  **(dict(use_dora=True) if dora else {})) for wrap in wraps]
-    preds = {}
-    def predict(i): preds[i] = predict_fresh(cases[i])
-    got = measure_beside(cases, predict)
-    out = []
-    for i, (wrap, g) in enumerate(zip(wraps, got)):
-        if not all(isinstance(x, int) for x in g): raise RuntimeError(f"the reduced copy's step failed: {g}")
-        if i not in preds: predict(i)   # its error is the answer
-        label = f"{cases[i]['config']['architectures'][0]} reduced copy, {wrap.label}"
-        out.append(_compared(preds[i], g, label, "; ".join(t for t in (note, cases[i]["note"]) if t)))
-    return out
+                  **(dict(use_dora=True) if dora else {}), **stepped(wrap)) for wrap in wraps]
+    labels = [f"{c['config']['architectures'][0]} reduced copy, {wrap.label}" for c, wrap in zip(cases, wraps)]
+    return check_cases(cases, predicted_values, labels, note)
 
 def check_prediction(config, wrap=None, world:int=2, **kw)->FitsCheck:
     "`check_predictions` of one wrap (None: FSDP2 on the decoder layers)."
     from lora_fsdp_kit.wrap import WrapConfig
     return check_predictions(config, [wrap or WrapConfig()], world, **kw)[0]
-
-# %% ../nbs/11e_fits_check.ipynb #19e1375d
-def _compared(pred:dict, got:list, label:str, note:str="")->FitsCheck:
-    "A `FitsCheck` from `predicted_values` and the ranks' measured peaks."
-    return FitsCheck(label, len(got), tuple(pred["peak"]), tuple(pred["worst_peak"]), tuple(got), pred["not_exact"],
-                     note, tuple(pred.get("trace_of", ())))
 
 # %% ../nbs/11e_fits_check.ipynb #3951ad6f
 def check_report(config,            # the user's config (see `check_predictions`)

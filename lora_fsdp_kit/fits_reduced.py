@@ -110,7 +110,9 @@ def _reduced_model(model:nn.Module, n:int)->nn.Module:
     if key in _REDUCED and _REDUCED[key][0]() is model: return _REDUCED[key][1]
     parent, attr, _ = decoder_layers(model)
     full, t = getattr(parent, attr), text_config(model)
-    saved = {a: getattr(t, a) for a in ("num_hidden_layers", "layer_types") if getattr(t, a, None) is not None}
+    # a family may derive layer_types (Mamba's is a property of transformers 5.25's config): only a stored one is cut
+    saved = {a: getattr(t, a) for a in ("num_hidden_layers", "layer_types")
+             if getattr(t, a, None) is not None and not isinstance(getattr(type(t), a, None), property)}
     try:   # swap the list for a short one while copying: the other layers are never copied
         setattr(parent, attr, nn.ModuleList(list(full)[:n]))
         t.num_hidden_layers = n
