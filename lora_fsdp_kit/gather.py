@@ -22,8 +22,9 @@ from .peft_names import peft_lora_names
 from .votes import RankFailure, RankVote
 from .shards import clean_name, join_name
 from .sharded import ShardedParam, ShardedUnit, ShardedView, sharded_view
-from .packing import (PackPlan, TensorShards, output_buffer, pack, pack_plan, receive_buffer, scratch_buffer,
-                                   split_buckets, tensor_shards, unpack)
+from .packing import (PackPlan, TensorShards, output_buffer, output_views, pack, pack_plan,
+                                   pack_sources, receive_buffer, reorder, scratch_buffer, split_buckets, tensor_shards,
+                                   unpack)
 
 # %% auto #0
 __all__ = ['unwrapped_name', 'MissingLoraError', 'GatherEngine', 'Fsdp1GatherEngine', 'Fsdp2GatherEngine', 'packed_jobs',
@@ -291,30 +292,33 @@ def packed_jobs(shards:list[TensorShards],   # from `GatherEngine.shards`
 
 # %% ../nbs/05_gather.ipynb #2a271534
 def _send_buffer(plan:PackPlan, copies:int)->torch.Tensor:
-    "This rank's pieces packed as bytes (zero-padded to the largest rank's when `even`; `copies` times for all-to-all)."
+    "The bytes the collective sends, unfilled: the largest rank's when `even`, else `copies` times this rank's."
+    return scratch_buffer("send", copies * (plan.width if plan.even else plan.sizes[plan.me]))   # kept, if it fits
+
+def _fill(plan:PackPlan, send:torch.Tensor, sources:list[torch.Tensor]):
+    "Pack this rank's pieces into `send` (zero-padded when `even`, then copied once per receiving rank): copies only."
     me, width = plan.me, plan.width if plan.even else plan.sizes[plan.me]
-    send = scratch_buffer("send", copies * width)   # kept since the last gather, if it fits
-    pack(plan, send[:plan.sizes[me]])
+    pack(plan, send[:plan.sizes[me]], sources)
     if plan.even: send[plan.sizes[me]:].zero_()
-    for c in range(1, copies): send[c * width:(c + 1) * width].copy_(send[:width])
-    return send
+    for c in range(1, send.numel() // width if width else 0): send[c * width:(c + 1) * width].copy_(send[:width])
 
 # %% ../nbs/05_gather.ipynb #3e4de790
 def _buffers(plan:PackPlan, rank0_only:bool, keep:bool)->tuple:
-    "All one collective of `plan` allocates, made before it: (send, receive, output); the last two empty if not `keep`."
+    "All that one collective of `plan` allocates and reads, before its check: (send, receive, output, the pieces)."
     # the all-to-all sends this rank's pieces once to each receiving rank: pack once, then copy the packed block
     send = _send_buffer(plan, 1 if plan.even or rank0_only else plan.world)
     recv = receive_buffer(plan, keep, alloc=lambda n: scratch_buffer("recv", n))
-    return send, recv, (output_buffer(plan) if keep else None)   # the output: new, the caller keeps it
+    out = output_buffer(plan) if keep else None   # the output: new, the caller keeps it (None: not kept here)
+    return send, recv, out, pack_sources(plan)    # the pieces: read from the master weights now, copied later
 
 def _exchange(plan:PackPlan, group, rank0_only:bool, keep:bool, send:torch.Tensor, recv:torch.Tensor):
-    "The one collective of `plan` within `group`: this rank's `send` out, every rank's block into `recv`."
+    "Start the one collective of `plan` in `group` (this rank's `send` out, every rank's block into `recv`): its work."
     world, me, sizes, width = plan.world, plan.me, plan.sizes, plan.width
     if plan.even:   # nearly even pieces: one all-gather (or gather to rank 0) of equal, zero-padded buffers
         out = recv[:world * width] if keep else recv
         if rank0_only:   # in the shard group of rank 0, group rank 0 is global rank 0
-            dist.gather(send, list(out.chunk(world)) if keep else None, dst=0, group=group)
-        else: dist.all_gather_into_tensor(out, send, group=group)
+            return dist.gather(send, list(out.chunk(world)) if keep else None, dst=0, group=group, async_op=True)
+        return dist.all_gather_into_tensor(out, send, group=group, async_op=True)
     else:
         # uneven pieces (FSDP1 units whose LoRA sits in one rank's part of the flat parameter): padding every rank
         # to the largest would move up to world x the LoRA bytes; an all-to-all with split sizes moves exactly
@@ -323,7 +327,7 @@ def _exchange(plan:PackPlan, group, rank0_only:bool, keep:bool, send:torch.Tenso
         out_splits = [n if keep else 0 for n in sizes]
         in_splits = [sizes[me] if r in dst else 0 for r in range(world)]
         out = recv[:sum(out_splits)]
-        dist.all_to_all_single(out, send, out_splits, in_splits, group=group)
+        return dist.all_to_all_single(out, send, out_splits, in_splits, group=group, async_op=True)
 
 # %% ../nbs/05_gather.ipynb #fb9eef49
 def run_packed(jobs:tuple,                 # from `packed_jobs`
@@ -345,27 +349,22 @@ def run_packed(jobs:tuple,                 # from `packed_jobs`
         for k, (g, plan) in enumerate(_progress_bar(plans or [(None, None)], progress and bool(plans), desc,
                                                     "collective")):
             if err is None and plan is not None:
-                try: send, recv, dst = _buffers(plan, rank0_only, keep)   # all that can fail, before the collective
+                try: send, recv, dst, src = _buffers(plan, rank0_only, keep)   # all that can fail, before the check
                 except BaseException as e: err = e   # Ctrl-C included: this rank still checks in, then raises
-            _check(vote, f"collective {k}", err)   # one rank failed: every rank raises here, none enters
+            finish = _check(vote, f"collective {k}", err)   # its all-reduce in flight: this rank packs meanwhile
+            late = None if err is not None or plan is None else _copied(lambda: _fill(plan, send, src))
+            finish()   # one rank failed: every rank raises here, none enters the data collective
             if plan is None: continue
-            _exchange(plan, g, rank0_only, keep, send, recv)
-            try:   # only copies are left; a Ctrl-C here is told at the next check (after the last: this rank's)
-                if keep: out.update(unpack(plan, recv, dst))
-            except BaseException as e: err = e
-            del send, recv, dst
+            work, views = _exchange(plan, g, rank0_only, keep, send, recv), {}
+            # only views and copies are left, and the views are made while the bytes move; a Ctrl-C here (or in the
+            # packing) is told at the next check (after the last: this rank's): the peers get their tensors
+            late = _copied(lambda: views.update(output_views(plan, dst)) if keep else None) or late
+            work.wait()
+            err = _copied(lambda: reorder(plan, recv, dst) if keep else None) or late
+            out.update(views)
+            del send, recv, dst, src, views
     if err is not None: raise err
     return out
-
-def _check(vote:RankVote|None, stage:str, err:BaseException|None):
-    "Check in at `stage`: if any rank failed, it raises its own error and every other rank `RankFailure` naming it."
-    if vote is None:
-        if err is not None: raise err
-        return
-    try: vote.check(stage, err, what="gather", doing=f"preparing {stage}")
-    except RankFailure:
-        if err is None: raise
-        raise err from None   # the vote told the others; this rank's own error is the most precise
 
 def gather_packed(shards:list[TensorShards],      # from `GatherEngine.shards`
                   *,
@@ -377,6 +376,28 @@ def gather_packed(shards:list[TensorShards],      # from `GatherEngine.shards`
     "Full tensors from their shards: one packed collective per shard group (and bucket), LoRA bytes only."
     got = run_packed(packed_jobs(shards, rank0_only, bucket_bytes), rank0_only=rank0_only, progress=progress, desc=desc)
     return {t.name: got[t.name] for t in shards if t.name in got}
+
+# %% ../nbs/05_gather.ipynb #ca000004
+def _copied(copy:Callable)->BaseException|None:
+    "Run `copy` (copies into buffers made beforehand: only a Ctrl-C stops it), to the end: what interrupted it, if any."
+    try: copy(); return None
+    except BaseException as e: late = e
+    copy()   # the peers expect these bytes: the copy is made again, whatever cut it short
+    return late
+
+def _check(vote:RankVote|None, stage:str, err:BaseException|None)->Callable[[], None]:
+    "Check in at `stage`, its collective in flight; the result finishes it: if any rank failed, it raises its own"
+    # error and every other rank `RankFailure` naming it
+    if vote is None:
+        if err is not None: raise err
+        return lambda: None
+    def told(step:Callable):
+        try: return step()
+        except RankFailure:
+            if err is None: raise
+            raise err from None   # the vote told the others; this rank's own error is the most precise
+    finish = told(lambda: vote.check_async(stage, err, what="gather", doing=f"preparing {stage}"))
+    return lambda: told(finish)
 
 # %% ../nbs/05_gather.ipynb #daf71538
 def fsdp_flavour(model:nn.Module)->str:

@@ -17,8 +17,8 @@ from .shards import ShardLayout
 from .sharded import ShardedParam
 
 # %% auto #0
-__all__ = ['SCRATCH_BYTES', 'TensorShards', 'tensor_shards', 'split_buckets', 'evenly', 'PackPlan', 'pack_plan', 'pack',
-           'scratch_buffer', 'receive_buffer', 'output_buffer', 'unpack']
+__all__ = ['SCRATCH_BYTES', 'TensorShards', 'tensor_shards', 'split_buckets', 'evenly', 'PackPlan', 'pack_plan', 'pack_sources',
+           'pack', 'scratch_buffer', 'receive_buffer', 'output_buffer', 'output_views', 'reorder', 'unpack']
 
 # %% ../nbs/05a_packing.ipynb #c19cdb63
 @dataclass(frozen=True, eq=False)
@@ -152,24 +152,26 @@ def _send_runs(mine:list[TensorShards], me:int)->tuple[tuple, tuple]:
     return tuple(readers), tuple(map(tuple, runs))
 
 # %% ../nbs/05a_packing.ipynb #9dbdd7b6
-def _pieces(plan:PackPlan)->list[torch.Tensor]:
-    "This rank's pieces as views of the master weights, read now; the views are kept while every base is the same."
+def pack_sources(plan:PackPlan)->list[torch.Tensor]:
+    "This rank's pieces, read now, as `pack` copies them: views of the master weights (as bytes where dtypes mix)."
     bases = list(map(call, plan.reads))   # one C-level loop: a gather reads every base
     ptrs = list(map(torch.Tensor.data_ptr, bases))
     kept = plan.memo.get("pieces")   # (bases, their data pointers, views): same tensors, same storage -> same views
     if kept and kept[1] == ptrs and all(map(is_, kept[0], bases)): return kept[2]
     flat = [b.detach().reshape(-1) for b in bases]
     views = [flat[b].narrow(0, off, n) for b, off, n in plan.runs]
+    if plan.send_dtype is None: views = [v.view(torch.uint8) for v in views]   # several dtypes: one byte buffer
     # a base that is not contiguous was copied by `reshape`: its views would go stale, so nothing is kept
     if all(b.is_contiguous() for b in bases): plan.memo["pieces"] = (bases, ptrs, views)
     return views
 
-def pack(plan:PackPlan, send:torch.Tensor):
-    "This rank's pieces, read now from the master weights, into `send` (uint8, `sizes[me]` bytes): one `torch.cat`."
+def pack(plan:PackPlan, send:torch.Tensor,
+         sources:list[torch.Tensor]|None=None,   # from `pack_sources` (read beforehand); None: read now
+        ):
+    "This rank's pieces into `send` (uint8, `sizes[me]` bytes): one `torch.cat`, a copy that cannot fail."
     if not plan.reads: return
-    pieces = _pieces(plan)
-    if plan.send_dtype is not None: torch.cat(pieces, out=send.view(plan.send_dtype))
-    else: torch.cat([p.view(torch.uint8) for p in pieces], out=send)
+    src = pack_sources(plan) if sources is None else sources
+    torch.cat(src, out=send if plan.send_dtype is None else send.view(plan.send_dtype))
 
 _SCRATCH = threading.local()   # per thread: the send and receive buffers of the last gather, for the next one
 SCRATCH_BYTES = 16 << 20       # the largest buffer kept between gathers; a larger one is made for its call and freed
@@ -193,12 +195,20 @@ def output_buffer(plan:PackPlan)->torch.Tensor:
     "An uninitialised buffer for the full tensors: every dtype's aligned region, in whole rows of the unpacking."
     return torch.empty(max(plan.index.numel() * plan.row, plan.outs[-1][2] if plan.outs else 0), dtype=torch.uint8)
 
-def unpack(plan:PackPlan, recv:torch.Tensor, out:torch.Tensor|None=None)->dict[str, torch.Tensor]:
-    "Full tensors from the receive buffer: one reorder into `out` (an `output_buffer`, made if None), then views of it."
-    out = output_buffer(plan) if out is None else out
-    rows = plan.index.numel() * plan.row
-    torch.index_select(recv.view(-1, plan.row), 0, plan.index, out=out[:rows].view(-1, plan.row))
+def output_views(plan:PackPlan, out:torch.Tensor)->dict[str, torch.Tensor]:
+    "The full tensors as views of `out` (an `output_buffer`), by name: made before the bytes are there, if need be."
     res = {}
     for dtype, first, end, names, shape in plan.outs:   # views: the caller owns the buffer, made for it
         res.update(zip(names, out[first:end].view(dtype).view(len(names), *shape).unbind(0)))
     return res
+
+def reorder(plan:PackPlan, recv:torch.Tensor, out:torch.Tensor):
+    "Every byte of the receive buffer to its place in `out`: one `index_select` of whole rows."
+    rows = plan.index.numel() * plan.row
+    torch.index_select(recv.view(-1, plan.row), 0, plan.index, out=out[:rows].view(-1, plan.row))
+
+def unpack(plan:PackPlan, recv:torch.Tensor, out:torch.Tensor|None=None)->dict[str, torch.Tensor]:
+    "Full tensors from the receive buffer: one reorder into `out` (an `output_buffer`, made if None), then views of it."
+    out = output_buffer(plan) if out is None else out
+    reorder(plan, recv, out)
+    return output_views(plan, out)

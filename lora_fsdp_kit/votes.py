@@ -349,26 +349,6 @@ def mismatches()->int:
     return _MISMATCHES[0]
 
 @patch_to(RankVote)
-def check(self:RankVote, stage:str,
-                err:BaseException|None=None,   # this rank's failure at `stage`, if any
-                **agree_kw,                    # as for `agree`, used when a rank failed
-               ):
-    "Agree on `stage` in one small all-reduce of every rank's tag and failure flag; the store only if a rank failed."
-    self.checks += 1
-    if self.collective and self.world > 1:
-        if self.checks == 1: self.arrive()   # every rank made this call (through the store, bounded): else all raise
-        tag = [_code(self.name), self.call, self.checks, _code(stage)]
-        # one all-reduce (MAX) of the flag, the tag and the tag negated: max == -max(-tag) iff every rank's is equal
-        v = torch.tensor([int(err is not None), *tag, *(-x for x in tag)], dtype=torch.int64, device=_device())
-        dist.all_reduce(v, op=dist.ReduceOp.MAX, group=self.group)
-        v = v.tolist()
-        if any(v[1 + i] != -v[5 + i] for i in range(4)): self.mismatch(tag)   # every rank sees it, and raises
-        if not v[0]: return
-    elif not self.on and err is None: return   # a vote of one, all clear (seats on a store: `agree` below)
-    if not isinstance(err, (Exception, type(None))): self.post(stage, err); raise err   # Ctrl-C: said, then on up
-    self.agree(stage, err, **agree_kw)
-
-@patch_to(RankVote)
 def mismatch(self:RankVote, tag:list[int]):
     "Ranks' tags differ: learn every rank's (one all-gather; every rank is here) and raise `CallMismatch` naming them."
     _MISMATCHES[0] += 1
@@ -380,6 +360,37 @@ def mismatch(self:RankVote, tag:list[int]):
                        f"exchanged: " + "; ".join(f"rank(s) {rs} at {t}" for t, rs in at.items())
                        + ". Every rank must make the same kit calls in the same order: a retry or an abandoned "
                        "stream on one rank breaks it", {r: _tag_text(row) for r, row in enumerate(rows)})
+
+# %% ../nbs/04b_votes.ipynb #ca000002
+@patch_to(RankVote)
+def check(self:RankVote, stage:str,
+                err:BaseException|None=None,   # this rank's failure at `stage`, if any
+                **agree_kw,                    # as for `agree`, used when a rank failed
+               ):
+    "Agree on `stage` in one small all-reduce of every rank's tag and failure flag; the store only if a rank failed."
+    self.check_async(stage, err, **agree_kw)()
+
+@patch_to(RankVote)
+def check_async(self:RankVote, stage:str, err:BaseException|None=None, **agree_kw)->Callable[[], None]:
+    "`check`, returning with its all-reduce in flight: work meanwhile, then call the result, which finishes it."
+    self.checks += 1
+    work, stale = None, []
+    if self.collective and self.world > 1:
+        if self.checks == 1: self.arrive(stale=stale)   # every rank made this call (through the store, bounded)
+        tag = [_code(self.name), self.call, self.checks, _code(stage)]
+        # one all-reduce (MAX) of the flag, the tag and the tag negated: max == -max(-tag) iff every rank's is equal
+        v = torch.tensor([int(err is not None), *tag, *(-x for x in tag)], dtype=torch.int64, device=_device())
+        work = dist.all_reduce(v, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+        for k in stale: self.store.delete_key(k)   # the earlier calls' arrivals (rank 0), while the all-reduce travels
+    def finish():
+        if work is not None:
+            work.wait(); got = v.tolist()
+            if any(got[1 + i] != -got[5 + i] for i in range(4)): self.mismatch(tag)   # every rank sees it, and raises
+            if not got[0]: return
+        elif not self.on and err is None: return   # a vote of one, all clear (seats on a store: `agree` below)
+        if not isinstance(err, (Exception, type(None))): self.post(stage, err); raise err   # Ctrl-C: said, then on up
+        self.agree(stage, err, **agree_kw)
+    return finish
 
 # %% ../nbs/04b_votes.ipynb #4c93dd29
 ARRIVAL_ENV = "LFK_ARRIVAL_TIMEOUT"   # seconds a rank waits at a kit collective for the others to call it (default 60)
@@ -415,7 +426,9 @@ def _called_as(default:str)->str:
     return name
 
 @patch_to(RankVote)
-def arrive(self:RankVote, seconds:float|None=None)->None:
+def arrive(self:RankVote, seconds:float|None=None,
+           stale:list|None=None,   # the earlier calls' keys rank 0 deletes go here, for later (None: deleted now)
+          )->None:
     "Wait (at most `seconds`, default `arrival_timeout()`) until every rank made this call; else `PartialCall`."
     # seats on an explicit store (threads of one process) share its call counter: they arrive under the vote's own keys
     key = f"lfk/arrive/{self.members}/{self.call}" if self.collective else f"lfk/arrive/{self.prefix}"
@@ -435,7 +448,9 @@ def arrive(self:RankVote, seconds:float|None=None)->None:
     if len(seen["came"]) >= self.world:   # every rank is here: the all-reduce that follows pairs
         done, _PENDING[seat] = _PENDING[seat][:-1], [key]
         if self.rank == 0:   # every rank is past the earlier calls now: none reads their keys again
-            for k in done: self.store.delete_key(k)
+            if stale is not None: stale.extend(done)
+            else:
+                for k in done: self.store.delete_key(k)
         return
     _BUSY.discard(self)
     self._partial(seen["came"], bad, limit)

@@ -25,7 +25,7 @@ COST = {"test_fits_accuracy": 154,   # 2026-12-03: 168 less the forked-trace tes
         "test_book": 36,             # =
         "test_hazards": 34,          # 90 s at load 7
         "test_moe": 31,              # 55 s
-        "test_gather_sharded": 29,   # =
+        "test_gather_sharded": 33,   # =
         "test_cli": 29,              # 37 s
         "test_launch": 25,           # 135 s (4 signal cases, not 6; many tensors on the fork server only)
         "test_plan_fidelity": 24,    # 65 s

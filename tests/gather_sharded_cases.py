@@ -198,3 +198,23 @@ def _fault_model()->nn.Module:
     "One FSDP1 model with decoder layers as units, shared by the fault cases (they leave it as it was)."
     if not _FAULT_MODEL: _FAULT_MODEL.append(case_wrap(case_model("llama"), "layer", "fsdp1-orig"))
     return _FAULT_MODEL[0]
+
+def interrupt_case(who:int, buckets:bool)->dict:
+    """A Ctrl-C on rank `who` while it packs its send buffer (its check's all-reduce already in flight): the copy is
+    made again, so the bytes still go out. One collective: the peers get their tensors (equal to a clean gather) and
+    `who` raises KeyboardInterrupt after it; 4 KiB buckets: the next check tells the peers (RankFailure naming it)."""
+    from unittest import mock
+    import lora_fsdp_kit.gather as G
+    fm, kw = _fault_model(), (dict(bucket_bytes=4096) if buckets else {})
+    want, real, calls = gather_lora(fm), G.pack, []
+    def pack(*a, **k):   # the first copy is cut short before it starts; the next ones are real
+        calls.append(1)
+        if len(calls) == 1: raise KeyboardInterrupt
+        return real(*a, **k)
+    dist.barrier()
+    got, kind, msg = None, None, None
+    with (mock.patch.object(G, "pack", pack) if dist.get_rank() == who else contextlib.nullcontext()):
+        try: got = gather_lora(fm, **kw)
+        except BaseException as e: kind, msg = type(e).__name__, str(e)
+    return dict(raised=kind, message=msg, equal=got is not None and _equal(dict(got), dict(want)), packs=len(calls),
+                usable=_equal(gather_lora(fm), want), rank=dist.get_rank())
