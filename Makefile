@@ -189,7 +189,7 @@ test-vllm: export LFK_REQUIRE_VLLM = 1
 test-vllm: $(STAMP_VLLM)
 	@echo "$(VENV_VLLM)/bin/nbdev_test --flags vllm --path nbs/13_rollout.ipynb  (beside the tests below)"; \
 	$(VENV_VLLM)/bin/nbdev_test --flags vllm --path nbs/13_rollout.ipynb > .lfk-rollout.log 2>&1 & nb=$$!; \
-	$(PY_VLLM) -m pytest -q tests/test_rollout.py; rc=$$?; wait $$nb; nrc=$$?; \
+	$(PY_VLLM) -m pytest -q tests/test_rollout.py tests/test_rollout_layouts.py; rc=$$?; wait $$nb; nrc=$$?; \
 	echo "--- the rollout chapter (nbdev_test): exit $$nrc"; cat .lfk-rollout.log; rm -f .lfk-rollout.log; \
 	test $$rc = 0 && test $$nrc = 0
 

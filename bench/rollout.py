@@ -8,9 +8,14 @@ q/k/v/o) and each FSDP flavour, on 2 gloo ranks, it times as the median of `--ru
   of the same tensors already in its worker (vLLM's `LoRAModel.from_lora_tensors` and `add_adapter`, timed inside
   the worker);
 and, on every rank, the trainer's peak extra memory while it streams the adapter and the merged weights in buckets
-(`measure_stream`) against the bound (one unit + one bucket + the largest tensor). Timings are noisy on a shared
-machine. Needs vLLM: run it in the vLLM environment (`make .venv-vllm/.lfk-installed`), e.g.
-`OMP_NUM_THREADS=1 VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python bench/rollout.py [--runs 9]`.
+(`measure_stream`) against the bound (one unit + one bucket + the largest tensor).
+
+With `--llama8b L`, instead: a push and a certificate per version for a Llama-3-8B-shaped adapter (r=16 on every
+linear layer: q/k/v/o and gate/up/down, 8B's shapes), against the same tensors saved to a folder and loaded by the
+engine from it (TRL's way), on an engine whose L layers have 8B's shapes (all 32 do not fit this machine's memory in
+float32: the adapter, and its costs, scale with the layers).
+Timings are noisy on a shared machine. Needs vLLM: run it in the vLLM environment (`make .venv-vllm/.lfk-installed`),
+e.g. `OMP_NUM_THREADS=1 VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python bench/rollout.py [--runs 9] [--llama8b 2]`.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 import torch
 import torch.distributed as dist
 
-from lora_fsdp_kit import rollout as R, rollout_runs as RR
+from lora_fsdp_kit import rollout as R, rollout_runs as RR, rollout_vllm as V
 from lora_fsdp_kit.units import fmt_bytes
 from lora_fsdp_kit.launch import launch
 
@@ -98,14 +103,14 @@ def engine_side(llm, res:dict, peft_config, runs:int)->tuple[float, float]:
     return statistics.median(times[1:]), load
 
 def main(models:list[str], flavours:list[str], runs:int):
-    with R.quiet(): from vllm import LLM
+    with V.quiet(): from vllm import LLM
     print(f"{'model':8} {'flavour':6} {'adapter':>9} {'raw ms':>7} {'load ms':>7} {'limit':>7} {'gather':>7} "
           f"{'push':>7} {'kit ms':>7} {'x limit':>7}   trainer peak / bound (lora; merged), bucket")
     for name in models:
         folder = tempfile.mkdtemp()
         peft_config = build(name, folder).peft_config["default"]
-        with R.quiet():
-            llm = LLM(**R.engine_args(folder, max_model_len=128, block_size=32, max_loras=1, max_cpu_loras=2))
+        with V.quiet():
+            llm = LLM(**V.engine_args(folder, max_model_len=128, block_size=32, max_loras=1, max_cpu_loras=2))
         for flavour in flavours:
             res = launch(trainer_side, name, flavour, runs, quiet=True)[0]
             push_s, load_s = engine_side(llm, res, peft_config, runs)
@@ -117,10 +122,58 @@ def main(models:list[str], flavours:list[str], runs:int):
                   f"{kit/limit:7.1f}   {peaks}, {fmt_bytes(res['bucket'])}", flush=True)
         del llm
 
+LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8, head_dim=128)
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+def _timed(fn)->tuple[float, object]:
+    t0 = time.perf_counter(); out = fn(); return time.perf_counter() - t0, out
+
+def llama8b(layers:int, runs:int):
+    "Per version: push + certify of an 8B-shaped adapter, against saving it to a folder and loading that (TRL)."
+    import gc, json
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+    from vllm.lora.request import LoRARequest
+    from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+    folder = tempfile.mkdtemp()
+    cfg = {**shipped_config("llama"), **LLAMA3_8B, "num_hidden_layers": layers}
+    base = model_from_config(cfg, device="cpu", seed=0)
+    base.save_pretrained(folder)                  # the engine's model: 8B's layer shapes
+    pm = add_lora(base, r=16, alpha=32, target_modules=ALL_LINEAR)
+    sd, peft_config = get_peft_model_state_dict(pm), pm.peft_config["default"]
+    del pm, base; gc.collect()
+    with V.quiet():
+        from vllm import LLM
+        llm = LLM(**V.engine_args(folder, max_lora_rank=16, max_model_len=128,
+                                  block_size=32, max_loras=1, max_cpu_loras=4))
+    probe, rows = list(range(3, 40)), []
+    for i in range(runs + 1):   # the first run warms up
+        push_s, req = _timed(lambda: R.push_lora(llm, sd, peft_config, name="policy"))
+        cert_s, cert = _timed(lambda: R.certify(llm, req, sd))
+        score_s, _ = _timed(lambda: V.served_logprobs(llm, req, probe))
+        d = tempfile.mkdtemp()
+        def save():
+            save_file({k: v.contiguous() for k, v in sd.items()}, f"{d}/adapter_model.safetensors")
+            with open(f"{d}/adapter_config.json", "w") as f: json.dump(R._config_dict(peft_config), f)
+        save_s, _ = _timed(save)
+        load_s, _ = _timed(lambda: llm.llm_engine.add_lora(LoRARequest(f"trl{i}", 1000 + i, d)))
+        llm.llm_engine.remove_lora(1000 + i)
+        rows.append((push_s, cert_s, score_s, save_s, load_s))
+    med = [statistics.median(c) * 1e3 for c in zip(*rows[1:])]
+    mb = sum(t.numel() * t.element_size() for t in sd.values()) / 2**20
+    print(f"Llama-3-8B-shaped adapter, r=16 on every linear layer, {layers} of 32 layers ({len(sd)} tensors, "
+          f"{mb:.1f} MiB); median of {runs} versions, ms:")
+    print(f"  kit: push_lora {med[0]:.1f} + certify {med[1]:.1f} (copy and kernel buffers, {cert.layers} layers) "
+          f"= {med[0] + med[1]:.1f}; a 36-token logprob probe {med[2]:.1f}")
+    print(f"  TRL: save to a folder {med[3]:.1f} + the engine's load from it {med[4]:.1f} = {med[3] + med[4]:.1f}")
+    llm.llm_engine.engine_core.shutdown()
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--flavours", nargs="+", default=["fsdp1", "fsdp2"], choices=["fsdp1", "fsdp2"])
     ap.add_argument("--runs", type=int, default=9)
+    ap.add_argument("--llama8b", type=int, metavar="L", help="the 8B-shaped adapter on an engine of L such layers")
     a = ap.parse_args()
-    main(a.models, a.flavours, a.runs)
+    if a.llama8b: llama8b(a.llama8b, a.runs)
+    else: main(a.models, a.flavours, a.runs)

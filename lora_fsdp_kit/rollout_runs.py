@@ -10,8 +10,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .rollout import (bucket_bytes, certify, pack, push_lora, push_merged, reference_logprobs, served_logprobs,
-                      unpack)
+from .rollout import (bucket_bytes, certify, pack, push_lora, push_merged, reference_logprobs,
+                                   unpack)
+from .rollout_vllm import served_logprobs
 
 # %% auto #0
 __all__ = ['CHAPTER_CONFIG', 'CHAPTER_VOCAB', 'Served', 'served_vs_trained', 'serve_versions', 'plot_served', 'chapter_model',

@@ -20,7 +20,7 @@ from peft import set_peft_model_state_dict
 from vllm import LLM, SamplingParams
 from vllm.lora.request import LoRARequest
 
-from lora_fsdp_kit import rollout as R, rollout_runs as RR
+from lora_fsdp_kit import rollout as R, rollout_runs as RR, rollout_vllm as V
 
 PROMPTS = [list(range(3, 73)) + [100 + i, 7 * i + 1] for i in range(2)]   # 70 shared tokens: two full KV blocks
 N = 6                                                                     # greedy tokens per prompt
@@ -35,9 +35,9 @@ def test_a_moe_model_is_refused_in_one_line():
     cfg = {**shipped_config("qwen3_moe"), **RR.CHAPTER_CONFIG, "vocab_size": 512}
     folder = tempfile.mkdtemp(); model_from_config(cfg, device="cpu", seed=0).save_pretrained(folder)
     ref = add_lora(model_from_config(cfg, device="cpu", seed=0), r=8, alpha=16)   # attention only
-    llm = LLM(**R.engine_args(folder, max_model_len=128, block_size=32))
+    llm = LLM(**V.engine_args(folder, max_model_len=128, block_size=32))
     try:
-        assert R._in_process(llm)
+        assert V._in_process(llm)
         with pytest.raises(NotImplementedError, match=r"vLLM's CPU build serves no LoRA on a MoE model: .* 2 expert "
                                                       r"layers \(model\.layers\.0\.mlp\.experts, "):
             R.push_lora(llm, get_peft_model_state_dict(ref), ref.peft_config["default"], name="moe")
@@ -60,7 +60,7 @@ def engine():
     "One in-process engine for the module, on the chapter's tiny Llama, and the HF + peft reference beside it."
     folder = tempfile.mkdtemp()
     ref = RR.chapter_model(folder)
-    llm = LLM(**R.engine_args(folder, max_model_len=128, block_size=32, max_cpu_loras=10))   # a name per test
+    llm = LLM(**V.engine_args(folder, max_model_len=128, block_size=32, max_cpu_loras=10))   # a name per test
     yield llm, ref, folder
     llm.llm_engine.engine_core.shutdown(); del llm
     # importing vLLM leaves ~700K objects that the interpreter's last collections walk at exit (10-30 s of this job,
@@ -122,7 +122,7 @@ def test_a_new_version_never_serves_a_stale_prefix(engine):
     assert served_ok(llm, req, ref)                                           # the prefix is now cached under v1
     v2 = adapter(ref, 3)
     # the trap: v2 under the same request (name and path), as an in-place swap does, is served from v1's cached KV
-    worker(llm, R.RolloutWorker.lfk_add_lora, req.lora_int_id, R.pack(v2), cfg(ref))
+    worker(llm, V.RolloutWorker.lfk_add_lora, req.lora_int_id, R.pack(v2), cfg(ref))
     assert not served_ok(llm, req, ref)
     llm.reset_prefix_cache()
     assert served_ok(llm, req, ref)                                           # it was the cache, not the weights
@@ -164,10 +164,10 @@ def test_merged_buckets_never_split_a_fused_group(engine):
     base = RR._base_weights(ref)
     merged = merged_by_hand(ref, base)
     for pair in merged.items():                                               # the trap: one tensor per reload
-        R._rpc(llm, "lfk_reload_weights", R.pack([pair]))
+        V._rpc(llm, "lfk_reload_weights", R.pack([pair]))
     llm.reset_prefix_cache()
     assert not served_ok(llm, None, ref)                                      # q alone lost k and v: wrong tokens
-    fused = R._rpc(llm, "lfk_fused")
+    fused = V._rpc(llm, "lfk_fused")
     assert fused == {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
     parts = {p: f for f, ps in fused.items() for p in ps}
     group = lambda n: ".".join(parts.get(b, b) for b in n.split("."))
@@ -230,6 +230,13 @@ def test_certify_an_adapter_on_the_head(engine):
     req = R.push_lora(llm, sd, head.peft_config["default"], name="h")
     assert served_ok(llm, req, head)
     assert R.certify(llm, req, sd, head, probe=PROMPTS[0]).tensors == len([k for k in sd if ".base_layer." not in k])
+    # certify scores an adapter on lm_head as sampled tokens get it (public threads: prompt logprobs dropped its
+    # delta); on vLLM 0.32 both carry it, and the head's delta is far above the bound
+    want = R.reference_logprobs(head, PROMPTS[0])
+    with head.disable_adapter(): base = R.reference_logprobs(head, PROMPTS[0])
+    for sampled in (True, False):
+        assert (V.served_logprobs(llm, req, PROMPTS[0], sampled=sampled) - want).abs().max() < 1e-3
+    assert (want - base).abs().max() > 0.1
 
 def test_a_pushed_adapter_is_never_evicted(engine):
     llm, ref, folder = engine
@@ -277,22 +284,67 @@ def test_certify_names_what_differs(engine):
     with pytest.raises(R.CertifyError, match="served logprobs differ from the reference by up to"):
         R.certify(llm, req, sd, ref, probe=PROMPTS[0])
 
-def test_a_child_process_engine(engine, monkeypatch):
-    "With the engine core in a child process (vLLM's default), tensors cross as bytes and the kit's methods by name."
+def _zero_slot(w, lid, layer):
+    "What sleep(level=2) + wake_up() was reported to leave: one layer's LoRA buffers emptied, the adapter still active."
+    am = w.model_runner.lora_manager._adapter_manager
+    i, mod = am.lora_index_to_id.index(lid), am.modules[layer]
+    for t in mod.lora_b_stacked: t[i].zero_()
+
+def test_certify_reads_the_buffers_the_kernels_read(engine):
+    "After sleep(1), and sleep(2) + wake_up(), certify passes while the engine serves the adapter, raises when not."
+    llm, ref, _ = engine
+    sd = adapter(ref, 12)
+    req = R.push_lora(llm, sd, ref.peft_config["default"], name="s")
+    cert = R.certify(llm, req, sd, ref, probe=PROMPTS[0])
+    assert cert.layers == 10 and cert.workers == 1    # every LoRA layer: 4 adapted, 6 whose slot must stay empty
+    for level in (1, 2):                                                   # no-ops on the CPU build: still served
+        llm.sleep(level=level); llm.wake_up()
+        assert served_ok(llm, req, ref) and R.certify(llm, req, sd, ref, probe=PROMPTS[0]).layers == 10
+    worker(llm, _zero_slot, req.lora_int_id, "model.layers.1.self_attn.qkv_proj")
+    assert not served_ok(llm, req, ref)                                    # the engine serves something else ...
+    with pytest.raises(R.CertifyError, match=r"worker 0 of 1: the buffers its LoRA kernels read for 's' differ from "
+                                             r"its copy in 1 of 10 layers \(model\.layers\.1\.self_attn\.qkv_proj\)"):
+        R.certify(llm, req, sd)                                            # ... and certify says where, weights alone
+    req = R.push_lora(llm, sd, ref.peft_config["default"], name="s")       # the fix it names
+    assert served_ok(llm, req, ref) and R.certify(llm, req, sd, ref, probe=PROMPTS[0])
+
+def _corrupt_on(w, rank, lid, what):
+    "On worker `rank` only: scale o_proj's B in the registered copy, or empty its slot (`what`)."
+    if w.rank != rank: return
+    am = w.model_runner.lora_manager._adapter_manager
+    if what == "copy": am._registered_adapters[lid].loras["model.layers.1.self_attn.o_proj"].lora_b.mul_(1.5)
+    else: _zero_slot(w, lid, "model.layers.0.self_attn.o_proj")
+
+def test_tensor_parallel_2_every_worker_is_certified(engine, monkeypatch):
+    """Tensor parallel 2 on the CPU build (an engine core and 2 workers, each its own process; tensors cross as bytes,
+    the kit's methods by name): each worker's copy and buffers are read, and a difference on worker 1 is named."""
     _, ref, folder = engine
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
-    monkeypatch.delenv("VLLM_ALLOW_INSECURE_SERIALIZATION", raising=False)
+    monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")          # the test's own corrupting function
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0|1"))  # 1 NUMA node
     import vllm.envs
     vllm.envs.disable_envs_cache()   # an in-process engine core froze vLLM's variables as they were when it started
-    llm = LLM(**R.engine_args(folder, max_model_len=128, block_size=32))
+    llm = LLM(**V.engine_args(folder, max_model_len=128, block_size=32, tensor_parallel_size=2))
     try:
-        assert not R._in_process(llm)
+        assert not V._in_process(llm)
         sd = adapter(ref, 8)
         req = R.push_lora(llm, sd, ref.peft_config["default"], name="g")
-        assert served_ok(llm, req, ref) and R.certify(llm, req, sd, ref, probe=PROMPTS[0])
+        cert = R.certify(llm, req, sd, ref, probe=PROMPTS[0])
+        assert served_ok(llm, req, ref) and (cert.workers, cert.layers) == (2, 10)
+        llm.collective_rpc(_corrupt_on, args=(1, req.lora_int_id, "copy"))
+        with pytest.raises(R.CertifyError, match=r"worker 1 of 2: its copy of 'g' differs in 1 tensors: base_model\."
+                                                 r"model\.model\.layers\.1\.self_attn\.o_proj\.lora_B\.weight"):
+            R.certify(llm, req, sd)
+        req = R.push_lora(llm, sd, ref.peft_config["default"], name="g")
+        R.certify(llm, req, sd, ref, probe=PROMPTS[0])                     # loads it into a slot
+        llm.collective_rpc(_corrupt_on, args=(1, req.lora_int_id, "slot"))
+        with pytest.raises(R.CertifyError, match=r"worker 1 of 2: the buffers its LoRA kernels read for 'g' differ "
+                                                 r"from its copy in 1 of 10 layers \(model\.layers\.0\.self_attn"):
+            R.certify(llm, req, sd)
+        req = R.push_lora(llm, sd, ref.peft_config["default"], name="g")
         base = RR._base_weights(ref)
         assert R.push_merged(llm, base, bucket_bytes=64 << 10) == len(base)   # as bytes, in buckets; the adapter again
-        assert R._state(llm).reloads > 1 and served_ok(llm, req, ref)
+        assert R._state(llm).reloads > 1 and served_ok(llm, req, ref) and R.certify(llm, req, sd).workers == 2
     finally:
         llm.llm_engine.engine_core.shutdown(); del llm; gc.collect()
 
