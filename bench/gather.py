@@ -10,7 +10,8 @@ that each ratio compares calls made under the same load:
   72-byte all-reduce (`votes.CHECK_BYTES`, in the vote's group), then `one`;
 - `one`: the data collective alone (the all-gather of blocks padded to the largest rank's; the exact all-to-all where
   pieces are uneven, `packing.evenly`), raw;
-- `vote`: the kit's check alone (a `RankVote`'s first `check`: its arrival through the store, then its all-reduce);
+- `vote`: the kit's check alone (a `RankVote`'s first `check`: its arrival through the store, which carries every
+  rank's failure flag and call tag, so no all-reduce follows unless the call is nested);
   `arr.`: that arrival, raw (each rank appends to one store key, then reads it until every rank is there: what makes a
   call made on some ranks only raise within `LFK_ARRIVAL_TIMEOUT` instead of hanging); `floor` = `arr.` + `pair`;
 - `a2a`, `a-g`, `copies`: either kind of collective, and the all-gather with the packing and unpacking copies;
@@ -23,11 +24,12 @@ comparison of gather strategies (per unit, per tensor, whole model).
 
 Measured 2026-12-06 (2 cores shared with 3 other sessions; load average 7-12 throughout), `--runs 21 --no-save`, the
 kit before and after this round alternated in one session: see the report of issue 48. Where the time goes, for
-the thinker at 2 ranks (180 KiB): the check alone (`vote`) costs 1-4 ms against 0.3-0.5 ms for its raw all-reduce,
-because the arrival before it is a store round of its own (`arr.`, 0.35 ms raw), not counted in `pair`; the gather's
+the thinker at 2 ranks (180 KiB): the check alone (`vote`) cost 1-4 ms against 0.3-0.5 ms for its raw all-reduce,
+because the arrival before it was a store round of its own (`arr.`, 0.35 ms raw), not counted in `pair`; folded into
+the arrival (the first check's flag and tags written with it) it costs 0.6-1.0 ms (about `arr.` + 0.25 ms); the gather's
 own work is about 0.35 ms of CPU on an idle core (reading 108 pieces 20 us, packing 40 us, making 108 output views
 110-190 us, the reorder 10 us, the engine's look-up 25 us), and on 2 cores at load 8-10 every such step and every
-wake-up after a blocking call takes several times its idle time. Packing runs while the check's all-reduce is in
+wake-up after a blocking call takes several times its idle time. Packing runs while the check is in
 flight and the output views while the data collective is (`RankVote.check_async`, `gather._fill`,
 `packing.output_views`); the check itself stays, before every data collective.
 Run: `python bench/gather.py [--ranks 2 4] [--models llama thinker] [--settings ...] [--runs 15] [--no-save]
@@ -158,7 +160,7 @@ def run_setting(model:str, setting:str, runs:int, profile:bool, save:bool=True)-
     with AllGatherCounter() as c: got = gather_lora(fm, progress=False)
     res.update(collectives=c.calls, bytes=c.bytes)
     eng = gather_engine(fm)
-    def vote_rounds():   # the failure check of one gather_lora alone: the arrival, then one 72-byte all-reduce
+    def vote_rounds():   # the failure check of one gather_lora alone: its arrival round, which carries the check
         with eng.vote("bench") as v: v.check("collective 0")
     # the kit's gather and its raw references, interleaved: each ratio compares calls made under the same load
     res.update(timed(dict(gather=lambda: gather_lora(fm, progress=False), pair=raw["pair"], one=raw["one"],
@@ -197,7 +199,7 @@ def report(rows:list[dict], runs:int, loads:list)->bool:
     print(f"\nmedians of {runs} runs (ms, the slowest rank's), interleaved; pair = the check's raw 72-byte "
           f"all-reduce + the raw data collective (`one`: the all-gather, or the all-to-all where pieces are uneven), "
           f"same bytes; goal: kit <= 1.5 x pair, and <= 3 x one from 1 MiB of LoRA; vote = the kit's check alone "
-          f"(its arrival, then its all-reduce); arr. = that arrival, raw (each rank appends to one store key and "
+          f"(its arrival round, carrying the flags and call tags); arr. = that arrival, raw (each rank appends to one store key and "
           f"reads it until every rank is there, so that a call made on some ranks only raises instead of hanging); "
           f"floor = arr. + pair; load average (1 min) " + ", ".join(f"{w} ranks {a:.1f}-{b:.1f}" for w, a, b in loads))
     head = (f"{'model':<8}{'ranks':>6} {'setting':<14}{'tensors':>8}{'LoRA':>11}{'coll.':>6}{'kit':>7}{'pair':>7}"

@@ -265,7 +265,7 @@ def _predict_packed(plan, lora:list, lora_units:list, world:int, shapes:dict|Non
     # every buffer is made before the collective (`gather._buffers`, so that what can fail fails before it): the send
     # buffer, the receive buffer and the output buffer the tensors are views of (`packing.unpack`: one index_select),
     # the LoRA bytes plus at most 16 B of alignment per dtype region; and beside them the vote's check of the ranks'
-    # call tags (`votes.CHECK_BYTES`), all-reduced once they are made
+    # call tags (`votes.CHECK_BYTES`), all-reduced where a call is nested (a first check rides on its arrival)
     out = lora_bytes + 16 * len({p.dtype for p in lora}) + CHECK_BYTES
     if world * width <= 1.05 * total:   # the all-gather of equal padded buffers (`packing.evenly`)
         return world * width, width * (world + 1) + out
