@@ -164,7 +164,10 @@ def _cmd_doctor(a)->int:
 
 def _cmd_explore(a)->int:
     from lora_fsdp_kit.explore import serve   # Voilà serves the explorer as an app, until Ctrl-C
-    serve(config=a.config, model=a.model, port=a.port, lora_r=a.lora_r, targets=a.lora_targets)
+    given = {k: v for k, v in dict(model=a.model or a.config, lora_r=a.lora_r, lora_targets=a.lora_targets).items()
+             if a.job and (k in _typed(a) or k == "model" and v)}   # beside --job files: the flags typed win
+    serve(config=a.config, model=a.model, port=a.port, lora_r=a.lora_r, targets=a.lora_targets, job=a.job,
+          given=given)
     return 0
 
 def _cmd_demo(a)->int:
@@ -446,6 +449,7 @@ def _cmd_fits(a)->int:
     if a.check:   # the proof on the user's own architecture (fits_check, chapter 11e)
         from lora_fsdp_kit.fits_check import check_report
         check_report(job.model, wraps, job.world, r=job.lora_r, dora=job.dora, targets=job.lora_targets,
+                     use_cache=job.use_cache, grad_accum=job.grad_accum, autocast=job.autocast,   # the step predicted
                      param_dtype=str(sweep["param_dtype"]).split(",")[0],
                      lora_dtype=str(sweep["lora_dtype"]).split(",")[0])
     return rc
@@ -496,6 +500,7 @@ def parser()->argparse.ArgumentParser:
     ex.add_argument("--lora-r", type=_whole(1), default=8, help="LoRA rank of the models it builds (default 8)")
     ex.add_argument("--lora-targets", default=PLAN_TARGETS, help=f"their LoRA target modules (default {PLAN_TARGETS})")
     ex.add_argument("--port", type=_whole(1, 65535), default=None, help="the port (default 8866, or the next free one)")
+    _job_flags(ex)   # --job FILE (repeatable): the panel starts on that job (its wrapping, LoRA and step)
     ex.set_defaults(fn=_cmd_explore)
     de = sub.add_parser("demo", help="the end-to-end tour: strip, LoRA, plan, FSDP1/FSDP2 gathers, plots, report")
     de.add_argument("--out", default="demo_out", help="folder for the figures and the report (the previous demo's "

@@ -5,7 +5,7 @@
 # %% ../nbs/14_explore.ipynb #8195d386
 from __future__ import annotations
 
-import html as H, math, os, shutil, signal, subprocess, sys, tempfile, time
+import html as H, json, math, os, shutil, signal, subprocess, sys, tempfile, time
 from pathlib import Path
 
 from .methods import patch_to
@@ -15,21 +15,23 @@ from .explore_fits import FitsTab, figure_svg   # the fourth tab (its chapter: 1
 # module to start Voilà, and so starts in a fraction of a second, not after seconds of imports it does not need
 
 # %% auto #0
-__all__ = ['AHEAD_DELAY_S', 'AHEAD_FIRST_DELAY_S', 'APP_CELLS', 'PlanExplorer', 'explore', 'app_panel', 'app_command', 'serve']
+__all__ = ['LEAF_GLOBS', 'AHEAD_DELAY_S', 'AHEAD_FIRST_DELAY_S', 'APP_CELLS', 'PlanExplorer', 'knob_wrap', 'explore', 'app_panel',
+           'app_command', 'serve']
 
 # %% ../nbs/14_explore.ipynb #e812af19
 class PlanExplorer:
     "The widget behind `explore`: a model picker, the knobs, and the chart, tree, findings and fits of the plan."
     def __init__(self, model:nn.Module|str|None=None, layer_cls="auto", lora_r:int=8, targets:str=PLAN_TARGETS,
-                 config:str|None=None, ahead:bool=True):
+                 config:str|None=None, ahead:bool=True, job:Job|None=None):
         import ipywidgets as W, threading, torch.nn as nn
         from lora_fsdp_kit import models
-        self.layer_cls, self.lora_r, self.targets, self._given = layer_cls, lora_r, targets, model
+        self.layer_cls, self.lora_r, self.targets, self._given = layer_cls, lora_r, targets, job or model
+        self.job0 = self.job = job                          # a job: its wrapping is the base the knobs modify
         self._models, self._plans, self._ahead = {}, {}, {}   # kept: models built, answers, answers ahead
         self._lock, self._pool, self.ahead, self._idle = threading.Lock(), None, ahead, threading.Event()
         self._idle.set()                                    # cleared while a knob's own answer is computed
         whole = {"description_width": "initial"}            # descriptions are never cut
-        given = [("(the model given)", "")] if isinstance(model, nn.Module) else []
+        given = [("(the job's model)" if job else "(the model given)", "")] * bool(job or isinstance(model, nn.Module))
         names = [(n, n) for n in models.model_names() + list(models.FULL_SIZE_CONFIGS)]
         self.picker = W.Dropdown(options=given + names, value="" if given else (model or "llama"),
                                  description="model", style=whole, layout=W.Layout(width="300px"))
@@ -47,7 +49,7 @@ class PlanExplorer:
                                                layout=W.Layout(width="460px"))
         self.use_orig_params = W.Checkbox(value=False, description="use_orig_params", style=whole, indent=False,
                                           layout=W.Layout(width="auto"))
-        self.status, self.chart_message, self.findings_view = W.HTML(), W.HTML(), W.HTML()
+        self.status, self.chart_message, self.findings_view, self.job_view = (W.HTML() for _ in range(4))
         self.tree = W.HTML(layout=W.Layout(overflow="auto", max_height="620px", width="100%"))   # scrolls, both ways
         self.chart = W.Image(format="svg+xml", layout=W.Layout(max_width="100%"))
         self.chart_box = W.Box([self.chart])                 # holds the chart, or the reason there is none
@@ -65,16 +67,17 @@ class PlanExplorer:
         self.tabs.observe(lambda ch: self.fits.tab_shown() if ch["new"] == 3 else self._show_tree(),
                           names="selected_index")
         self.widget = W.VBox([W.HBox([self.picker, self.config_path], layout=W.Layout(gap="12px")),
-                              W.HBox([left, W.VBox(self.controls[3:])], layout=W.Layout(gap="24px")), self.status,
-                              self.tabs])
+                              W.HBox([left, W.VBox(self.controls[3:])], layout=W.Layout(gap="24px")),
+                              self.job_view, self.status, self.tabs])
         for w, name in ((self.flavour, "flavour"), (self.lora_leaves, "leaves"), (self.layer_classes, "classes"),
                         (self.size_on, "size"), (self.min_num_params, "slider"), (self.use_orig_params, "uop"),
                         (self.status, "status"), (self.chart, "chart"), (self.chart_message, "chart-message"),
                         (self.tree, "tree"), (self.findings_view, "findings"), (self.tabs, "tabs"),
-                        (self.picker, "picker"), (self.config_path, "config-path"), (self.chart_box, "chart-box")):
+                        (self.picker, "picker"), (self.config_path, "config-path"), (self.chart_box, "chart-box"),
+                        (self.job_view, "job")):
             w.add_class(f"lfk-{name}")                          # stable handles for a browser test
         self.plan, self.findings, self.error, self.source, self._tree_of = None, [], None, "", None
-        if config: self.load(config=config)
+        if config or job: self.load(job, config=config)
         else: self.load(model if isinstance(model, nn.Module) else self.picker.value)
 
 # %% ../nbs/14_explore.ipynb #8b4a67d1
@@ -120,6 +123,7 @@ def load(self:PlanExplorer,
     "Show another model: build it (meta device, LoRA on `targets`; kept), offer its block classes, re-plan."
     import torch.nn as nn
     from lora_fsdp_kit.policies import resolve_layer_classes
+    if self.job0 is not None: return _load_job(self, model, config)   # the job's knobs: its wrapping
     if isinstance(model, nn.Module):
         m, self.source = model, "the model given"
         try: default = sorted(c.__name__ for c in resolve_layer_classes(m, self.layer_cls))
@@ -154,6 +158,15 @@ def _picked(self:PlanExplorer, change):
         self.status.value = f"<b style='color:#c62828'>cannot load: {H.escape(f'{type(e).__name__}: {e}')}</b>"
 
 # %% ../nbs/14_explore.ipynb #2dc66e72
+LEAF_GLOBS = ("**.lora_A.*", "**.lora_B.*")   # FSDP2's targets for "LoRA leaves as units"
+
+def knob_wrap(s:dict)->WrapConfig:
+    "The `WrapConfig` knob state `s` spells alone: FSDP2 targets (classes, leaves); FSDP1 the guarded LoRA policy."
+    from lora_fsdp_kit.wrap import WrapConfig
+    if s["flavour"] == "fsdp2": return WrapConfig(targets=s["classes"] + (LEAF_GLOBS if s["leaves"] else ()))
+    return WrapConfig(flavour="fsdp1", policy="lora", min_num_params=s["slider"] if s["size"] else 0,
+                      layer_cls=s["classes"] or None, lora_leaves=s["leaves"], use_orig_params=s["uop"])
+
 @patch_to(PlanExplorer)
 def state(self:PlanExplorer)->dict:
     "The knobs' values that make a plan: flavour, layer classes, LoRA leaves (as wanted), size part, slider, uop."
@@ -163,13 +176,9 @@ def state(self:PlanExplorer)->dict:
 @patch_to(PlanExplorer)
 def spell(self:PlanExplorer, s:dict)->tuple[WrapConfig, str]:
     "The `WrapConfig` a knob state `s` spells, and the summary's line of every knob's value."
-    from lora_fsdp_kit.wrap import WrapConfig
-    knobs = [f"model={self.source}", s["flavour"]]
-    if s["flavour"] == "fsdp2":
-        c = WrapConfig(targets=s["classes"] + (("**.lora_A.*", "**.lora_B.*") if s["leaves"] else ()))
-        return c, " · ".join(knobs + [f"policy={c.policy}", f"targets={', '.join(c.targets)}"])
-    c = WrapConfig(flavour="fsdp1", policy="lora", min_num_params=s["slider"] if s["size"] else 0,
-                   layer_cls=s["classes"] or None, lora_leaves=s["leaves"], use_orig_params=s["uop"])
+    if self.job is not None: return _spell_job(self, s)   # the job's wrapping, the knobs moved on top
+    c, knobs = knob_wrap(s), [f"model={self.source}", s["flavour"]]
+    if s["flavour"] == "fsdp2": return c, " · ".join(knobs + [f"policy={c.policy}", f"targets={', '.join(c.targets)}"])
     knobs += [f"policy={c.policy}", f"layer_cls={', '.join(c.layer_cls or ()) or 'none'}",
               f"lora_leaves={s['leaves'] and not s['size']}", f"min_num_params={c.min_num_params:,}",
               f"use_orig_params={c.use_orig_params}"]
@@ -217,18 +226,23 @@ def _answer(self:PlanExplorer, cfg:WrapConfig, text:str, pause=lambda: None)->di
     "What the panel shows for `cfg`: plan, findings, summary, findings view and chart (or why it cannot plan)."
     from lora_fsdp_kit.plan import plan_summary
     from lora_fsdp_kit.viz import plot_plan, findings_html
-    try: plan = cfg.plan(self.model)
+    try: plan = cfg.plan(self.model, world_size=self.job.world if self.job is not None else None)
     except Exception as e:
         err = f"{type(e).__name__}: {e}"
         return dict(plan=None, findings=[], error=err, message=f"<b style='color:#c62828'>cannot plan: {H.escape(err)}</b>")
     pause()                                             # (computed ahead: a knob's own answer goes first)
-    findings = plan.check()
+    findings = plan.check() if self.job is None else self.job.check(plan)   # a job: its autocast
     n = {s: sum(f.severity == s for f in findings) for s in ("error", "warning")}
     status = (f"<div style='white-space:normal;overflow-wrap:anywhere;line-height:1.35'>"   # wraps
               f"<b>{H.escape(plan_summary(plan))}</b> ✖ {n['error']} ▲ {n['warning']}<br>"
               f"<small>{H.escape(text)}<br>"
               f"{H.escape(plan.policy).replace(chr(10), '<br>')}</small></div>")
-    fig = plot_plan(plan, findings); pause()
+    try: fig = plot_plan(plan, findings)
+    except Exception as e:   # a plan the chart cannot draw: the plan and its findings still, and why no chart
+        import matplotlib.pyplot as plt
+        fig = plt.figure(figsize=(8, 0.6)); fig.text(0.01, 0.4, f"no chart: plot_plan raised {type(e).__name__}: {e}")
+        plt.close(fig)
+    pause()
     return dict(plan=plan, findings=findings, error=None, status=status, findings_html=findings_html(findings),
                 png=figure_svg(fig))
 
@@ -278,9 +292,12 @@ def refresh(self:PlanExplorer):
         self.findings_view.value = a["findings_html"]; self._show_tree()
         self.chart.value = a["png"]; self.chart_box.children = (self.chart,)
         self._stale(False); self.status.value = a["status"]
+    if self.job is not None: self.show_job()
     self.fits.plan_changed()
     if self.ahead: self._compute_ahead()
 
+
+# %% ../nbs/14_explore.ipynb #mime14
 @patch_to(PlanExplorer)
 def _repr_mimebundle_(self:PlanExplorer, **kw):
     import base64
@@ -289,7 +306,8 @@ def _repr_mimebundle_(self:PlanExplorer, **kw):
     b["text/plain"] = plan_summary(self.plan) if self.plan is not None else f"cannot plan: {self.error}"
     if self.plan is not None:                 # a PNG: what a book or a code host shows (the page gets the SVG)
         from lora_fsdp_kit.viz import plot_plan
-        b["image/png"] = base64.b64encode(plot_plan(self.plan, self.findings)._repr_png_()).decode()
+        try: b["image/png"] = base64.b64encode(plot_plan(self.plan, self.findings)._repr_png_()).decode()
+        except Exception: pass                # a plan the chart cannot draw (the panel says why): the text alone
     return b
 
 # %% ../nbs/14_explore.ipynb #22adeab5
@@ -348,16 +366,121 @@ def explore(model:nn.Module|str|None=None,  # a (peft) model, a zoo or shipped c
             targets:str=PLAN_TARGETS,       # their LoRA target modules (as `plan --targets`)
             config:str|None=None,           # or a config.json (or its folder) to start with
             ahead:bool=True,                # compute the answers one click away in the background
+            job:Job|None=None,              # or a `Job` (also as `model`): its wrapping, LoRA and step are the start
            )->PlanExplorer:                 # display it; `.widget` is the ipywidgets VBox, `.plan` the current plan
     "An ipywidgets panel that re-plans a model and redraws tree, chart and findings whenever a knob changes."
-    return PlanExplorer(model, layer_cls, lora_r, targets, config, ahead)
+    from lora_fsdp_kit.job import Job
+    if isinstance(model, Job): model, job = None, model
+    return PlanExplorer(model, layer_cls, lora_r, targets, config, ahead, job)
+
+# %% ../nbs/14_explore.ipynb #job14
+_JOB_BUILT = ("model", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "dora", "modules_to_save",
+              "target_parameters")   # the fields a job's model is built from (`Job.build`): a model kept by them
+
+def _job_knobs(w:WrapConfig, default:list, names:list)->dict:
+    "The knobs that show wrapping `w`: flavour, layer classes, LoRA leaves, size part, use_orig_params."
+    if w.policy == "targets": classes = tuple(t for t in w.targets if t in names)
+    elif w.policy in ("lora", "layer", "peft"): classes = tuple(default if w.layer_cls == "auto" else w.layer_cls or ())
+    else: classes = ()
+    leaves = (w.policy == "lora" and w.lora_leaves or w.policy in ("peft", "leaves+size")
+              or w.policy == "targets" and set(LEAF_GLOBS) <= set(w.targets))
+    return dict(flavour=w.flavour, classes=classes, leaves=bool(leaves), size=w.min_num_params > 0,
+                uop=w.use_orig_params)
+
+def _load_job(self:PlanExplorer, model, config):
+    "`load` with a job: its model, or the one the picker or the box names (its other fields stay); knobs as it wraps."
+    import dataclasses
+    from lora_fsdp_kit.job import Job
+    from lora_fsdp_kit.policies import resolve_layer_classes
+    job = model if isinstance(model, Job) else dataclasses.replace(self.job0, model=model or config)
+    key = ("job",) + tuple(repr(getattr(job, k)) for k in _JOB_BUILT)
+    if key not in self._models:
+        m = job.build()                                   # the job's LoRA: alpha, DoRA, modules_to_save...
+        try: default = sorted(c.__name__ for c in resolve_layer_classes(m, "auto"))
+        except ValueError: default = []
+        others = sorted({type(s).__name__ for s in m.modules() if s is not m and next(s.children(), None)
+                         is not None} - set(default) - {"ModuleList", "ModuleDict"})
+        self._models[key] = (m, default, others, sum(p.numel() for p in m.parameters()))
+    m, default, others, total = self._models[key]
+    k = _job_knobs(job.wrap, default, default + others)
+    names = default + others + [c for c in k["classes"] if c not in default + others]
+    self.model, self.job, self.built_from, self._syncing = m, job, None, True
+    self.source = job.model if isinstance(job.model, str) else "the job's config dict"
+    try:
+        self.flavour.value, self.use_orig_params.value, self.size_on.value = k["flavour"], k["uop"], k["size"]
+        self.layer_classes.options = names; self.layer_classes.value = k["classes"]
+        self.layer_classes.rows = min(8, max(len(names), 2))
+        self.layer_classes.layout.width = f"{max(len(s) for s in names + ['x' * 20]) + 4}ch"
+        self.min_num_params.max = max(2, math.ceil(math.log10(max(total, 10))))
+        self.min_num_params.value = job.wrap.min_num_params or max(10, total / 20)
+        self._leaves_wanted = k["leaves"]
+        _show_source(self, "" if isinstance(model, Job) else model, config)
+    finally: self._syncing = False
+    self._job_knobs = self.state()                        # the knobs as the job set them: moved = differs from it
+    self.refresh()
+
+# %% ../nbs/14_explore.ipynb #job14b
+_FLAVOUR_ONLY = ("use_orig_params", "sharding", "backward_prefetch", "checkpoint_targets",      # FSDP1's
+                 "targets", "groups", "tie_group", "reshard_after_forward", "shard_dim")          # FSDP2's
+_POLICY = ("policy", "targets", "layer_cls", "lora_leaves", "min_num_params")
+_SAID = {"flavour", "layer_cls", "lora_leaves", "min_num_params", "use_orig_params", "policy", "targets"}
+
+def _job_wrap(self:PlanExplorer, s:dict)->tuple[WrapConfig, list[str], list[str]]:
+    "The job's wrapping, the fields of the knobs moved off the job's values set as they say; the knobs moved; lost."
+    from lora_fsdp_kit.wrap import WrapConfig
+    w, base, fsdp1 = self.job.wrap, self._job_knobs, s["flavour"] == "fsdp1"
+    moved = [k for k in s if s[k] != base[k] and (fsdp1 or k not in ("size", "slider", "uop"))]
+    if not moved: return w, [], []
+    kw, fields = knob_wrap(s), {f: getattr(w, f) for f in w.__dataclass_fields__}
+    take = set(_POLICY) if {"classes", "leaves", "size", "slider"} & set(moved) else set()
+    if "flavour" in moved: take |= {"flavour", *_POLICY, *_FLAVOUR_ONLY}
+    if "uop" in moved: take.add("use_orig_params")
+    new = dict(fields, **{f: getattr(kw, f) for f in take})
+    lost = [f"{f}={fields[f]!r}" for f in sorted(take - _SAID) if fields[f] != new[f]]
+    if "policy" in take and w.policy in ("peft", "size", "leaves+size", "root"): lost.insert(0, f"policy={w.policy!r}")
+    if "targets" in take: lost += [f"target {t!r}" for t in w.targets or () if t not in LEAF_GLOBS
+                                   and t not in self.layer_classes.options]
+    try: return WrapConfig(**new), moved, lost
+    except ValueError as e: return kw, moved, lost + [f"the job's other wrapping fields ({e})"]
+
+def _spell_job(self:PlanExplorer, s:dict)->tuple[WrapConfig, str]:
+    "`spell` with a job: its wrapping with the knobs moved on top, and the line that says which knobs and what is lost."
+    cfg, moved, lost = _job_wrap(self, s)
+    text = [f"model={self.source}", "the job's wrapping" + (f", knobs moved: {', '.join(moved)}" if moved else ""),
+            cfg.label] + ([f"not kept: {', '.join(lost)}"] if lost else [])
+    return cfg, " · ".join(text)
+
+@patch_to(PlanExplorer)
+def current_job(self:PlanExplorer, s:dict|None=None)->Job:
+    "The job the panel shows: the job given, its model as picked, its wrapping as the knobs say (`s`: the knobs')."
+    import dataclasses
+    cfg = _job_wrap(self, s or self.state())[0]
+    return dataclasses.replace(self.job, wrap=cfg, backward_prefetch=self.job.backward_prefetch
+                               if cfg.flavour == "fsdp1" else None)
+
+@patch_to(PlanExplorer)
+def show_job(self:PlanExplorer):
+    "The job line: the job the panel answers for (the fits tab's step too), its files, and what the knobs cannot keep."
+    job, lost = self.fits.job_of(), _job_wrap(self, self.state())[2]
+    name = lambda src: Path(src.split(": ", 1)[0]).name
+    files = sorted({name(v) for v in job.sources.values() if ": " in v})
+    out = f"<div style='white-space:normal;overflow-wrap:anywhere'><b class='lfk-job-line'>{H.escape(job.line())}</b>"
+    if files: out += f" <small>· from files: {H.escape(', '.join(files))}</small>"
+    if lost: out += (f"<br><span class='lfk-job-lost' style='color:#b26a00'>the knobs cannot keep: "
+                     f"{H.escape('; '.join(lost))}</span>")
+    notes = "<br>".join(H.escape(f"{name(x)}: {x.split(': ', 1)[-1]}") for x in job.notes)   # file names, not paths
+    if notes: out += f"<details><summary><small>{len(job.notes)} note(s) on its files</small></summary>{notes}"
+    self.job_view.value = out + ("</details>" if notes else "") + "</div>"
 
 # %% ../nbs/14_explore.ipynb #c6761414
 def app_panel()->PlanExplorer:
     "The app's panel, from the environment `app_command` sets; why it cannot be drawn goes where `serve` looks, then up."
     env = os.environ
-    try: return explore(env.get("LFK_EXPLORE_MODEL") or None, config=env.get("LFK_EXPLORE_CONFIG") or None,
-                        lora_r=int(env.get("LFK_EXPLORE_LORA_R") or 8), targets=env.get("LFK_EXPLORE_TARGETS") or PLAN_TARGETS)
+    try:
+        if j := env.get("LFK_EXPLORE_JOB"): return explore(_app_job(json.loads(j)))
+        return explore(env.get("LFK_EXPLORE_MODEL") or None, config=env.get("LFK_EXPLORE_CONFIG") or None,
+                       lora_r=int(env.get("LFK_EXPLORE_LORA_R") or 8),
+                       targets=env.get("LFK_EXPLORE_TARGETS") or PLAN_TARGETS)
     except Exception as e:   # a model the panel cannot show: `serve` says so and stops, where it would wait for ever
         if env.get("LFK_EXPLORE_FAILED"): Path(env["LFK_EXPLORE_FAILED"]).write_text(f"{type(e).__name__}: {e}")
         raise
@@ -372,9 +495,10 @@ def app_command(folder:str|Path,             # where the app notebook is written
                 lora_r:int=8,                # LoRA rank of the models the panel builds
                 targets:str=PLAN_TARGETS,    # their LoRA target modules (as `plan --lora-targets`)
                 preheat:bool=True,           # run the app in a kernel kept ready before any page is opened
+                job:list[str]|None=None,     # or the job's files (`Job.from_files`; `lfk explore --job`)
+                given:dict|None=None,        # and the `Job` fields given beside them (the flags typed)
                )->tuple[list[str], dict]:    # the command line and the environment that serve the app
     "The Voilà command and environment `serve` runs (Voilà is imported by the command, not here)."
-    import json
     if config is not None:
         if not Path(config).exists(): raise FileNotFoundError(f"no config at {config}: give a config.json or its folder")
         config = str(Path(config).resolve())
@@ -387,11 +511,28 @@ def app_command(folder:str|Path,             # where the app notebook is written
     for f in (ready, failed): f.unlink(missing_ok=True)
     env = {**os.environ, "LFK_EXPLORE_MODEL": model or "", "LFK_EXPLORE_CONFIG": config or "",
            "LFK_EXPLORE_LORA_R": str(lora_r), "LFK_EXPLORE_TARGETS": targets, "LFK_EXPLORE_READY": str(ready),
-           "LFK_EXPLORE_FAILED": str(failed)}
+           "LFK_EXPLORE_FAILED": str(failed), "LFK_EXPLORE_JOB": _job_env(job, given)}
     cmd = [sys.executable, "-m", "voila", str(nb), "--no-browser", f"--port={port or 8866}", "--Voila.ip=127.0.0.1",
            "--show_tracebacks=True"]
     if preheat: cmd += ["--preheat_kernel=True", "--pool_size=1"]     # the page takes a kernel that has run the app
     return cmd, env
+
+# %% ../nbs/14_explore.ipynb #appjob14
+def _job_env(job:list[str]|str|None, given:dict|None)->str:
+    "`LFK_EXPLORE_JOB`: the job's files (absolute: Voilà runs in another folder) and the fields given, as JSON."
+    if not job: return ""
+    files = [str(Path(f).resolve()) for f in ([job] if isinstance(job, str) else job)]
+    if bad := [f for f in files if not Path(f).is_file()]: raise FileNotFoundError(f"--job {bad[0]}: no such file")
+    given = dict(given or {})
+    if isinstance(given.get("model"), str) and Path(given["model"]).exists():   # a config.json path, not a name
+        given["model"] = str(Path(given["model"]).resolve())
+    return json.dumps(dict(files=files, given=given))
+
+def _app_job(d:dict)->Job:
+    "The app's job: `Job.from_files` of the files `_job_env` passed, the fields given beside them on top."
+    from lora_fsdp_kit.job import Job
+    return Job.from_files(*d["files"], **d["given"])
+
 
 # %% ../nbs/14_explore.ipynb #91bb5246
 def serve(config:str|None=None,   # a config.json (or its folder) to explore
@@ -399,6 +540,8 @@ def serve(config:str|None=None,   # a config.json (or its folder) to explore
           port:int|None=None,     # the port (None: 8866, or the next free one)
           lora_r:int=8,           # LoRA rank of the models the panel builds
           targets:str=PLAN_TARGETS,  # their LoRA target modules (as `plan --lora-targets`)
+          job:list[str]|None=None,   # or the job's files (`lfk explore --job FILE`, repeatable)
+          given:dict|None=None,      # and the `Job` fields given beside them
          )->None:                 # returns when the server stops (Ctrl-C)
     "Serve the explorer as a web app with Voilà: print its URL once the app is ready, serve until Ctrl-C."
     import importlib.util, re, threading
@@ -410,7 +553,7 @@ def serve(config:str|None=None,   # a config.json (or its folder) to explore
     t0 = time.monotonic()
     print("the explorer: starting (Voilà runs the app once before the first page is opened)…", flush=True)
     with tempfile.TemporaryDirectory() as d:
-        cmd, env = app_command(d, config, model, port, lora_r, targets)
+        cmd, env = app_command(d, config, model, port, lora_r, targets, job=job, given=given)
         proc = subprocess.Popen(cmd, cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
         seen, tail = [], []
@@ -423,7 +566,7 @@ def serve(config:str|None=None,   # a config.json (or its folder) to explore
             while not (seen and Path(env["LFK_EXPLORE_READY"]).exists()):     # the URL, and the app run once
                 if proc.poll() is not None: raise RuntimeError(f"voila exited ({proc.returncode}):\n{''.join(tail)}")
                 if (failed := Path(env["LFK_EXPLORE_FAILED"])).exists():   # the app raised: it will never be ready
-                    raise ValueError(f"the explorer cannot show {model or config or 'the model'}: "
+                    raise ValueError(f"the explorer cannot show {model or config or job or 'the model'}: "
                                      f"{failed.read_text().splitlines()[0]}")
                 time.sleep(0.1)
             print(f"the explorer: {seen[0]}  (ready in {time.monotonic() - t0:.0f} s; Ctrl-C stops it)", flush=True)

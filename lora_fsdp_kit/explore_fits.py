@@ -11,7 +11,7 @@ from .methods import patch_to
 # torch and matplotlib are imported where they are used: `lfk explore` imports `explore`, which imports this module
 
 # %% auto #0
-__all__ = ['FITS_AHEAD', 'PRECISIONS', 'figure_svg', 'FitsTab']
+__all__ = ['FITS_AHEAD', 'PRECISIONS', 'JOB_PRECISION', 'figure_svg', 'FitsTab']
 
 # %% ../nbs/14a_explore_fits.ipynb #4b465d59
 def figure_svg(fig)->bytes:
@@ -27,6 +27,7 @@ FITS_AHEAD = 9      # settings traced ahead after each answer (at most; `FitsTab
 
 PRECISIONS = {"fp32": ("fp32", None), "fp32, bf16 compute": ("fp32", "bf16"), "bf16": ("bf16", None),
               "bf16, bf16 compute": ("bf16", "bf16")}   # the tab's precision: (param_dtype, mixed_precision)
+JOB_PRECISION = "(the job's)"   # the tab's precision with a job: its own dtypes, LoRA's and autocast included
 
 class FitsTab:
     "The explorer's 'will it fit?' tab: step memory per rank, by category, against the device's memory."
@@ -48,6 +49,7 @@ class FitsTab:
                                              layout=W.Layout(width="170px"))
         self.status, self.chart = W.HTML(), W.Image(format="svg+xml", layout=W.Layout(max_width="100%"))
         knobs = [self.world, self.batch, self.seq, self.precision, self.checkpointing]
+        if getattr(explorer, "job0", None) is not None: _knobs_from_job(self, explorer.job0)   # (before observers)
         for k in knobs + [self.device_gib]: k.observe(lambda _: self.plan_changed(), names="value")
         self.widget = W.VBox([W.HBox(knobs + [self.device_gib], layout=W.Layout(gap="10px", flex_flow="row wrap")),
                               self.status, self.chart])
@@ -59,6 +61,7 @@ class FitsTab:
     def tab_shown(self): self.shown = True; self.update()
     def plan_changed(self):
         "A knob or the plan changed: answer now if the tab is open (else when it is opened)."
+        if getattr(self.ex, "job", None) is not None: self.ex.show_job()   # the job's step is the tab's knobs
         if self.ex.tabs.selected_index == 3: self.update()
 
 # %% ../nbs/14a_explore_fits.ipynb #76c86818
@@ -72,6 +75,7 @@ def setting(self:FitsTab)->dict:
 def key(self:FitsTab, s:dict|None=None)->tuple:
     "What a trace depends on: the model, the plan's configuration, and the setting `s` (default: the knobs')."
     s = s or self.setting()
+    if self.ex.job is not None: return ("job", repr(self.job_of(s)))   # a job: the job is all a trace depends on
     return (id(self.ex.model), repr(self.ex.config), s["world"], s["batch"], s["seq"], s["precision"], s["ckpt"])
 
 def _text_model(model:nn.Module, wrap:WrapConfig)->tuple:
@@ -93,18 +97,57 @@ def _trace_kwargs(s:dict)->dict:
     return dict(world=s["world"], batch=s["batch"], seq=s["seq"], mixed_precision=mixed, param_dtype=param_dtype,
                 activation_checkpointing=s["ckpt"])
 
+# %% ../nbs/14a_explore_fits.ipynb #jobfits14a
+def _knobs_from_job(tab:FitsTab, job):
+    "The tab's knobs start at the job's step: its world (8 where it has none), batch, seq, precision, checkpointing."
+    tab.world.value, tab.batch.value, tab.seq.value = job.world or tab.world.value, job.batch, job.seq
+    tab.precision.options = [JOB_PRECISION] + list(PRECISIONS); tab.precision.value = JOB_PRECISION
+    tab.checkpointing.value = bool(job.wrap.activation_checkpointing)
+
+@patch_to(FitsTab)
+def job_of(self:FitsTab, s:dict|None=None):
+    "The job the tab answers for: the panel's (`PlanExplorer.current_job`), with the step the tab's knobs say."
+    import dataclasses
+    s, job = s or self.setting(), self.ex.current_job()
+    kw, wk = dict(world=s["world"], batch=s["batch"], seq=s["seq"]), {}
+    if s["precision"] != JOB_PRECISION:   # the tab's precisions: storage and compute; LoRA's dtype stays the job's
+        kw["param_dtype"], wk["mixed_precision"] = PRECISIONS[s["precision"]]
+        kw["autocast"] = job.autocast and wk["mixed_precision"] is not None
+    if s["ckpt"] != bool(job.wrap.activation_checkpointing):   # moved: the job's implementation, or torch's wrapper
+        impl = self.ex.job0.wrap.activation_checkpointing or "wrapper"
+        wk["activation_checkpointing"] = impl if s["ckpt"] else False
+    return dataclasses.replace(job, wrap=dataclasses.replace(job.wrap, **wk), **kw)
+
+@patch_to(FitsTab)
+def traced_job(self:FitsTab, s:dict|None=None):
+    "`job_of(s)` as `predict_job` takes it: of an Omni model, the plan's layer classes its thinker has."
+    import dataclasses
+    job = self.job_of(s)
+    return dataclasses.replace(job, wrap=_text_model(self.ex.model, job.wrap)[1])
+
+def _job_status(tab:FitsTab, sm)->str:
+    "The job an answer is for, in one line, and what of it the trace leaves out (`predict_job` says)."
+    job, s = tab.job_of(), tab.setting()
+    out = f"<small class='lfk-fits-job'>{H.escape(job.line())}</small><br>"
+    if tab.ex.job.autocast and not job.autocast:
+        out += f"<small>autocast off: precision {H.escape(s['precision'])} has no compute dtype</small><br>"
+    if "not in the trace:" in sm.forward:
+        out += f"<small>{H.escape('not in the trace:' + sm.forward.split('not in the trace:', 1)[1])}</small><br>"
+    return out
+
 # %% ../nbs/14a_explore_fits.ipynb #926b2885
 @patch_to(FitsTab)
 def predict(self:FitsTab):
     "The `StepMemory` of the knobs' values: kept, or being traced ahead (wait for its rest), or traced now (or why not)."
-    from lora_fsdp_kit.fits import predict_step_memory
+    from lora_fsdp_kit.fits import predict_job, predict_step_memory
     k = self.key()
     if k not in self._traces and self._running and self._running[0] == k:
         try: self._running[1].result()          # under way in the worker: its rest is shorter than a whole trace
         except Exception: pass                  # (traced here, which says why)
     if k not in self._traces:
         m, wrap, _ = _text_model(self.ex.model, self.ex.config)
-        try: self._traces[k] = predict_step_memory(m, wrap=wrap, **_trace_kwargs(self.setting()))
+        try: self._traces[k] = (predict_job(self.traced_job()) if self.ex.job is not None else
+                                predict_step_memory(m, wrap=wrap, **_trace_kwargs(self.setting())))
         except Exception as e: self._traces[k] = e       # a setting FSDP refuses: its reason is kept too
     if isinstance(self._traces[k], Exception): raise self._traces[k]
     return self._traces[k]
@@ -135,6 +178,7 @@ def update(self:FitsTab):
     self.status.value = ((f"its {sub} traced (LoRA trains it alone): " if sub else "") +
                          f"{H.escape(sm.label)}, world {sm.world}: worst rank peak {fmt_bytes(worst)} on a "
                          f"{fmt_bytes(device)} device, less a {RESERVE} reserve: {verdict}")
+    if self.ex.job is not None: self.status.value = _job_status(self, sm) + self.status.value
     if self.ex.ahead: self.trace_ahead()
 
 # %% ../nbs/14a_explore_fits.ipynb #2599be76
@@ -153,10 +197,12 @@ def neighbours(self:FitsTab)->list[dict]:
 @patch_to(FitsTab)
 def trace_ahead(self:FitsTab):
     "Queue the neighbours' traces for the worker process (the queue of an older setting goes; the running one stays)."
-    if self.ex.built_from is None: return                 # a module given: nothing to build it from elsewhere
+    job = self.ex.job is not None                         # a job: the worker builds it from the job itself
+    if self.ex.built_from is None and not job: return     # a module given: nothing to build it from elsewhere
     wrap, src = self.ex.config, self.ex.built_from
     with self._qlock:
-        self._queue = [(self.key(s), src, wrap, _trace_kwargs(s)) for s in self.neighbours()
+        self._queue = [(self.key(s), None, self.traced_job(s), None) if job else
+                       (self.key(s), src, wrap, _trace_kwargs(s)) for s in self.neighbours()
                        if self.key(s) not in self._traces]
         self._pump()
 
@@ -171,8 +217,9 @@ def _pump(self:FitsTab):
         if not self._queue: return
         if self._worker is None: self._worker = cf.ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"))
         k, src, wrap, kw = self._queue.pop(0)
-        from lora_fsdp_kit.explore_fits import _trace_in_worker     # by its module's name: the worker imports it
-        try: fut = self._worker.submit(_trace_in_worker, src, wrap, kw)
+        from lora_fsdp_kit.explore_fits import _job_in_worker, _trace_in_worker   # by name: the worker imports it
+        try: fut = (self._worker.submit(_job_in_worker, wrap) if src is None else   # (a job rides in `wrap`)
+                    self._worker.submit(_trace_in_worker, src, wrap, kw))
         except Exception: self._queue = []; return             # a worker that died: no more traces ahead
         self._running = (k, fut)
     def done(f):
@@ -194,6 +241,14 @@ def _trace_in_worker(built_from:tuple, wrap, kw:dict):
     return predict_step_memory(m, wrap=wrap, **kw)
 
 _WORKER_MODELS: dict = {}
+
+def _job_in_worker(job):
+    "In the worker process: `fits.predict_job` of one job (its model built once: `fits` keeps it)."
+    import os, warnings
+    os.environ["LFK_TRACE_FORK"] = "0"
+    from lora_fsdp_kit.fits import predict_job
+    warnings.simplefilter("ignore")
+    return predict_job(job)
 
 @patch_to(FitsTab)
 def stop(self:FitsTab):

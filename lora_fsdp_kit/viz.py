@@ -69,7 +69,8 @@ def group_units(plan:Plan, findings:list[Finding]|None=None, collapse:bool=True)
             for key, (label, depth, us) in rows.items()]
 
 # %% ../nbs/04_viz.ipynb #dbdc6241
-PART_COLOURS = {"root": "#455a64", "layer": "#1565c0", "size": "#6a1b9a", "lambda": "#ef6c00", "target": "#1565c0"}
+PART_COLOURS = {"root": "#455a64", "layer": "#1565c0", "size": "#6a1b9a", "lambda": "#ef6c00", "target": "#1565c0",
+                "embedding": "#00897b", "head": "#2e7d32", "group": "#ad1457"}   # any other claim: black, still named
 _SEV_COLOUR = {"error": "#c62828", "warning": "#ef6c00", "info": "#607d8b"}
 
 def shorten_middle(s:str,       # the text to shorten
@@ -136,9 +137,10 @@ def _plan_legend(fig, ax, shown:list[UnitGroup], norm, cmap):
                       pad=0.02, anchor=(1.0, 1.0))
     cb.set_ticks([0, 0.1, 0.25, 0.5, 1], labels=["0", "10%", "25%", "50%", "100%"])   # spaced on the sqrt scale
     cb.set_label("LoRA share of the unit's numel", fontsize=7.5); cb.ax.tick_params(labelsize=7)
-    parts = sorted({g.claimed_by.split("+")[0] for g in shown}, key=list(PART_COLOURS).index)
-    fig.legend(handles=[Patch(facecolor="white", edgecolor=PART_COLOURS[p], linewidth=1.6, label=f"claimed by {p}")
-                        for p in parts if p in PART_COLOURS] + [Patch(facecolor="#b0bec5", label="no LoRA")],
+    order = list(PART_COLOURS)   # known parts in their order, then any other claim (a policy of the user's) by name
+    parts = sorted({g.claimed_by.split("+")[0] for g in shown}, key=lambda p: (order.index(p) if p in order else len(order), p))
+    fig.legend(handles=[Patch(facecolor="white", edgecolor=PART_COLOURS.get(p, "#000"), linewidth=1.6,
+                              label=f"claimed by {p}") for p in parts] + [Patch(facecolor="#b0bec5", label="no LoRA")],
                loc="outside lower left", ncol=5, fontsize=7.5, frameon=False)
 
 # %% ../nbs/04_viz.ipynb #5ef24d3c

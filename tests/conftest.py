@@ -17,7 +17,7 @@ COST = {"test_fits_accuracy": 154,   # 2026-12-03: 168 less the forked-trace tes
         "test_fits_check": 140,      # 2026-12-06: check=True on Phi-3, a miss found on Mamba, the CLI (139 s at load 8)
         "test_partial_collective": 14,   # 2026-12-06: mostly waiting on the 2 s bound
         "test_fits_grouping": 59,    # 2026-12-03: 62 s wall (a sample of each group: 39 traces, not 80)
-        "test_browser": 121,         # = (Chromium and Voila)
+        "test_browser": 147,         # = (Chromium and Voila)
         "test_gather_ranks": 60,     # =
         "test_fits": 48,             # 412 s wall (B's figure, after the .pyc; was 139: the trace is faster)
         "test_fits_beyond": 56,      # = (its owner's, A: psutil, pytest and its ranks)

@@ -242,3 +242,22 @@ def test_explorer_app_in_chromium(app_url):
         finally:
             browser.close()
     assert not errors, f"JavaScript errors on the page: {errors}"
+
+def test_explorer_app_with_job(tmp_path):
+    "`lfk explore --job FILE`: the panel starts on the file's job and shows it in one line above the summary."
+    from playwright.sync_api import sync_playwright
+    (tmp_path/"accelerate.yaml").write_text("distributed_type: FSDP\nnum_processes: 2\nmixed_precision: bf16\n"
+                                            "fsdp_config:\n  fsdp_version: 2\n")
+    for url, ready in _serve(tmp_path, job=tmp_path/"accelerate.yaml", model="llama"):
+        with sync_playwright() as pw:
+            browser = _chromium(pw)
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 1000})
+                t = first_paint(page, url)
+                line = page.inner_text(".lfk-job")
+                print(f"\nexplorer app with --job: ready in {ready:.1f} s, first paint {t:.1f} s")
+                assert line.startswith("job: llama · fsdp2:") and "world 2" in line, line
+                assert "from files: accelerate.yaml" in line and "autocast" in line, line
+                assert "FSDP2 plan of" in Panel(page).summary() and "the job's wrapping" in Panel(page).summary()
+                Panel(page).check_page("job")
+            finally: browser.close()
