@@ -217,6 +217,8 @@ _OTHER_INTERNALS = [
     Internal(f"{_T}._tools.mod_tracker:ModTracker", _FITS, attrs=("parents", "is_bw", "register_user_hooks")),
     Internal(f"{_T}._tools.mod_tracker:register_multi_grad_hook", _FITS + " with a branch the loss never uses (DoRA)",
              params=("tensors", "fn", "mode")),
+    Internal("torch._C:_current_graph_task_id", _FITS + " of modules with several inputs (fits_trace._grad_free_hook)"),
+    Internal("torch._C:_will_engine_execute_node", _FITS + " of modules with several inputs (fits_trace._grad_free_hook)"),
     Internal("torch.testing._internal.distributed.fake_pg:FakeStore", _FITS),
     Internal(f"{_T}.fsdp._flat_param:_same_storage", _FITS, params=("a", "b")),
     Internal(f"{_T}.fsdp._flat_param:_data_ptr_allocated", _FITS, params=("tensor",)),

@@ -338,10 +338,8 @@ def inexact_families(model:nn.Module)->str:
             f"reference path (a job with {pkgs} runs fused kernels); Mamba, Mamba2: -0.3 % to +8.4 % on real ranks")
 
 _MEASURED_MISS = {   # model_type: its miss on real ranks where the cause is not found yet (bench/fits_sweep.json)
-    # measured 2026-12-06: at 64 tokens both settings exact (-12 B, -76 B); untied, gradient checkpointing exact at 32
-    "bloom": ("not exact for bloom: at 1 x 32 tokens peak over the real ranks by 8 KiB, +0.6 % (FSDP1 layer units with "
-              "use_orig_params) or 16 KiB, +1.3 % (transformers' gradient checkpointing); exact at 64 tokens, under "
-              "FSDP2 layer units and under FSDP1's LoRA policy (worlds 2 and 3)"),
+    # none today: BLOOM's +8 KiB at 32 tokens was the trace's own module hook keeping a gradient (fits_trace's
+    # `_grad_free_hook`); a family measured off and not explained goes here, with its measured range
 }
 
 # %% ../nbs/11_fits.ipynb #016fd9f5

@@ -5,7 +5,7 @@
 # %% ../nbs/11a_fits_trace.ipynb #879c119f
 from __future__ import annotations
 
-import contextlib, copy, dataclasses, functools, gc, inspect, logging, math, os, re, sys, time, warnings
+import contextlib, copy, dataclasses, functools, gc, inspect, logging, math, os, re, sys, threading, time, warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -199,19 +199,41 @@ def _gc_paused():
         if was: gc.enable(); gc.collect(0)   # nested (a reduced trace's two): once, by the outermost
 
 # %% ../nbs/11a_fits_trace.ipynb #076f3cab
+def _grad_free_hook(tensors:list, fn)->tuple:
+    "torch's `register_multi_grad_hook(tensors, fn, mode='all')`, keeping no gradient: `fn` gets Nones."
+    # torch's keeps each input's gradient until the last input's is made. BLOOM's attention and MLP take the residual
+    # beside the normed states: the attention's `layernorm_output` gradient (32 x 64 fp32, 8 KiB) stayed alive through
+    # the input layer norm's backward into FSDP1's flat-gradient copy, where a real rank had freed it (+8,192 B, +0.6 %,
+    # at that peak). As torch's: `fn` runs once per backward, after the inputs' grads the engine makes.
+    with torch.enable_grad():   # a leaf's node: its AccumulateGrad, found as torch's `_get_grad_fn_or_grad_acc` does
+        grad_fns = [t.grad_fn or t.view_as(t).grad_fn.next_functions[0][0] for t in tensors]
+    seen, lock, n = {}, threading.Lock(), len(tensors)
+    def hook(grad):   # holds neither the tensors nor their grads
+        task = torch._C._current_graph_task_id()
+        with lock:
+            k = seen[task] = seen.get(task, 0) + 1
+            if k == 1: seen[task, "of"] = sum(map(torch._C._will_engine_execute_node, grad_fns))
+            last = k == seen[task, "of"]
+            if last: del seen[task], seen[task, "of"]
+        if last: fn([None] * n)
+    return tuple(t.register_hook(hook) for t in tensors)   # ModTracker drops the handles
+
 @contextlib.contextmanager
 def _acyclic_module_hooks():
-    "torch's module tracker with its one-input backward hooks free of the reference cycle that keeps a dead branch alive."
+    "torch's module tracker with backward hooks that keep no gradient, its one-input ones free of reference cycles."
     # ModTracker marks a module's backward end with register_multi_grad_hook(inputs, mode="all"): its closure holds the
     # inputs' grad_fns and is held by a hook on them, a cycle only the garbage collector frees (paused in a trace). A
     # branch the loss never reaches keeps its saved tensors in it: DoRA's lora_weight (lora_B(lora_A(eye)), used only
     # detached) held 16 KiB per DoRA layer per step, +9.5 % on a 2-layer Llama at world 2; a real rank frees it at once.
     # With one input, "all" and "any" are the same hook (the kit's and torch's post-backward hooks ignore its argument),
-    # and "any" holds no grad_fn.
-    require("torch.distributed._tools.mod_tracker:register_multi_grad_hook")   # private: checked by `doctor`
+    # and "any" holds no grad_fn; with more, `_grad_free_hook`.
+    require("torch.distributed._tools.mod_tracker:register_multi_grad_hook",   # private: checked by `doctor`
+            "torch._C:_current_graph_task_id", "torch._C:_will_engine_execute_node")
     import torch.distributed._tools.mod_tracker as mt
     orig = mt.register_multi_grad_hook
-    mt.register_multi_grad_hook = lambda ts, fn, *, mode="all": orig(ts, fn, mode="any" if len(ts) == 1 else mode)
+    def multi(ts, fn, *, mode="all"):
+        return orig(ts, fn, mode="any") if mode == "any" or len(ts) == 1 else _grad_free_hook(ts, fn)
+    mt.register_multi_grad_hook = multi
     try: yield
     finally: mt.register_multi_grad_hook = orig
 
