@@ -69,7 +69,14 @@ def run_cases(arch:str, cases:list[dict])->list[dict]:
         try: preds[i] = predict_fresh(cases[i])
         except Exception as e: preds[i] = e
     # each rank's lower of 2 readings (the measure): one in about 30 holds a gloo all-gather its worker freed late
-    try: got = measure_beside(cases, predict, timeout=400, repeat=2)
+    try:
+        got = measure_beside(cases, predict, timeout=400, repeat=2)
+        ok = [i for i, g in enumerate(got) if all(isinstance(x, int) for x in g)]
+        if len(ok) < len(cases) and ok:
+            # a failed step leaves garbage that is freed during the next case's step, lowering its reading (BLOOM's
+            # HF checkpointing after its failed bf16 wrapper: +1.2 % over-predicted, +0.0 % alone): once more without
+            again = measure_beside([cases[i] for i in ok], lambda i: None, timeout=400, repeat=2)
+            for i, g in zip(ok, again): got[i] = g
     except Exception as e:
         return [dict(arch=arch, setting=c["setting"], world=c["world"], failed=True,
                      why=f"launch: {_last_line(e)}") for c in cases]
