@@ -260,4 +260,6 @@ def test_explorer_app_with_job(tmp_path):
                 assert "from files: accelerate.yaml" in line and "autocast" in line, line
                 assert "FSDP2 plan of" in Panel(page).summary() and "the job's wrapping" in Panel(page).summary()
                 Panel(page).check_page("job")
+                SHOTS.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(SHOTS/"16_job.png"), full_page=True)   # look at it after a run
             finally: browser.close()
