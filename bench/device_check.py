@@ -5,7 +5,7 @@ known to work before then. It detects the platform (`lora_fsdp_kit.platform.dete
 world size -- every visible device, and one device on its own -- launches that many ranks with the kit's launcher
 (NCCL on NVIDIA, HCCL on Ascend; on the CPU 2 gloo ranks, and `--worlds 2,1` adds a single rank). Each rank builds a
 narrow llama with LoRA on its device, wraps it with FSDP1 (LoRA leaves + decoder layers) and with FSDP2 (decoder
-layers), and gathers the LoRA weights with every strategy of `lora_fsdp_kit.measure.GATHER_STRATEGIES` through
+layers), and gathers the LoRA weights with every strategy of `lora_fsdp_kit.memory.measure.GATHER_STRATEGIES` through
 `measure_gather`. Per unit it records the peak extra memory (the device allocator's `max_memory_allocated` on an
 accelerator; torch's MemTracker of tensor storages on the CPU), the bytes all-gathered and the time, beside what
 the plan predicted; per strategy also the allocator's reserved peak where the device reports one.
@@ -19,7 +19,7 @@ with activation checkpointing, FSDP1 with LoRA-leaf units and with decoder-layer
 Qwen3-Omni thinker in bf16, and fp32 master weights with bf16 compute on a bf16 config under FSDP2 and FSDP1), each
 rank trains a tiny LoRA model 2 steps on its device and reads the allocator's `max_memory_allocated` over the second
 (less what the device held before the case), and beside it `max_memory_reserved` (what the allocator took from the
-device: cached blocks and fragmentation, which the prediction does not count); `lora_fsdp_kit.fits` predicts the
+device: cached blocks and fragmentation, which the prediction does not count); `lora_fsdp_kit.fits.core` predicts the
 same step on one CPU, with the attention kernel the device runs (`fits_trace.attention_kernel`: CUDA runs float32 with
 grouped-query heads on the math kernel), recorded per row as `attention`. A prediction more than 5 % off is a problem
 (exit 1). On the CPU this part says there is no device and is skipped (the CPU's proof is tests/test_fits.py, against
@@ -32,15 +32,15 @@ import argparse, json, os, sys, time
 
 import torch
 
-from lora_fsdp_kit.fits_trace import train_kwargs   # the step fits predicts: no KV cache
+from lora_fsdp_kit.fits.trace import train_kwargs   # the step fits predicts: no KV cache
 from lora_fsdp_kit.launch import launch
-from lora_fsdp_kit.measure import GATHER_STRATEGIES, measure_gather
+from lora_fsdp_kit.memory.measure import GATHER_STRATEGIES, measure_gather
 from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
 from lora_fsdp_kit.units import fmt_bytes
 from lora_fsdp_kit.platform import detect_platform, get_platform
-from lora_fsdp_kit.plan import plan_fsdp1, plan_fsdp2
-from lora_fsdp_kit.policies import lora_wrap_policy, resolve_layer_classes
-from lora_fsdp_kit.wrap import wrap_fsdp1, wrap_fsdp2
+from lora_fsdp_kit.plan.core import plan_fsdp1, plan_fsdp2
+from lora_fsdp_kit.plan.policies import lora_wrap_policy, resolve_layer_classes
+from lora_fsdp_kit.plan.wrap import wrap_fsdp1, wrap_fsdp2
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out", "device_check")
 TOLERANCE = 0.05   # measured bytes may differ from the plan's prediction by this fraction
@@ -133,7 +133,7 @@ MEMORY_CASES = [   # (name, tiny model, config overrides, WrapConfig fields, par
 def memory_rank(batch:int, seq:int)->list[dict]:
     "On one rank: each memory case trained 2 steps on the device; the allocator's peak over the second, per case."
     import gc, torch.distributed as dist
-    from lora_fsdp_kit.wrap import WrapConfig
+    from lora_fsdp_kit.plan.wrap import WrapConfig
     plat, rows = get_platform(), []
     dev = plat.torch_device()
     # cuBLAS keeps a workspace per thread that runs matrix products (ours and autograd's), allocated on first use
@@ -169,9 +169,9 @@ def memory_rank(batch:int, seq:int)->list[dict]:
 
 def predict_memory(world:int, batch:int, seq:int)->tuple[dict, dict]:
     "Per memory case at `world` (traced on one CPU): the prediction or the line why not; and the attention kernel."
-    from lora_fsdp_kit.fits import FitsError, predict_step_memory
-    from lora_fsdp_kit.fits_trace import attention_kernel
-    from lora_fsdp_kit.wrap import WrapConfig
+    from lora_fsdp_kit.fits.core import FitsError, predict_step_memory
+    from lora_fsdp_kit.fits.trace import attention_kernel
+    from lora_fsdp_kit.plan.wrap import WrapConfig
     out, kernels, backend = {}, {}, get_platform().dist_backend
     for name, model, over, wrap, param_dtype in MEMORY_CASES:
         pm = add_lora(model_from_config(dict(shipped_config(model), **over), device="meta"), r=8)

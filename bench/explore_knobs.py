@@ -25,8 +25,8 @@ def timed2(fn)->tuple[float, float]:
     t0, c0 = time.perf_counter(), time.thread_time(); fn(); return time.perf_counter() - t0, time.thread_time() - c0
 
 def plan_knobs(ex)->None:
-    from lora_fsdp_kit import viz
-    from lora_fsdp_kit.explore import figure_svg
+    from lora_fsdp_kit.plan import viz
+    from lora_fsdp_kit.explore.core import figure_svg
     parts, plan = {}, ex.make_plan()
     parts["plan"] = timed2(ex.make_plan)[1]
     parts["check"] = timed2(plan.check)[1]; fs = plan.check()
@@ -102,7 +102,7 @@ def fits_knobs(ex)->None:
           f"{'met' if max(kept) <= 2 else 'MISSED'} for the settings one change away")
 
 def ahead_delay()->float:
-    from lora_fsdp_kit import explore as E
+    from lora_fsdp_kit.explore import core as E
     return E.AHEAD_DELAY_S
 
 if __name__ == "__main__":
@@ -111,7 +111,7 @@ if __name__ == "__main__":
     ap.add_argument("--fits-ahead", type=int, default=3, help="settings the worker traces ahead (the app: 9)")
     args = ap.parse_args()
     print(f"load {os.getloadavg()[0]:.1f} at start")
-    from lora_fsdp_kit.explore import explore
+    from lora_fsdp_kit.explore.core import explore
     if not args.skip_plan:
         t0 = time.perf_counter(); ex = explore("qwen3_omni_default", ahead=False)
         print(f"explore('qwen3_omni_default'): built, planned and drawn in {time.perf_counter() - t0:.1f} s")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse, os, tempfile
 
-from lora_fsdp_kit.measure_streams import measure_save, measure_stream, plot_streams
-from lora_fsdp_kit.wrap import WrapConfig
+from lora_fsdp_kit.export.measure_streams import measure_save, measure_stream, plot_streams
+from lora_fsdp_kit.plan.wrap import WrapConfig
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
 from lora_fsdp_kit.units import fmt_bytes

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT/"tests"))
 import test_browser as tb                       # the test's server, browser and chart reader: one home
 
 FLOOR = {"cells": [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source":
-    "import base64, ipywidgets as w\nimport lora_fsdp_kit.explore, lora_fsdp_kit.viz\n"
+    "import base64, ipywidgets as w\nimport lora_fsdp_kit.explore.core, lora_fsdp_kit.plan.viz\n"
     "png = base64.b64decode('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==')\n"
     "w.Image(value=png, format='png', _dom_classes=('lfk-chart',))"}],
     "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},

@@ -1,4 +1,4 @@
-"""Speed and accuracy of `lora_fsdp_kit.fits` (issues 17 and 31), measured side by side in one run.
+"""Speed and accuracy of `lora_fsdp_kit.fits.core` (issues 17 and 31), measured side by side in one run.
 
 Speed (`--speed`, the default), every figure twice, beside each other: the full trace (every decoder layer,
 `trace_rank(layers="all")`) and the reduced one (4 and 5 layers extended to L, the default), with the equality of
@@ -12,7 +12,7 @@ the load average is printed beside each figure.
 
 Accuracy (`--matrix`): the full matrix the test samples -- 4 architectures (Llama, Qwen2, Qwen3-MoE, Qwen3-Omni thinker)
 x FSDP1/FSDP2 x activation checkpointing on/off x fp32/bf16 at worlds 2 and 3 -- each real gloo rank's peak
-(`lora_fsdp_kit.steppeak`, the CPU allocator's running total) beside the prediction; exit 1 when any is > 1 % off.
+(`lora_fsdp_kit.fits.steppeak`, the CPU allocator's running total) beside the prediction; exit 1 when any is > 1 % off.
 
     python bench/fits.py [--speed] [--only table,70b,max_batch] [--matrix] [--batch 2 --seq 256] [--out bench/out/fits]
 
@@ -73,8 +73,8 @@ def _answer(traces)->list:
 def job(what:str, layers:str, out:str):
     "Child process: one measured job, with the trace's `layers` mode; its seconds, answer and peak RSS to `out`."
     import functools, pickle, contextlib, io as _io, tempfile
-    import lora_fsdp_kit.fits as F
-    from lora_fsdp_kit.fits_trace import trace_many
+    import lora_fsdp_kit.fits.core as F
+    from lora_fsdp_kit.fits.trace import trace_many
     seen = []   # every trace the command makes, in order
     def traced(*args, **kw):
         got = trace_many(*args, layers=layers, **kw); seen.extend(got); return got
@@ -124,7 +124,7 @@ def side_by_side(what:str, full:bool=True)->dict:
     return row
 
 def profile_reduced()->str:
-    from lora_fsdp_kit.fits import predict_step_memory
+    from lora_fsdp_kit.fits.core import predict_step_memory
     from lora_fsdp_kit.models import add_lora, model_from_config
     pm = add_lora(model_from_config(LLAMA3_8B, device="meta"), r=8)
     prof = cProfile.Profile(); prof.enable()
@@ -135,10 +135,10 @@ def profile_reduced()->str:
 
 def matrix(batch:int, seq:int)->list[dict]:
     from lora_fsdp_kit.launch import launch
-    from lora_fsdp_kit.steppeak import measure_steps
-    from lora_fsdp_kit.fits import FitsError, predict_step_memory
+    from lora_fsdp_kit.fits.steppeak import measure_steps
+    from lora_fsdp_kit.fits.core import FitsError, predict_step_memory
     from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
-    from lora_fsdp_kit.wrap import WrapConfig
+    from lora_fsdp_kit.plan.wrap import WrapConfig
     moe = dict(experts_implementation="batched_mm")   # grouped_mm has no fp32 meta kernel (fits says so)
     cases = []
     for m, ov in (("llama", {}), ("qwen2", {}), ("qwen3_moe", moe), ("qwen3_omni_thinker", moe)):

@@ -39,10 +39,10 @@ def _head()->str:
 
 def build_cases(arch:str, settings:list[str], world:int)->tuple[list[dict], list[dict]]:
     "The cases of one architecture at one world, and the rows of those that cannot run (with why)."
-    from lora_fsdp_kit.fits_check import SETTINGS
-    from lora_fsdp_kit.steppeak import check_case
-    from lora_fsdp_kit.steppeak import case_model
-    from lora_fsdp_kit.wrap import WrapConfig
+    from lora_fsdp_kit.fits.check import SETTINGS
+    from lora_fsdp_kit.fits.steppeak import check_case
+    from lora_fsdp_kit.fits.steppeak import case_model
+    from lora_fsdp_kit.plan.wrap import WrapConfig
     cases, rows = [], []
     for s in settings:
         row = dict(arch=arch, setting=s, world=world)
@@ -62,8 +62,8 @@ def build_cases(arch:str, settings:list[str], world:int)->tuple[list[dict], list
 
 def run_cases(arch:str, cases:list[dict])->list[dict]:
     "Measure and predict the cases (one launch), a row per case."
-    from lora_fsdp_kit.fits_check import predict_fresh
-    from lora_fsdp_kit.steppeak import _compared, measure_beside
+    from lora_fsdp_kit.fits.check import predict_fresh
+    from lora_fsdp_kit.fits.steppeak import _compared, measure_beside
     preds, t0 = {}, time.perf_counter()
     def predict(i):   # each in a fresh process, as `lfk fits` predicts (see `predict_fresh`)
         try: preds[i] = predict_fresh(cases[i])
@@ -100,7 +100,7 @@ def run_cases(arch:str, cases:list[dict])->list[dict]:
 def write(rows:dict, out:Path):
     "The JSON (rows sorted, with the versions and commit) and the markdown table beside it."
     import peft, torch, transformers
-    from lora_fsdp_kit.fits_check import sweep_markdown, sweep_summary
+    from lora_fsdp_kit.fits.check import sweep_markdown, sweep_summary
     rs = sorted(rows.values(), key=lambda r: (r["arch"], r["setting"], r["world"]))
     meta = dict(transformers=transformers.__version__, torch=torch.__version__, peft=peft.__version__,
                 commit=_head(), date=datetime.date.today().isoformat(), batch=BATCH, seq=SEQ, experts=EXPERTS)
@@ -122,8 +122,8 @@ def write(rows:dict, out:Path):
     out.with_suffix(".md").write_text("\n".join(lines))
 
 def main(argv=None):
-    from lora_fsdp_kit.fits_check import SETTINGS
-    from lora_fsdp_kit.steppeak import causal_lm_types
+    from lora_fsdp_kit.fits.check import SETTINGS
+    from lora_fsdp_kit.fits.steppeak import causal_lm_types
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", nargs="*", help="model types (default: every causal-LM type)")
     ap.add_argument("--setting", nargs="*", choices=list(SETTINGS), help="settings (default: all)")
@@ -150,7 +150,7 @@ def main(argv=None):
         for r in new: rows[(r["arch"], r["setting"], r["world"])] = r
         write(rows, a.out)
     if not todo: write(rows, a.out)
-    from lora_fsdp_kit.fits_check import sweep_summary
+    from lora_fsdp_kit.fits.check import sweep_summary
     print(sweep_summary(list(rows.values())))
 
 if __name__ == "__main__": main()

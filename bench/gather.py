@@ -84,8 +84,8 @@ def timed(fns:dict, runs:int)->dict[str, list[float]]:
 
 def _meter():
     "The kit's meter and collective counter (in `measure` once the instruments move there, else in `memory`)."
-    try: from lora_fsdp_kit import measure as m; m.measure_gather
-    except (ImportError, AttributeError): from lora_fsdp_kit import memory as m
+    try: from lora_fsdp_kit.memory import measure as m; m.measure_gather
+    except (ImportError, AttributeError): from lora_fsdp_kit.memory import core as m
     return m.measure_gather, m.AllGatherCounter
 
 def raw_limit(fm)->tuple:
@@ -94,9 +94,9 @@ def raw_limit(fm)->tuple:
     where pieces are uneven, `packing.evenly`); `pair`: the failure check's 72-byte all-reduce (in the vote's group),
     then `one` (what a checked gather cannot avoid); `allgather`, `a2a`: either kind of collective; `copies`: `one`
     plus packing this rank's bytes and copying every rank's out."""
-    from lora_fsdp_kit.gather import gather_engine
-    from lora_fsdp_kit.packing import evenly
-    from lora_fsdp_kit.votes import CHECK_BYTES, _default_store
+    from lora_fsdp_kit.gather.core import gather_engine
+    from lora_fsdp_kit.gather.packing import evenly
+    from lora_fsdp_kit.gather.votes import CHECK_BYTES, _default_store
     eng = gather_engine(fm)
     names = list(dict.fromkeys(eng.primary(n) for n in eng.lora_names()))
     shards = [t for t in eng.shards(names) if t.group is not None]
@@ -149,9 +149,9 @@ def _profile(fn, top:int=14)->str:
 def run_setting(model:str, setting:str, runs:int, profile:bool, save:bool=True)->dict:
     "One model under one sharding on this rank: times, references, bytes, peak."
     from safetensors.torch import save_file
-    from lora_fsdp_kit.export import save_lora
-    from lora_fsdp_kit.gather import gather_engine, gather_lora
-    from lora_fsdp_kit.testing import case_wrap
+    from lora_fsdp_kit.export.core import save_lora
+    from lora_fsdp_kit.gather.core import gather_engine, gather_lora
+    from lora_fsdp_kit.testing.core import case_wrap
     policy, kind, sharding, _ = SETTINGS[setting]
     fm = case_wrap(bench_model(model), policy, kind, sharding)
     raw, size = raw_limit(fm)

@@ -16,14 +16,14 @@ import argparse, contextlib, json, os, statistics, sys, time
 import torch
 import torch.distributed as dist
 
-from lora_fsdp_kit.gather import gather_engine
+from lora_fsdp_kit.gather.core import gather_engine
 from lora_fsdp_kit.launch import launch
-from lora_fsdp_kit.measure import GATHER_STRATEGIES, measure_gather, plot_gather
+from lora_fsdp_kit.memory.measure import GATHER_STRATEGIES, measure_gather, plot_gather
 from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
 from lora_fsdp_kit.units import fmt_bytes
-from lora_fsdp_kit.plan import plan_fsdp1, plan_fsdp2
-from lora_fsdp_kit.policies import layer_wrap_policy, peft_wrap_policy, resolve_layer_classes
-from lora_fsdp_kit.wrap import wrap_fsdp1, wrap_fsdp2
+from lora_fsdp_kit.plan.core import plan_fsdp1, plan_fsdp2
+from lora_fsdp_kit.plan.policies import layer_wrap_policy, peft_wrap_policy, resolve_layer_classes
+from lora_fsdp_kit.plan.wrap import wrap_fsdp1, wrap_fsdp2
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 MODELS = {  # name: (layers, hidden, intermediate)

@@ -18,9 +18,9 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--store-steps", type=int, default=1000)
     a = ap.parse_args(argv)
-    from lora_fsdp_kit import guard_runs as G
+    from lora_fsdp_kit.testing import guard_runs as G
     from lora_fsdp_kit.launch import launch
-    from lora_fsdp_kit.wrap import WrapConfig
+    from lora_fsdp_kit.plan.wrap import WrapConfig
     for name, spec in [("switch", WrapConfig(flavour="fsdp1", policy="lora", use_orig_params=True)),
                        ("switch", WrapConfig(flavour="fsdp1", policy="layer", use_orig_params=True)),
                        ("llama", WrapConfig(flavour="fsdp2", targets="**.layers.*"))]:

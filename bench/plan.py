@@ -22,8 +22,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     import torch
-    from lora_fsdp_kit import models, plan as P, viz
-    from lora_fsdp_kit.wrap import WrapConfig
+    from lora_fsdp_kit import models; from lora_fsdp_kit.plan import core as P, viz
+    from lora_fsdp_kit.plan.wrap import WrapConfig
     t_import = time.perf_counter() - t0
 
     t0 = time.perf_counter()

@@ -19,12 +19,12 @@ from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel as FSDP,
 from torch.distributed.fsdp.wrap import (_or_policy, lambda_auto_wrap_policy, size_based_auto_wrap_policy,
                                          transformer_auto_wrap_policy)
 
-from lora_fsdp_kit import plan as P
-from lora_fsdp_kit.policies import layer_wrap_policy
-from lora_fsdp_kit.export import save_lora
-from lora_fsdp_kit.gather import gather_lora
-from lora_fsdp_kit.memory import AllGatherCounter
-from lora_fsdp_kit.testing import case_model
+from lora_fsdp_kit.plan import core as P
+from lora_fsdp_kit.plan.policies import layer_wrap_policy
+from lora_fsdp_kit.export.core import save_lora
+from lora_fsdp_kit.gather.core import gather_lora
+from lora_fsdp_kit.memory.core import AllGatherCounter
+from lora_fsdp_kit.testing.core import case_model
 
 BIG = dict(layers=24, hidden=256)   # the README's model: a 24-layer llama of hidden size 256 (intermediate 512)
 CPU = torch.device("cpu")           # FSDP1 on the CPU needs device_id=cpu (device_id=None fails)
@@ -225,8 +225,8 @@ def _randomize_lora_b(pm, seed:int=2):
             if ".lora_B." in n: p.copy_(torch.randn(p.shape, generator=g) * 0.02)
 
 def _check_plan(plan):
-    try: from lora_fsdp_kit.checks import check_plan          # the checks registry, once split from plan
-    except ImportError: from lora_fsdp_kit.plan import check_plan
+    try: from lora_fsdp_kit.plan.checks import check_plan          # the checks registry, once split from plan
+    except ImportError: from lora_fsdp_kit.plan.core import check_plan
     return check_plan(plan)
 
 def size_units(min_num_params:int=5000)->dict:

@@ -1,4 +1,4 @@
-"""Bench: the adapter's trip from FSDP ranks into a real vLLM engine (`lora_fsdp_kit.rollout`), against its limit.
+"""Bench: the adapter's trip from FSDP ranks into a real vLLM engine (`lora_fsdp_kit.rollout.core`), against its limit.
 
 For each model (the rollout chapter's 2-layer Llama, hidden 128, and a 24-layer Llama, hidden 256; LoRA r=8 on
 q/k/v/o) and each FSDP flavour, on 2 gloo ranks, it times as the median of `--runs` runs:
@@ -28,7 +28,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 import torch
 import torch.distributed as dist
 
-from lora_fsdp_kit import rollout as R, rollout_runs as RR, rollout_vllm as V
+from lora_fsdp_kit.rollout import core as R, vllm as V; from lora_fsdp_kit.testing import rollout_runs as RR
 from lora_fsdp_kit.units import fmt_bytes
 from lora_fsdp_kit.launch import launch
 
@@ -53,9 +53,9 @@ def _median_s(fn, runs:int)->float:
 
 def trainer_side(name:str, flavour:str, runs:int)->dict|None:
     "Rank code: wrap, one step, then time the kit's stream and one raw all-gather of the adapter's bytes."
-    from lora_fsdp_kit.export import iter_lora_buckets
-    from lora_fsdp_kit.measure_streams import measure_stream
-    from lora_fsdp_kit.wrap import WrapConfig
+    from lora_fsdp_kit.export.core import iter_lora_buckets
+    from lora_fsdp_kit.export.measure_streams import measure_stream
+    from lora_fsdp_kit.plan.wrap import WrapConfig
     pm = build(name)
     size = R.bucket_bytes(pm)
     model = WrapConfig(flavour=flavour, policy="peft" if flavour == "fsdp1" else "layer").wrap(pm)

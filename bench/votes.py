@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from lora_fsdp_kit.launch import launch
-from lora_fsdp_kit.votes import RankVote
+from lora_fsdp_kit.gather.votes import RankVote
 
 def timed(fns:dict, runs:int)->dict[str, float]:
     """Median seconds per call of each of `fns`, the slowest rank's; interleaved (call i of every function, then call

@@ -23,11 +23,11 @@ PROBE = list(range(3, 40))   # token ids scored under teacher forcing, by the tr
 
 
 def main(versions:int, steps:int, in_process:bool, per_rank:bool=False):
-    from lora_fsdp_kit import rollout as R
-    from lora_fsdp_kit.rollout_vllm import engine_args
-    from lora_fsdp_kit.export import iter_lora_buckets
+    from lora_fsdp_kit.rollout import core as R
+    from lora_fsdp_kit.rollout.vllm import engine_args
+    from lora_fsdp_kit.export.core import iter_lora_buckets
     from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
-    from lora_fsdp_kit.wrap import WrapConfig
+    from lora_fsdp_kit.plan.wrap import WrapConfig
 
     if in_process: os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     dist.init_process_group("gloo")               # torchrun set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT

@@ -28,8 +28,8 @@ def base_model():
 def serve(port:int):
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")   # GiB of KV cache on the CPU build; unset: 90 % of RAM
-    from lora_fsdp_kit import rollout as R
-    from lora_fsdp_kit.rollout_vllm import engine_args
+    from lora_fsdp_kit.rollout import core as R
+    from lora_fsdp_kit.rollout.vllm import engine_args
     from vllm import LLM, SamplingParams
     folder = tempfile.mkdtemp(); base_model().save_pretrained(folder)
     llm = LLM(**engine_args(folder, max_model_len=128, block_size=32))
@@ -64,10 +64,10 @@ def connect(port:int, timeout:float=300):
 
 def train(port:int, versions:int, steps:int):
     import torch.distributed as dist
-    from lora_fsdp_kit import rollout as R
-    from lora_fsdp_kit.export import iter_lora_buckets
+    from lora_fsdp_kit.rollout import core as R
+    from lora_fsdp_kit.export.core import iter_lora_buckets
     from lora_fsdp_kit.models import add_lora
-    from lora_fsdp_kit.wrap import WrapConfig
+    from lora_fsdp_kit.plan.wrap import WrapConfig
     dist.init_process_group("gloo")               # torchrun set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
     rank = dist.get_rank()
     peft = add_lora(base_model(), r=8, alpha=16)

@@ -19,9 +19,9 @@ PROMPT = torch.arange(3, 11).unsqueeze(0)    # a fixed prompt, to compare the tr
 
 def train(out:Path, steps:int, fsdp:str):
     from peft import LoraConfig, get_peft_model
-    from lora_fsdp_kit.export import save_lora
+    from lora_fsdp_kit.export.core import save_lora
     from lora_fsdp_kit.models import tiny_model
-    from lora_fsdp_kit.wrap import WrapConfig
+    from lora_fsdp_kit.plan.wrap import WrapConfig
 
     dist.init_process_group("gloo")          # torchrun set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
     rank = dist.get_rank()

@@ -100,7 +100,7 @@ def flag_language(text:str)->str:
     return '"'.join(parts)
 
 def _cmd_plan(a)->int:
-    from lora_fsdp_kit.viz import plan_command, plan_text_grouped   # the arguments were checked (`_plan_args`)
+    from lora_fsdp_kit.plan.viz import plan_command, plan_text_grouped   # the arguments were checked (`_plan_args`)
     job = job_of_args(a)
     name = job.model if isinstance(job.model, str) and job.model in _shipped_names().split(", ") else None
     report = plan_command(model=name, config=None if name else job.model, lora_r=job.lora_r,
@@ -146,7 +146,7 @@ def _typed(a:argparse.Namespace)->set[str]:
 
 def job_of_args(a:argparse.Namespace)->"Job":
     "The `Job` of `plan`'s flags: its --job files, the flags typed beside them on top; without files, the flags."
-    from lora_fsdp_kit.job import Job
+    from lora_fsdp_kit.plan.job import Job
     typed, wnames = _typed(a), {f[0]: f[2] for f in wrap_fields()}
     flags = dict(model=a.model or a.config, lora_r=a.lora_r, lora_targets=a.lora_targets, world=a.world)
     if not a.job: return Job.of(wrap=wrap_config_of(a), **flags)
@@ -163,7 +163,7 @@ def _cmd_doctor(a)->int:
     return 0 if r.ok else 1
 
 def _cmd_explore(a)->int:
-    from lora_fsdp_kit.explore import serve   # Voilà serves the explorer as an app, until Ctrl-C
+    from lora_fsdp_kit.explore.core import serve   # Voilà serves the explorer as an app, until Ctrl-C
     given = {k: v for k, v in dict(model=a.model or a.config, lora_r=a.lora_r, lora_targets=a.lora_targets).items()
              if a.job and (k in _typed(a) or k == "model" and v)}   # beside --job files: the flags typed win
     serve(config=a.config, model=a.model, port=a.port, lora_r=a.lora_r, targets=a.lora_targets, job=a.job,
@@ -179,7 +179,7 @@ def _cmd_demo(a)->int:
 def wrap_fields()->list[tuple[str, Any, str, str]]:
     "(name, default, type, docstring) of each `WrapConfig` field, read from `wrap`'s source (no torch import)."
     import ast, importlib.util
-    tree = ast.parse(Path(importlib.util.find_spec("lora_fsdp_kit.wrap").origin).read_text())
+    tree = ast.parse(Path(importlib.util.find_spec("lora_fsdp_kit.plan.wrap").origin).read_text())
     body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WrapConfig").body
     out = []
     for n, nxt in zip(body, body[1:] + [None]):
@@ -197,7 +197,7 @@ def _literal(module:str, name:str):
 
 def flavour_defaults()->dict:
     "`job.FLAVOUR_DEFAULTS`: what each flavour's name means, in every command."
-    return _literal("job", "FLAVOUR_DEFAULTS")
+    return _literal("plan.job", "FLAVOUR_DEFAULTS")
 
 def _text(v)->str:
     "A field's value as a flag writes it (`groups` as `_groups` reads it: members joined by '+', groups by ';')."
@@ -224,7 +224,7 @@ def add_wrap_flags(p:argparse.ArgumentParser,  # a command's parser
             continue
         if typ.startswith("bool"):   # every command the same three forms: --flag alone on, --no-flag off, or on|off
             # (a bool|str field takes its words too: --activation-checkpointing wrapper|hf)
-            words = "on|off" if typ == "bool" else "|".join(k for k in _literal("wrap", "_AC") if isinstance(k, str))
+            words = "on|off" if typ == "bool" else "|".join(k for k in _literal("plan.wrap", "_AC") if isinstance(k, str))
             g.add_argument(flag, dest=name, default=_text(d), nargs="?", const="on", metavar=words,
                            help=f"{doc} (default: {_text(d)})")
             g.add_argument(f"--no-{flag[2:]}", dest=name, action="store_const", const="off", help=argparse.SUPPRESS)
@@ -254,7 +254,7 @@ def wrap_configs_of(a:argparse.Namespace,  # parsed flags of a command with `add
                    )->list:                # [WrapConfig, ...] (one when not sweeping)
     "The `WrapConfig`s the wrap flags spell (a comma list in a field of names, `layer_cls`, `targets`, is one value)."
     import itertools
-    from lora_fsdp_kit.job import default_wrap   # a field no flag gave: the flavour's one default
+    from lora_fsdp_kit.plan.job import default_wrap   # a field no flag gave: the flavour's one default
     axes, unset = [], object()
     for name, _, typ, _ in wrap_fields():
         v = getattr(a, name)
@@ -277,8 +277,8 @@ def _wrap_args(a:argparse.Namespace,  # parsed flags of a command with `add_wrap
               )->str|None:            # one line, in the flags' words, or None
     "What the wrap flags alone refuse, before any import: a word no field takes, a number out of its range."
     words = dict(flavour=("fsdp1", "fsdp2"), mixed_precision=("none", "bf16", "bfloat16", "fp16", "float16"),
-                 policy=("none", *module_constant("wrap", "POLICIES")),   # read from the source: no torch
-                 sharding=("none", *module_constant("wrap", "FSDP1_SHARDING")))
+                 policy=("none", *module_constant("plan.wrap", "POLICIES")),   # read from the source: no torch
+                 sharding=("none", *module_constant("plan.wrap", "FSDP1_SHARDING")))
     for name, _, typ, _ in wrap_fields():
         text, flag = getattr(a, name), "--" + name.replace("_", "-")
         if not isinstance(text, str) or "tuple" in typ: continue   # names of classes and modules: checked on the model
@@ -351,8 +351,8 @@ def _fits_parser(sub):
     _model_flags(f)   # one of the two, or a --job file naming the model
     f.add_argument("--world", type=int, default=None, help="ranks (devices) of the job (or a --job file's)")
     f.add_argument("--device-memory", required=True, help="memory of one device, with its unit: 80GiB, 80GB")
-    f.add_argument("--reserve", default=module_constant("fits", "RESERVE"), help="taken off the device before the "
-                   f"verdict (default %(default)s): {module_constant('fits', 'RESERVE_WHY')}")
+    f.add_argument("--reserve", default=module_constant("fits.core", "RESERVE"), help="taken off the device before the "
+                   f"verdict (default %(default)s): {module_constant('fits.core', 'RESERVE_WHY')}")
     f.add_argument("--batch", default="1", help="sequences per rank, comma-separated (default 1)")
     f.add_argument("--seq", default="512", help="tokens per sequence, comma-separated (default 512)")
     m = f.add_mutually_exclusive_group()
@@ -368,7 +368,7 @@ def _fits_parser(sub):
                    "beside A and B")
     f.add_argument("--lora-targets", default=PLAN_TARGETS, help=f"comma-separated LoRA target modules (default "
                    f"{PLAN_TARGETS})")   # --targets is WrapConfig's: the modules FSDP2 shards
-    f.add_argument("--backend", default="nccl", choices=module_constant("fits", "BACKENDS"), help="nccl/hccl (device buffers only) or gloo (a CPU job)")
+    f.add_argument("--backend", default="nccl", choices=module_constant("fits.core", "BACKENDS"), help="nccl/hccl (device buffers only) or gloo (a CPU job)")
     f.add_argument("--attention", default="auto", choices=("auto", "fused", "math"),
                    help="attention kernel: auto (CUDA runs fp32 with grouped-query heads unfused), fused or math")
     f.add_argument("-v", "--verbose", action="store_true", help="every category, the module and phase of each peak, "
@@ -441,13 +441,13 @@ def _cmd_fits(a)->int:
                                for w in wraps))
     typed = _typed(a) if a.job else {"batch", "seq", "param_dtype", "lora_dtype"}   # a flag beside a file wins
     sweep = {k: getattr(a, k) if k in typed else getattr(job, k) for k in ("batch", "seq", "param_dtype", "lora_dtype")}
-    from lora_fsdp_kit.fits_report import fits_report
+    from lora_fsdp_kit.fits.report import fits_report
     rc = fits_report(job.model, job.world, a.device_memory, wraps, lora_r=job.lora_r, dora=job.dora,
                      targets=",".join(job.lora_targets), backend=a.backend, attention=a.attention, reserve=a.reserve,
                      max_batch=a.max_batch, max_seq=a.max_seq, verbose=a.verbose, speak=flag_language, png=a.png,
                      out=a.out, job=job, **sweep)
     if a.check:   # the proof on the user's own architecture (fits_check, chapter 11e)
-        from lora_fsdp_kit.fits_check import check_report
+        from lora_fsdp_kit.fits.check import check_report
         check_report(job.model, wraps, job.world, r=job.lora_r, dora=job.dora, targets=job.lora_targets,
                      use_cache=job.use_cache, grad_accum=job.grad_accum, autocast=job.autocast,   # the step predicted
                      param_dtype=str(sweep["param_dtype"]).split(",")[0],
@@ -460,7 +460,7 @@ def _on(text:str|None)->bool|None: return None if text is None else text.strip()
 def fits_job_of_args(a:argparse.Namespace)->tuple["Job", list]:
     "`fits`' `Job` and the wrappings it sweeps: its --job files with the flags typed beside them on top, or the flags."
     import itertools
-    from lora_fsdp_kit.job import Job
+    from lora_fsdp_kit.plan.job import Job
     step = dict(autocast=_on(a.autocast), grad_accum=a.grad_accum, use_cache=_on(a.use_cache))
     flags = dict(model=a.model or a.config, world=a.world, lora_r=a.lora_r, lora_targets=a.lora_targets, dora=a.dora,
                  **{k: v for k, v in step.items() if v is not None})

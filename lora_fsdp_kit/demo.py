@@ -19,8 +19,8 @@ from .families import text_model_of
 from .units import fmt_bytes, fmt_count
 from .publish import check_output_path
 from .strip import strip_submodules, strip_names_for, StripReport
-from . import plan as P
-from .wrap import WrapConfig
+from .plan import core as P
+from .plan.wrap import WrapConfig
 
 # %% auto #0
 __all__ = ['DEMO_MODEL', 'DEMO_TARGETS', 'DEMO_CONFIGS', 'build_demo_model', 'demo_plans', 'findings_summary', 'demo_rank',
@@ -69,8 +69,8 @@ def demo_rank(name:str|None=DEMO_MODEL,  # the tiny model
              )->dict:
     "Rank function: FSDP1 and FSDP2 on the demo model; per-strategy gather profiles and the bit-exact check."
     from peft import get_peft_model_state_dict
-    from lora_fsdp_kit.gather import gather_lora
-    from lora_fsdp_kit.measure import measure_gather
+    from lora_fsdp_kit.gather.core import gather_lora
+    from lora_fsdp_kit.memory.measure import measure_gather
     out: dict = {"profiles": {}, "exact": {}}
     for flavour, strategies in (("fsdp1", ("whole", "per_unit", "packed")),
                                  ("fsdp2", ("whole", "per_unit", "lora_only", "packed"))):
@@ -155,7 +155,7 @@ def run_demo(out:str|Path="demo_out",  # folder for the figures and report.md (o
 def _plan_step(pm:nn.Module, out:Path, summary:dict):
     "Plan every `DEMO_CONFIGS` entry, check it, draw it into `out`, and note it in `summary`."
     import matplotlib.pyplot as plt
-    from lora_fsdp_kit.viz import plot_plan
+    from lora_fsdp_kit.plan.viz import plot_plan
     summary["plans"] = {}
     for i, (k, p) in enumerate(demo_plans(pm).items()):
         fs = p.check()
@@ -192,7 +192,7 @@ def _gather_step(ranks, model, nprocs:int, r:int, summary:dict, steps:_Steps)->d
 def _demo_steps(out:Path, model, config, cfg, nprocs:int, r:int, t_all:float, ranks=None)->dict:
     "The demo's steps, writing into `out`."
     import matplotlib.pyplot as plt   # no backend switch: a notebook calling this keeps showing its charts
-    from lora_fsdp_kit.measure import plot_gather
+    from lora_fsdp_kit.memory.measure import plot_gather
     meta = config is not None
     steps = _Steps(5 if meta else 6)
     summary: dict = {"model": config or model or DEMO_MODEL, "figures": {}}

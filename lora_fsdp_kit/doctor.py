@@ -394,10 +394,11 @@ def _import_kit_modules()->list[str]:
     "Import every module of the kit (each registers its internals); one line for each that fails to import."
     import pkgutil, lora_fsdp_kit
     out = []
-    for m in sorted(i.name for i in pkgutil.iter_modules(lora_fsdp_kit.__path__)):
-        if m.startswith("_") or m == "doctor": continue   # __main__ runs the CLI, _modidx is nbdev's index
-        try: importlib.import_module(f"lora_fsdp_kit.{m}")
-        except Exception as e: out.append(f"lora_fsdp_kit.{m} cannot be imported: {type(e).__name__}: {e}")
+    for m in sorted(i.name for i in pkgutil.walk_packages(lora_fsdp_kit.__path__, "lora_fsdp_kit.")):
+        # __main__ runs the CLI, _modidx is nbdev's index; the sub-packages' modules are walked too
+        if m.rsplit(".", 1)[1].startswith("_") or m == "lora_fsdp_kit.doctor": continue
+        try: importlib.import_module(m)
+        except Exception as e: out.append(f"{m} cannot be imported: {type(e).__name__}: {e}")
     return out
 
 _MODEL_CHECKS: list[Callable[[], list[tuple[str, str|None]]]] = []   # filled by the modules that know models

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from .doctor import require
 from .methods import patch_to
-from .sharded import collective_ranks, intercept_collectives, sharded_view
+from .gather.sharded import collective_ranks, intercept_collectives, sharded_view
 
 # %% auto #0
 __all__ = ['GuardError', 'CollectiveOrderError', 'SlowRankError', 'PeerStoppedError', 'CollectiveEvent', 'check_collective_order',

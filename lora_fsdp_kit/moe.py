@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch.nn as nn
 
-from .wrap import WrapConfig
+from .plan.wrap import WrapConfig
 
 # %% auto #0
 __all__ = ['wrap_moe']

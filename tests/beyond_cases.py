@@ -12,12 +12,12 @@ import torch
 import torch.distributed as dist
 from peft import LoraConfig, get_peft_model
 
-from lora_fsdp_kit import export as E
-from lora_fsdp_kit.gather import gather_lora, unwrapped_name
-from lora_fsdp_kit.merged import iter_merged_weights
+from lora_fsdp_kit.export import core as E
+from lora_fsdp_kit.gather.core import gather_lora, unwrapped_name
+from lora_fsdp_kit.gather.merged import iter_merged_weights
 from lora_fsdp_kit.models import model_from_config, shipped_config, tiny_model
-from lora_fsdp_kit.testing import case_model, case_wrap, training_batch
-from lora_fsdp_kit.wrap import WrapConfig
+from lora_fsdp_kit.testing.core import case_model, case_wrap, training_batch
+from lora_fsdp_kit.plan.wrap import WrapConfig
 
 SETTINGS = ("fsdp1-orig", "fsdp2")
 # a Mistral (no shipped config: beyond the zoo) whose decoder model the guarded policy wraps as a unit of its own
@@ -130,7 +130,7 @@ def adapter_lists_differ(folder:Path)->dict:
 
 def bucket_size_of_wrapped(setting:str)->dict:
     "rollout.bucket_bytes of the wrapped model: sized by the whole tensors, as on the unwrapped model, on every rank."
-    from lora_fsdp_kit.rollout import bucket_bytes
+    from lora_fsdp_kit.rollout.core import bucket_bytes
     sizes = [p.numel() * p.element_size() for p in case_model("llama").parameters()]
     fm = case_wrap(case_model("llama"), "layer", setting)   # FSDP1's own parameters are each rank's flat shards
     return dict(whole=bucket_bytes(fm, free_bytes=10**12) == sum(sizes),

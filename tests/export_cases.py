@@ -12,14 +12,14 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 import beyond_cases
 from beyond_cases import SETTINGS as BEYOND_SETTINGS
-import lora_fsdp_kit.export as E
-from lora_fsdp_kit.gather import gather_lora
-from lora_fsdp_kit.merged import iter_merged_weights
-from lora_fsdp_kit.memory import AllGatherCounter
-from lora_fsdp_kit.measure_streams import measure_save, measure_stream
-from lora_fsdp_kit.testing import case_config, case_model, train_steps
+import lora_fsdp_kit.export.core as E
+from lora_fsdp_kit.gather.core import gather_lora
+from lora_fsdp_kit.gather.merged import iter_merged_weights
+from lora_fsdp_kit.memory.core import AllGatherCounter
+from lora_fsdp_kit.export.measure_streams import measure_save, measure_stream
+from lora_fsdp_kit.testing.core import case_config, case_model, train_steps
 from lora_fsdp_kit.models import tiny_lora_model, tiny_model
-from lora_fsdp_kit.wrap import WrapConfig
+from lora_fsdp_kit.plan.wrap import WrapConfig
 
 # (name, FSDP flavour, policy, use_orig_params, second adapter?)
 SETTINGS = {
@@ -217,7 +217,7 @@ def _fault_cases(world:int)->list[tuple[str, int]]:
 
 def _inject(fault:str, rank:int, d:Path):
     "The patch that makes `rank` fail at `fault` (a no-op context on the other ranks)."
-    import lora_fsdp_kit.gather as G
+    import lora_fsdp_kit.gather.core as G
     if dist.get_rank() != rank or fault.startswith("target"): return contextlib.nullcontext()
     real_sd, real_write = E._lora_state_dict, E.write_adapter
     def boom(*a, **k): raise MemoryError(f"injected on rank {rank}: {fault}")

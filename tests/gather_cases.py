@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from lora_fsdp_kit.gather import Fsdp1GatherEngine, MissingLoraError, gather_lora
-from lora_fsdp_kit.merged import iter_merged_weights
+from lora_fsdp_kit.gather.core import Fsdp1GatherEngine, MissingLoraError, gather_lora
+from lora_fsdp_kit.gather.merged import iter_merged_weights
 from lora_fsdp_kit.platform import EngineRegistry
-from lora_fsdp_kit.testing import case_model, case_wrap, gather_case
+from lora_fsdp_kit.testing.core import case_model, case_wrap, gather_case
 
 MODELS = ("llama", "qwen2", "qwen3_moe", "qwen3_omni_thinker")
 POLICIES = ("peft", "guarded", "layer", "size", "root")   # root: a size policy so large that all LoRA stays in the root unit
@@ -57,7 +57,7 @@ def bad_adapter_errors()->list[str]:
 
 def bucketed(setting:str="fsdp1-orig")->dict:
     "A byte cap on the packed buffer: one collective per bucket, the same tensors."
-    from lora_fsdp_kit.memory import AllGatherCounter
+    from lora_fsdp_kit.memory.core import AllGatherCounter
     fm = case_wrap(case_model("llama"), "layer", setting)
     whole = gather_lora(fm)
     with AllGatherCounter() as c: got = gather_lora(fm, bucket_bytes=4096)
@@ -67,13 +67,13 @@ def bucketed(setting:str="fsdp1-orig")->dict:
 
 def profiles(sharding:str|None=None)->list[dict]:
     "measure_gather('packed') with the plan of the unwrapped model: measured vs predicted bytes and peak."
-    from lora_fsdp_kit import plan as P
-    from lora_fsdp_kit.measure import measure_gather
+    from lora_fsdp_kit.plan import core as P
+    from lora_fsdp_kit.memory.measure import measure_gather
     import dataclasses
     out = []
     for setting, policy in (("fsdp1", "peft"), ("fsdp1-orig", "layer"), ("fsdp2", "layer")):
         pm = case_model("llama", r=1)   # r=1: dim-0 padding is the largest share of FSDP2's shards
-        from lora_fsdp_kit.testing import case_policy
+        from lora_fsdp_kit.testing.core import case_policy
         plan = P.plan_fsdp1(pm, case_policy(pm, policy), use_orig_params=setting == "fsdp1-orig")
         if setting == "fsdp2": plan = dataclasses.replace(plan, flavour="fsdp2")
         fm = case_wrap(pm, policy, setting, "HYBRID" if sharding and setting == "fsdp2" else sharding)

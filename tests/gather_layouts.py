@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from lora_fsdp_kit.sharded import sharded_view
+from lora_fsdp_kit.gather.sharded import sharded_view
 from lora_fsdp_kit.shards import fsdp1_padded_numel, fsdp2_padded_numel, shard_group
 
 class Toy(nn.Module):

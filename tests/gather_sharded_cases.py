@@ -12,9 +12,9 @@ import torch.distributed as dist
 from torch import nn
 from peft import get_peft_model_state_dict
 
-from lora_fsdp_kit.gather import gather_lora
-from lora_fsdp_kit.sharded import sharded_view
-from lora_fsdp_kit.testing import case_model, case_wrap, peft_reference, train_steps
+from lora_fsdp_kit.gather.core import gather_lora
+from lora_fsdp_kit.gather.sharded import sharded_view
+from lora_fsdp_kit.testing.core import case_model, case_wrap, peft_reference, train_steps
 
 def _equal(a:dict, b:dict)->bool: return list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in b)
 
@@ -39,7 +39,7 @@ def _shared_dir()->Path:
 def dim1_case()->dict:
     "FSDP2 with LoRA sharded on dim 1: gather before/after training, save and load, against peft on an unwrapped copy."
     from safetensors.torch import load_file
-    from lora_fsdp_kit.export import load_lora, save_lora
+    from lora_fsdp_kit.export.core import load_lora, save_lora
     pm = case_model("llama")
     pristine, copy_ = get_peft_model_state_dict(pm), copy.deepcopy(pm)
     fm = wrap_fsdp2(pm, dim1=True)
@@ -65,7 +65,7 @@ def master_case(*, root_only:bool=False, reshard_after_forward=False, bf16:bool=
     "After a training step and an eval forward that leaves units unsharded: gather, save = the sharded master weights."
     from safetensors.torch import load_file
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy
-    from lora_fsdp_kit.export import save_lora
+    from lora_fsdp_kit.export.core import save_lora
     kw = {} if reshard_after_forward is None else dict(reshard_after_forward=reshard_after_forward)   # None: torch's
     if bf16: kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     fm = wrap_fsdp2(case_model("llama"), root_only=root_only, **kw)
@@ -91,7 +91,7 @@ def master_case(*, root_only:bool=False, reshard_after_forward=False, bf16:bool=
 def offline_case()->dict:
     "A config naming a Hub id, HF_HUB_OFFLINE=1: gather, save and load ask nothing; peft itself would (the control)."
     import peft.utils.save_and_load as S
-    from lora_fsdp_kit.export import load_lora, save_lora
+    from lora_fsdp_kit.export.core import load_lora, save_lora
     calls, orig = [], S.check_file_exists_on_hf_hub
     S.check_file_exists_on_hf_hub = lambda *a, **k: calls.append(a) or orig(*a, **k)
     try:
@@ -111,8 +111,8 @@ def offline_case()->dict:
 def second_call_case(setting:str, policy:str)->dict:
     """Count module walks and source parsing during a second gather of the same model; then `iter_lora` on it: the
     bytes its collectives move (issue 19: with decoder layers as FSDP1 units it moved whole layers) and its tensors."""
-    from lora_fsdp_kit.export import iter_lora
-    from lora_fsdp_kit.memory import AllGatherCounter
+    from lora_fsdp_kit.export.core import iter_lora
+    from lora_fsdp_kit.memory.core import AllGatherCounter
     pm = case_model("llama")
     pristine = get_peft_model_state_dict(pm)
     fm = case_wrap(pm, policy, setting)
@@ -161,7 +161,7 @@ def run_all(cases:list[tuple[str, dict]])->list[dict]:
 def _inject(fault:str, who:int):
     "The patch that makes rank `who` fail at `fault` (nothing on the other ranks)."
     from unittest import mock
-    import lora_fsdp_kit.gather as G
+    import lora_fsdp_kit.gather.core as G
     if dist.get_rank() != who or fault.startswith("in the caller"): return contextlib.nullcontext()
     def boom(*a, **k): raise MemoryError(f"injected on rank {who}: {fault}")
     if fault == "before the first collective": return mock.patch.object(G, "receive_buffer", boom)
@@ -176,7 +176,7 @@ def fault_case(fault:str, who:int, how:str)->dict:
     """A fault on rank `who` in `gather_lora` (or `iter_lora_buckets`), with 4 KiB buckets (several collectives): what
     each rank raises and how fast. Every rank must raise, naming `who` and the cause, and the group stays usable."""
     import time
-    from lora_fsdp_kit.export import iter_lora_buckets
+    from lora_fsdp_kit.export.core import iter_lora_buckets
     fm = _fault_model()
     def read_buckets():   # the caller's own code raises between two buckets (the stream is left unread)
         for b in iter_lora_buckets(fm, bucket_bytes=4096):
@@ -204,7 +204,7 @@ def interrupt_case(who:int, buckets:bool)->dict:
     made again, so the bytes still go out. One collective: the peers get their tensors (equal to a clean gather) and
     `who` raises KeyboardInterrupt after it; 4 KiB buckets: the next check tells the peers (RankFailure naming it)."""
     from unittest import mock
-    import lora_fsdp_kit.gather as G
+    import lora_fsdp_kit.gather.core as G
     fm, kw = _fault_model(), (dict(bucket_bytes=4096) if buckets else {})
     want, real, calls = gather_lora(fm), G.pack, []
     def pack(*a, **k):   # the first copy is cut short before it starts; the next ones are real

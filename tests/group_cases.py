@@ -9,13 +9,13 @@ import torch
 import torch.distributed as dist
 from peft import get_peft_model_state_dict
 
-import lora_fsdp_kit.export as E
+import lora_fsdp_kit.export.core as E
 from export_cases import _equal, _tree, loaded_back, torch_full_state
-from lora_fsdp_kit.fidelity import planned_units, units_of
-from lora_fsdp_kit.gather import gather_lora
-from lora_fsdp_kit.testing import train_steps
-from lora_fsdp_kit.trainer_runs import chapter_model
-from lora_fsdp_kit.wrap import WrapConfig
+from lora_fsdp_kit.testing.fidelity import planned_units, units_of
+from lora_fsdp_kit.gather.core import gather_lora
+from lora_fsdp_kit.testing.core import train_steps
+from lora_fsdp_kit.testing.trainer_runs import chapter_model
+from lora_fsdp_kit.plan.wrap import WrapConfig
 
 LAYER = "LlamaDecoderLayer"
 # (model: chapter_model's arguments, the WrapConfig): the tied embedding and head in one group, spelled both ways;

@@ -5,10 +5,10 @@ import dataclasses
 
 import torch.distributed as dist
 
-from lora_fsdp_kit import plan as P
-from lora_fsdp_kit.measure import measure_gather
+from lora_fsdp_kit.plan import core as P
+from lora_fsdp_kit.memory.measure import measure_gather
 from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
-from lora_fsdp_kit.testing import case_config
+from lora_fsdp_kit.testing.core import case_config
 
 def build(hidden:int, r:int):
     "A tiny llama of `hidden` with LoRA of rank `r` on q/v (uneven dims 0 at 3 ranks)."

@@ -13,10 +13,10 @@ import torch.distributed as dist
 from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from torch import nn
 
-import lora_fsdp_kit.export as E
-from lora_fsdp_kit.gather import gather_lora
+import lora_fsdp_kit.export.core as E
+from lora_fsdp_kit.gather.core import gather_lora
 from lora_fsdp_kit.models import tiny_model
-from lora_fsdp_kit.votes import RankVote
+from lora_fsdp_kit.gather.votes import RankVote
 
 LORA = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
 

@@ -1,7 +1,7 @@
 """Real ranks measured while this process traces: the step peaks that tests/test_fits_accuracy.py and
 tests/test_fits_beyond.py hold `predict_step_memory` to (`fits_check.measure_beside`: `steppeak.measure_steps` on
 gloo ranks)."""
-from lora_fsdp_kit.steppeak import measure_beside
+from lora_fsdp_kit.fits.steppeak import measure_beside
 
 def measure_while_predicting(specs:list[dict], worlds:list[int], nprocs:int, predict, repeat:int=1)->list[list]:
     """`measure_beside` of specs whose worlds are given apart, in one launch of `nprocs` ranks, while this process

@@ -92,7 +92,7 @@ def test_memory_problems_flag_a_prediction_off_by_more_than_5_percent():
 def test_memory_predictions_record_the_attention_kernel(monkeypatch):
     "On NCCL the two float32 Llama cases are predicted with the math kernel CUDA runs them on, the rest fused."
     import types
-    import lora_fsdp_kit.fits as F
+    import lora_fsdp_kit.fits.core as F
     seen, told = {}, {}
     def fake_predict(pm, *, attention, param_dtype, **kw):
         seen[len(seen)], told[len(told)] = attention, param_dtype

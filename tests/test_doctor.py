@@ -5,9 +5,9 @@ CODE = '''
 import torch.distributed.fsdp._flat_param as f, torch.distributed._tools.mem_tracker as mt
 del f.FlatParameter; del mt.MemTracker
 import pkgutil, importlib, lora_fsdp_kit
-for m in pkgutil.iter_modules(lora_fsdp_kit.__path__):
-    if not m.name.startswith("_"): importlib.import_module("lora_fsdp_kit." + m.name)
-from lora_fsdp_kit.memory import _TimelineMemTracker
+for m in pkgutil.walk_packages(lora_fsdp_kit.__path__, "lora_fsdp_kit."):
+    if not m.name.rsplit(".", 1)[1].startswith("_"): importlib.import_module(m.name)
+from lora_fsdp_kit.memory.core import _TimelineMemTracker
 try: _TimelineMemTracker(lambda n: None)
 except Exception as e: print(type(e).__name__, e)
 from lora_fsdp_kit.doctor import doctor

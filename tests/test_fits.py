@@ -1,5 +1,5 @@
-"""The predicted peak of a LoRA training step (`lora_fsdp_kit.fits`: one process, fake tensors, a fake process group)
-is within 1 % of every real gloo rank's measured peak (`lora_fsdp_kit.steppeak`: the CPU allocator's own running total
+"""The predicted peak of a LoRA training step (`lora_fsdp_kit.fits.core`: one process, fake tensors, a fake process group)
+is within 1 % of every real gloo rank's measured peak (`lora_fsdp_kit.fits.steppeak`: the CPU allocator's own running total
 on real ranks, every thread counted; the two share no code), across 4 architectures of the zoo x FSDP1/FSDP2 x
 activation checkpointing x fp32/bf16 x worlds 2 and 3 (every pair of values, a covering array), and a Llama with tied
 embeddings under FSDP1; the plan's closed
@@ -12,11 +12,11 @@ import torch
 import torch.distributed as dist
 
 from lora_fsdp_kit.__main__ import main
-from lora_fsdp_kit.fits import FitsError, closed_form, predict_step_memory
+from lora_fsdp_kit.fits.core import FitsError, closed_form, predict_step_memory
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
-from lora_fsdp_kit.steppeak import measure_steps
-from lora_fsdp_kit.wrap import WrapConfig
+from lora_fsdp_kit.fits.steppeak import measure_steps
+from lora_fsdp_kit.plan.wrap import WrapConfig
 
 BATCH, SEQ = 2, 128            # activations a real share of every peak (7-60 %), so 1 % is a test of them too
 MOE = dict(experts_implementation="batched_mm")   # grouped_mm has no fp32 meta kernel (tested below)
@@ -30,7 +30,7 @@ def wrap(flavour:str, ac:bool, bf16:bool)->WrapConfig:
 # Every value of every factor, and every pair of values of two factors (architecture, flavour, checkpointing, bf16,
 # world), appears at least once: a covering array, not the product. FSDP1 with bf16 (use_orig_params: every rank its
 # own trace) only at world 2, where two ranks already differ; world 3 meets FSDP1 in fp32 and FSDP2 in both.
-from lora_fsdp_kit.testing import covering_array
+from lora_fsdp_kit.testing.core import covering_array
 DIMS = dict(model=list(ARCH), flavour=["fsdp1", "fsdp2"], ac=[False, True], bf16=[False, True], world=[2, 3])
 _ROWS = covering_array(DIMS, allowed=lambda r: not (r["flavour"] == "fsdp1" and r["bf16"] and r["world"] == 3))
 CASES = {w: [(r["model"], r["flavour"], r["ac"], r["bf16"]) for r in _ROWS if r["world"] == w] for w in (2, 3)}
@@ -143,7 +143,7 @@ def test_closed_form_agrees_with_the_trace(world, case):
 def test_closed_form_follows_fsdp1_alignment_under_mixed_precision():
     """FSDP1 with use_orig_params aligns each tensor to 16 bytes of the dtype it unshards to: 8 elements under bf16. A
     LoRA tensor of 3 elements (r=3 on the shared expert's 1-wide gate) shows it; the closed form follows the trace."""
-    from lora_fsdp_kit.fits_trace import trace_rank
+    from lora_fsdp_kit.fits.trace import trace_rank
     odd = add_lora(model_from_config(dict(shipped_config("qwen2_moe"), **MOE), device="meta"),
                    r=3, target_modules=("q_proj", "shared_expert_gate"))
     sharded = {}
@@ -191,10 +191,10 @@ def test_cli_bad_input_is_one_line_exit_2():
         assert rc == 2 and text in err.getvalue() and err.getvalue().count("\n") == 1, err.getvalue()
 
 # ---- the answer users read: precision as they set it, the wrap flags, the rows, the gate, the largest batch ----
-from lora_fsdp_kit.fits_report import fits_report
+from lora_fsdp_kit.fits.report import fits_report
 from lora_fsdp_kit.units import fmt_bytes
 from lora_fsdp_kit.shards import clean_name
-from lora_fsdp_kit.testing import covering_array
+from lora_fsdp_kit.testing.core import covering_array
 
 def _report(**kw)->tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
@@ -282,7 +282,7 @@ def test_every_wrapping_the_plan_accepts_is_predicted(row):
     """The wrap flags, every pair of their values (a covering array, not the product): predicted (the last rank: it
     holds the padding), or refused in one line naming the flag, exactly where the plan finds an error."""
     from lora_fsdp_kit.__main__ import flag_language
-    from lora_fsdp_kit.fits_report import _one_line
+    from lora_fsdp_kit.fits.report import _one_line
     cfg, pm, world = _wrap_or_none(row), meta_model("llama"), 4 if row["sharding"] == "HYBRID" else 2
     errors = [f for f in cfg.plan(pm).check() if f.severity == "error"]
     try: mem = predict_step_memory(pm, world=world, wrap=cfg, seq=16, param_dtype=row["param_dtype"], rank=world - 1)

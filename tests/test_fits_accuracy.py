@@ -2,7 +2,7 @@
 trace to the byte -- peak, worst peak, every category, shard and optimizer bytes, which ranks share a trace -- over a
 covering array of wrappings x models x worlds x backends (that ranks of one signature trace alike is
 tests/test_fits_grouping.py). (2) On real gloo ranks (the CPU allocator's running total,
-`lora_fsdp_kit.steppeak`), each rank's peak lies between the prediction's `peak` (-1 %) and its `worst_peak` (+1 %),
+`lora_fsdp_kit.fits.steppeak`), each rank's peak lies between the prediction's `peak` (-1 %) and its `worst_peak` (+1 %),
 for configurations the zoo matrix of tests/test_fits.py does not hold: FSDP1 SHARD_GRAD_OP with use_orig_params (it
 raised an AssertionError in the trace), fp32 master weights with bf16 compute under FSDP1 and FSDP2, a bf16 base with
 fp32 LoRA, LoRA dropout in train mode, and models built in-process from small transformers configs: GPT-2 (Conv1D,
@@ -14,14 +14,14 @@ import functools
 
 import pytest
 
-from lora_fsdp_kit.fits import predict_step_memory
-from lora_fsdp_kit.fits_trace import trace_rank
-from lora_fsdp_kit.fits_reduced import why_not_reduced
+from lora_fsdp_kit.fits.core import predict_step_memory
+from lora_fsdp_kit.fits.trace import trace_rank
+from lora_fsdp_kit.fits.reduced import why_not_reduced
 from real_steps import assert_in_range, measure_while_predicting
 from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
-from lora_fsdp_kit.steppeak import case_model
-from lora_fsdp_kit.testing import covering_array
-from lora_fsdp_kit.wrap import WrapConfig
+from lora_fsdp_kit.fits.steppeak import case_model
+from lora_fsdp_kit.testing.core import covering_array
+from lora_fsdp_kit.plan.wrap import WrapConfig
 
 # ---------------------------------------------------------------- (1) reduced trace == full trace, to the byte
 MOE = dict(experts_implementation="batched_mm")
@@ -152,7 +152,7 @@ def _primed_model(name:str):
 def _a_first_iteration(batch:int, seq:int, backend:str):
     "A stand-in for `_prime`: the first iteration run whole, untracked; it leaves no parameter to discount."
     import contextlib
-    from lora_fsdp_kit.fits_trace import STAGING_BACKENDS, _cpu_rng_states, _step
+    from lora_fsdp_kit.fits.trace import STAGING_BACKENDS, _cpu_rng_states, _step
     def first(wrapped, opt, cfg):
         with _cpu_rng_states() if backend in STAGING_BACKENDS else contextlib.nullcontext():
             _step(wrapped, opt, batch, seq, wrapped.get_input_embeddings().num_embeddings)
@@ -161,7 +161,7 @@ def _a_first_iteration(batch:int, seq:int, backend:str):
 
 @pytest.mark.parametrize("name", list(PRIMED))
 def test_the_primed_step_is_the_step_after_a_first_iteration(name, monkeypatch):
-    import lora_fsdp_kit.fits_trace as T
+    import lora_fsdp_kit.fits.trace as T
     model, cfg, world, rank, backend = PRIMED[name]
     args = (_primed_model(model), cfg, world, rank, 2, 16, backend, "fused", "all")
     primed = trace_rank(*args)

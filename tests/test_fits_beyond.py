@@ -1,5 +1,5 @@
 """`fits` beyond the zoo at worlds 3 and 4 (issue 31 item 7): on real gloo ranks (the CPU allocator's running total,
-`lora_fsdp_kit.steppeak`), each rank's peak lies between the prediction's `peak` (-1 %) and its `worst_peak` (+1 %),
+`lora_fsdp_kit.fits.steppeak`), each rank's peak lies between the prediction's `peak` (-1 %) and its `worst_peak` (+1 %),
 for GPT-2 (transformers' Conv1D projections, tied embeddings, dropout in train mode) under FSDP2 and FSDP1, DoRA
 (`add_lora(use_dora=True)`) under FSDP2 and FSDP1, a Qwen3 MoE (fused experts), a Llama with tied embeddings and
 LoRA dropout in train mode, and a Mistral (a sliding window) with activation checkpointing; 7 cases in one launch of 4
@@ -12,10 +12,10 @@ import functools
 
 import pytest
 
-from lora_fsdp_kit.fits import inexact_families, predict_step_memory
+from lora_fsdp_kit.fits.core import inexact_families, predict_step_memory
 from real_steps import assert_in_range, measure_while_predicting
-from lora_fsdp_kit.steppeak import case_model
-from lora_fsdp_kit.wrap import WrapConfig
+from lora_fsdp_kit.fits.steppeak import case_model
+from lora_fsdp_kit.plan.wrap import WrapConfig
 
 BATCH, SEQ = 2, 64
 GPT2 = dict(model_type="gpt2", architectures=["GPT2LMHeadModel"], n_layer=2, n_embd=64, n_head=4, n_positions=128,

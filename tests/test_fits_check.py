@@ -4,7 +4,7 @@ on real gloo CPU ranks at the job's world, and prints predicted vs measured with
 on 2 cores. `predict_step_memory(..., check=True)` runs the same check (`steppeak.check_cases`) on the model a user
 predicts: verified on a Phi-3-medium config with the held-out LoRA (r=64 on fused projections, dropout 0.05), and
 "differs" where the prediction misses (Mamba, +8 % on real ranks). Reference: the CPU allocator's running total on each
-real rank (`lora_fsdp_kit.steppeak`)."""
+real rank (`lora_fsdp_kit.fits.steppeak`)."""
 import json, re
 
 from lora_fsdp_kit.__main__ import main
@@ -45,7 +45,7 @@ def _meta(config:dict, **lora):
     return add_lora(model_from_config(config, device="meta"), **lora).train()
 
 def test_check_true_verifies_a_users_model():
-    from lora_fsdp_kit.fits import predict_step_memory
+    from lora_fsdp_kit.fits.core import predict_step_memory
     pm = _meta(PHI3_MEDIUM, r=64, target_modules=("qkv_proj", "gate_up_proj"), dropout=0.05)
     mem = predict_step_memory(pm, world=2, seq=2048, mixed_precision="bf16", check=True)
     chk = mem.check
@@ -58,7 +58,7 @@ def test_check_true_verifies_a_users_model():
 
 def test_check_true_reports_a_miss():
     "The check fails where the prediction misses: Mamba traced on transformers' PyTorch path (+8 % on real ranks)."
-    from lora_fsdp_kit.fits import predict_step_memory
+    from lora_fsdp_kit.fits.core import predict_step_memory
     pm = _meta(MAMBA, target_modules=("in_proj", "x_proj"))
     chk = predict_step_memory(pm, world=2, seq=64, check=True).check
     print(repr(chk))

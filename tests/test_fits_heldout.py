@@ -1,5 +1,5 @@
 """`fits` exact on the held-out rows of issue 46 (deliverable 2): on real gloo ranks (the CPU allocator's running total,
-`lora_fsdp_kit.steppeak`), each rank's peak is within 0.1 % of the prediction's `peak` and inside `[peak, worst_peak]`:
+`lora_fsdp_kit.fits.steppeak`), each rank's peak is within 0.1 % of the prediction's `peak` and inside `[peak, worst_peak]`:
 DoRA under FSDP2 and FSDP1 (batch 2 x seq 37), FSDP2 without reshard after forward, FSDP1 NO_SHARD, FSDP1
 SHARD_GRAD_OP on Mistral (sliding window), GPT-2 in eval mode (FSDP1 layers + orig, bf16 compute),
 _HYBRID_SHARD_ZERO2 at world 4, Phi-3 (LoRA r=64 on qkv_proj/gate_up_proj, dropout 0.05) under FSDP2 at worlds 3 and
@@ -11,10 +11,10 @@ import functools
 
 import pytest
 
-from lora_fsdp_kit.fits import predict_step_memory
+from lora_fsdp_kit.fits.core import predict_step_memory
 from real_steps import assert_exact, measure_while_predicting
-from lora_fsdp_kit.steppeak import case_model
-from lora_fsdp_kit.wrap import WrapConfig
+from lora_fsdp_kit.fits.steppeak import case_model
+from lora_fsdp_kit.plan.wrap import WrapConfig
 
 BATCH, SEQ = 2, 37
 MISTRAL = dict(model_type="mistral", architectures=["MistralForCausalLM"], vocab_size=256, hidden_size=64,

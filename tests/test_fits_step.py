@@ -1,7 +1,7 @@
 """`predict_step_memory` traces the step the job really runs -- the forward's KV cache as config.json (or the call)
 says, activation checkpointing by its implementation (torch's `checkpoint_wrapper` or transformers' own), gradient
 accumulation under FSDP's no-sync, FSDP1's backward prefetch, autocast -- within 0.1 % of real gloo ranks (the CPU
-allocator's running total, `lora_fsdp_kit.steppeak`, whose step runs the same knobs with its own code).
+allocator's running total, `lora_fsdp_kit.fits.steppeak`, whose step runs the same knobs with its own code).
 Measured (2026-12, 2 ranks, tiny Mistral, 2 x 64 tokens): checkpoint_wrapper with the config's use_cache (on) really
 peaks 4.7 % above the same step with use_cache=False (1,473,024 vs 1,407,440 B), which the trace before this file
 predicted for both; every case below within 0.01 %."""
@@ -9,9 +9,9 @@ import functools
 
 import pytest
 
-from lora_fsdp_kit.fits import FitsError, predict_step_memory
-from lora_fsdp_kit.steppeak import case_model
-from lora_fsdp_kit.wrap import WrapConfig
+from lora_fsdp_kit.fits.core import FitsError, predict_step_memory
+from lora_fsdp_kit.fits.steppeak import case_model
+from lora_fsdp_kit.plan.wrap import WrapConfig
 from real_steps import assert_exact, measure_while_predicting
 
 BATCH, SEQ, WORLD = 2, 64, 2

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lora_fsdp_kit.fits_check import SETTINGS, predict_fresh
-from lora_fsdp_kit.steppeak import EXACT, _compared, check_case, measure_beside
-from lora_fsdp_kit.wrap import WrapConfig
+from lora_fsdp_kit.fits.check import SETTINGS, predict_fresh
+from lora_fsdp_kit.fits.steppeak import EXACT, _compared, check_case, measure_beside
+from lora_fsdp_kit.plan.wrap import WrapConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = json.loads((ROOT / "bench" / "fits_sweep.json").read_text())

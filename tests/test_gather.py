@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # spawned ranks
 import gather_cases as C
 import gather_checks as K
 from lora_fsdp_kit.launch import launch
-from lora_fsdp_kit.testing import covering_array
+from lora_fsdp_kit.testing.core import covering_array
 
 # Every model, policy and setting, and every pair of them, at least once (not all 60 triples): a covering array over
 # the two settings that run every policy, where each (model, policy) pair therefore runs; and FSDP1 with

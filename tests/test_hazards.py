@@ -6,15 +6,15 @@ status names the unit where the ranks parted. The guard runs a whole job (issue 
 rank as long as the FSDP group would and past that names it slow on every rank; a fault injected on either rank
 (before the first collective, between collectives, in the guard's own store write) raises on every rank within
 10 s naming the rank and the cause; it guards the FSDP group only (ranks 0-1 of 3, hybrid meshes); its store keys
-do not grow with steps. Rank functions: `lora_fsdp_kit.guard_runs` (nbs/95e_guard_runs.ipynb)."""
+do not grow with steps. Rank functions: `lora_fsdp_kit.testing.guard_runs` (nbs/95e_guard_runs.ipynb)."""
 import os, sys, tempfile, time
 
 import pytest
 
 from lora_fsdp_kit import hazards as H
 from lora_fsdp_kit.launch import launch, LaunchError
-from lora_fsdp_kit.wrap import WrapConfig
-from lora_fsdp_kit import guard_runs as G
+from lora_fsdp_kit.plan.wrap import WrapConfig
+from lora_fsdp_kit.testing import guard_runs as G
 
 
 L1 = WrapConfig(flavour="fsdp1", policy="lora", use_orig_params=True)     # LoRA leaves as FSDP1 units (peft's preset)
@@ -242,7 +242,7 @@ def after_a_divergence(flavour:str)->list[str]:
     "Rank function: a clean step, a divergent one (the guard raises), then two on identical data."
     import datetime
     import torch.distributed as dist
-    from lora_fsdp_kit.toys import HAZARD_MODELS, hazard_batch, hazard_loss
+    from lora_fsdp_kit.testing.toys import HAZARD_MODELS, hazard_batch, hazard_loss
     spec = L1 if flavour == "fsdp1" else F2_LAYER
     model = spec.wrap(HAZARD_MODELS["branch"](), dist.new_group(timeout=datetime.timedelta(seconds=8)))
     same, out = hazard_batch("branch", 0, True), []

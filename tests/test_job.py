@@ -6,7 +6,7 @@ from pathlib import Path
 
 from lora_fsdp_kit.__main__ import main
 from lora_fsdp_kit.config_files import shipped_config
-from lora_fsdp_kit.job import Job
+from lora_fsdp_kit.plan.job import Job
 
 ACCELERATE = """distributed_type: FSDP
 mixed_precision: bf16

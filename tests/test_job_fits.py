@@ -1,6 +1,6 @@
 """`fits` answers for one `Job`, read from the trainer's own files: FSDP1 bf16 with LoRA leaves as units (the policy the
 Trainer installs for a peft model, `bf16=True`) trains under the Trainer's autocast, and `fits.predict_job` predicts it
-within 0.1 % of real gloo ranks (`lora_fsdp_kit.steppeak`, the same autocast around its forward), where bare FSDP1
+within 0.1 % of real gloo ranks (`lora_fsdp_kit.fits.steppeak`, the same autocast around its forward), where bare FSDP1
 without autocast is still refused (its first forward fails); accelerate's FSDP1 activation checkpointing, which
 checkpoints every unit its policy makes (`WrapConfig.checkpoint_targets='units'`, read from its YAML), is predicted too.
 Measured (2026-12, 2 ranks, tiny Mistral, 2 x 64 tokens): the Trainer's FSDP1 bf16 peft units under autocast
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from lora_fsdp_kit.fits import FitsError, predict_job
-from lora_fsdp_kit.job import Job
+from lora_fsdp_kit.fits.core import FitsError, predict_job
+from lora_fsdp_kit.plan.job import Job
 from real_steps import assert_exact, measure_while_predicting
 
 BATCH, SEQ, WORLD = 2, 64, 2

@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # spawned ranks inherit sys.path
 import measure_cases as C
 from lora_fsdp_kit.launch import launch
-from lora_fsdp_kit.testing import covering_array
+from lora_fsdp_kit.testing.core import covering_array
 
 STRATEGIES = {"fsdp1": ("packed", "per_unit", "whole"), "fsdp2": ("packed", "per_unit", "lora_only", "whole")}
 SIZES = [(48, 1), (64, 8)]   # (hidden, LoRA r): uneven r=1 everywhere; hidden 64 r=8, FSDP2 packed at 3 and 4 ranks

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from lora_fsdp_kit import moe as M, moe_runs as R, toys
+from lora_fsdp_kit import moe as M; from lora_fsdp_kit.testing import moe_runs as R, toys
 from lora_fsdp_kit.launch import launch
 
 warnings.filterwarnings("ignore", message=".*deprecated.*")
@@ -139,7 +139,7 @@ def test_qwen3_omni_end_to_end(two):
     cfg = json.loads(Path(f"{SAVED}/omni/adapter_config.json").read_text())
     assert any(".experts." in t for t in cfg["target_parameters"])
     out = Path(SAVED)/"omni_logits.npy"
-    code = ("import numpy as np; from lora_fsdp_kit.moe_runs import peft_logits; "
+    code = ("import numpy as np; from lora_fsdp_kit.testing.moe_runs import peft_logits; "
             f"np.save({str(out)!r}, peft_logits('qwen3_omni_fused', {SAVED + '/omni'!r}))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -147,7 +147,7 @@ def test_qwen3_omni_end_to_end(two):
 
 def test_memory_predict_covers_expert_lora():
     "The bytes `memory.predict` says a gather moves are peft's adapter bytes, the fused experts' LoRA included."
-    from lora_fsdp_kit.measure import predict
+    from lora_fsdp_kit.memory.measure import predict
     from lora_fsdp_kit.shards import clean_name
     from peft import get_peft_model_state_dict
     m = toys.moe_lora_model(FUSED)

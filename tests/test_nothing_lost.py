@@ -12,8 +12,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import nothing_lost_cases as C
-import lora_fsdp_kit.export as E
-from lora_fsdp_kit.testing import covering_array
+import lora_fsdp_kit.export.core as E
+from lora_fsdp_kit.testing.core import covering_array
 
 OWN = (E.ADAPTER_WEIGHTS, E.ADAPTER_CONFIG, "README.md")   # what a save writes, and all it may change
 TRAINER = {"optimizer.pt": b"adam state", "scheduler.pt": b"cosine", "trainer_state.json": b'{"global_step": 100}',

@@ -11,12 +11,12 @@ import pytest
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # spawned ranks import this module
-import lora_fsdp_kit.export as E
-from lora_fsdp_kit.gather import gather_lora
+import lora_fsdp_kit.export.core as E
+from lora_fsdp_kit.gather.core import gather_lora
 from lora_fsdp_kit.launch import launch
-from lora_fsdp_kit.merged import iter_merged_weights
+from lora_fsdp_kit.gather.merged import iter_merged_weights
 from lora_fsdp_kit.models import tiny_lora_model
-from lora_fsdp_kit.testing import case_config
+from lora_fsdp_kit.testing.core import case_config
 
 BOUND = 2.0   # LFK_ARRIVAL_TIMEOUT in the ranks: seconds
 CALLS = {"save_lora": lambda fm, d: E.save_lora(fm, d/"partial"),

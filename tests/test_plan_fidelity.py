@@ -3,13 +3,13 @@ import functools, time
 
 import pytest
 
-from lora_fsdp_kit import fidelity as F
-from lora_fsdp_kit.checks import CHECKS, predicted_by, predicted_errors
+from lora_fsdp_kit.testing import fidelity as F
+from lora_fsdp_kit.plan.checks import CHECKS, predicted_by, predicted_errors
 from lora_fsdp_kit.launch import launch
-from lora_fsdp_kit.testing import covering_array
-from lora_fsdp_kit.toys import moe_lora_model, own_and_child_params_model
+from lora_fsdp_kit.testing.core import covering_array
+from lora_fsdp_kit.testing.toys import moe_lora_model, own_and_child_params_model
 from lora_fsdp_kit.models import tiny_lora_model
-from lora_fsdp_kit.wrap import WrapConfig
+from lora_fsdp_kit.plan.wrap import WrapConfig
 
 MODELS = ("llama", "qwen2", "qwen3_moe", "qwen3_omni_thinker")   # tiny models of the kit's zoo
 # FSDP's errors (at construction, first forward or backward) -> the check that predicts each: from the registry

@@ -1,4 +1,4 @@
-"""`lora_fsdp_kit.rollout` against a real engine (vLLM's CPU build, float32): each trap of issue 32 is first reproduced
+"""`lora_fsdp_kit.rollout.core` against a real engine (vLLM's CPU build, float32): each trap of issue 32 is first reproduced
 the naive way, then handled by the kit, and every version trained under FSDP1 (here; FSDP2: the chapter's picture) is
 served as HF transformers + peft serve it (identical greedy tokens, |Δlogprob| < 1e-3). Runs where vLLM is installed
 (`make test-vllm`)."""
@@ -20,7 +20,7 @@ from peft import set_peft_model_state_dict
 from vllm import LLM, SamplingParams
 from vllm.lora.request import LoRARequest
 
-from lora_fsdp_kit import rollout as R, rollout_runs as RR, rollout_vllm as V
+from lora_fsdp_kit.rollout import core as R, vllm as V; from lora_fsdp_kit.testing import rollout_runs as RR
 
 PROMPTS = [list(range(3, 73)) + [100 + i, 7 * i + 1] for i in range(2)]   # 70 shared tokens: two full KV blocks
 N = 6                                                                     # greedy tokens per prompt

@@ -1,4 +1,4 @@
-"""The shard arithmetic of `lora_fsdp_kit.shards`, read through `lora_fsdp_kit.sharded`, against the real placements of
+"""The shard arithmetic of `lora_fsdp_kit.shards`, read through `lora_fsdp_kit.gather.sharded`, against the real placements of
 FSDP1 and FSDP2 on 1 to 4 gloo ranks: every rank's piece of every parameter equals the slice the layout names (and the
 tensor FSDP itself puts on the module), the pieces of all ranks reassemble with `torch.cat` to the full tensor, the
 shard groups and padded sizes equal FSDP's; uneven sizes, alignment padding, dim-1 placements and hybrid meshes."""

@@ -15,20 +15,34 @@ def floors()->dict[str, tuple[int, str]]:
         if m and re.match(r"\d+", nb.stem): out[m.group(1)] = (int(re.match(r"\d+", nb.stem).group()), nb.stem)
     return out
 
+def _resolve(module:str, node:ast.ImportFrom)->list[str]:
+    "The dotted names (below the kit) an import statement in `module` reads: `from ..fits.core import x` -> fits.core."
+    if node.level:
+        base = module.split(".")[:len(module.split(".")) - node.level]   # the package `module` sits in, climbed
+        mod = ".".join(base + ([node.module] if node.module else []))
+    elif node.module == KIT: mod = ""
+    elif (node.module or "").startswith(KIT + "."): mod = node.module[len(KIT) + 1:]
+    elif node.module == "__main__": return ["__main__"]
+    else: return []
+    return [f"{mod}.{a.name}".strip(".") for a in node.names] + ([mod] if mod else [])
+
 def imports_of(module:str, known:set[str], source:str|None=None)->list[tuple[str, int]]:
     "(kit module imported, line) for every import in `module`'s source, function-level ones included."
     out = []
-    for node in ast.walk(ast.parse(source if source is not None else (ROOT/KIT/f"{module}.py").read_text())):
-        names = []
-        if isinstance(node, ast.ImportFrom):
-            mod = node.module or ""
-            if node.level: names = [mod] if mod else [a.name for a in node.names]
-            elif mod == KIT: names = [a.name for a in node.names]
-            elif mod.startswith(KIT + "."): names = [mod.split(".")[1]]
-            elif mod == "__main__": names = ["__main__"]
+    path = ROOT/KIT/(module.replace(".", "/") + ".py")
+    for node in ast.walk(ast.parse(source if source is not None else path.read_text())):
+        if isinstance(node, ast.ImportFrom): names = _resolve(module, node)
         elif isinstance(node, ast.Import):
-            names = [a.name.split(".")[1] if a.name.startswith(KIT + ".") else a.name for a in node.names]
-        out += [(n.split(".")[0], node.lineno) for n in names if n.split(".")[0] in known and n.split(".")[0] != module]
+            names = [a.name[len(KIT) + 1:] if a.name.startswith(KIT + ".") else a.name for a in node.names]
+        else: continue
+        # the module a name lies in: itself if it is one, else its longest known prefix (`fits.core.x` -> fits.core)
+        hits = []
+        for n in names:
+            parts = n.split(".")
+            m = next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in known), None)
+            if m and m != module and m not in hits: hits.append(m)
+        if hits and any(h in names for h in hits): hits = [h for h in hits if h in names]   # `from p import m`: m
+        out += [(h, node.lineno) for h in hits]
     return out
 
 def graph()->dict[str, list[tuple[str, int]]]:
@@ -61,7 +75,8 @@ def upward(g:dict[str, list[tuple[str, int]]])->list[str]:
             if (b == "__main__" and a != "__main__") or (b in fl and fl[b][0] > fl[a][0])]
 
 def test_every_module_has_a_floor():
-    mods = {p.stem for p in (ROOT/KIT).glob("*.py")} - {"__init__", "_modidx"}
+    mods = {".".join(p.relative_to(ROOT/KIT).with_suffix("").parts) for p in (ROOT/KIT).rglob("*.py")}
+    mods = {m for m in mods if not m.split(".")[-1].startswith("_")}   # packages' docstrings, nbdev's index
     assert mods <= set(floors()), f"modules with no numbered notebook: {sorted(mods - set(floors()))}"
 
 def test_no_upward_import():
@@ -75,10 +90,12 @@ def test_no_import_circle():
 def test_the_checker_sees_circles_and_function_level_imports():
     assert cycles({"a": [("b", 1)], "b": [("c", 2)], "c": [("a", 3)], "d": [("a", 4)]}) == [["a", "b", "c"]]
     assert cycles({"a": [("b", 1)], "b": []}) == []
-    src = ("from .shards import clean_name\nimport lora_fsdp_kit.wrap as W\n"
-           "def f():\n    from lora_fsdp_kit.models import x\n    from __main__ import PLAN_TARGETS\n")
-    got = imports_of("plan", {"shards", "wrap", "models", "__main__"}, src)
-    assert got == [("shards", 1), ("wrap", 2), ("models", 4), ("__main__", 5)], got   # function-level ones too
+    src = ("from ..shards import clean_name\nimport lora_fsdp_kit.plan.wrap as W\nfrom . import wrap\n"
+           "def f():\n    from lora_fsdp_kit.models import x\n    from __main__ import PLAN_TARGETS\n"
+           "    from lora_fsdp_kit.fits import core\n")
+    got = imports_of("plan.core", {"shards", "plan.wrap", "models", "fits.core", "__main__"}, src)
+    assert got == [("shards", 1), ("plan.wrap", 2), ("plan.wrap", 3), ("models", 5), ("__main__", 6),
+                   ("fits.core", 7)], got   # relative, dotted and function-level imports
     fl = floors()
-    assert upward({"models": [("__main__", 3)], "plan": [("shards", 1)]}) == [
+    assert upward({"models": [("__main__", 3)], "plan.core": [("shards", 1)]}) == [
         f"models.py:3 ({fl['models'][1]}) imports __main__ ({fl['__main__'][1]})"]   # an upward import, named

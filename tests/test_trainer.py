@@ -8,7 +8,7 @@ import shutil, tempfile
 
 import pytest
 
-from lora_fsdp_kit import trainer_runs as TR
+from lora_fsdp_kit.testing import trainer_runs as TR
 from lora_fsdp_kit.launch import launch
 
 CASES = [(fl, name) for fl in ("fsdp1", "fsdp2") for name in TR.UNIT_CASES]

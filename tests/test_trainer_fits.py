@@ -11,9 +11,9 @@ import shutil, tempfile
 
 import pytest
 
-from lora_fsdp_kit import trainer_runs as TR
-from lora_fsdp_kit.fits import predict_job
-from lora_fsdp_kit.job import Job
+from lora_fsdp_kit.testing import trainer_runs as TR
+from lora_fsdp_kit.fits.core import predict_job
+from lora_fsdp_kit.plan.job import Job
 from lora_fsdp_kit.launch import launch
 
 SEQ, WORLD, TOL = 64, 2, 0.005

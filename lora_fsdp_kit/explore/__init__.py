@@ -1,0 +1,1 @@
+"""The explorer: the plan and "will it fit?" as a live widget."""

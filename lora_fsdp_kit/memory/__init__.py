@@ -1,0 +1,1 @@
+"""What a gather costs: the memory timeline of each unit's gather, predicted and measured."""
