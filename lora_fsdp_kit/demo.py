@@ -112,6 +112,7 @@ class _Steps:
     def done(self):
         if self.t is not None: print(f"      done in {time.perf_counter() - self.t:.1f} s", flush=True); self.t = None
 
+# %% ../nbs/08_tour.ipynb #6d4fc5c1
 def _check_demo_args(model, config, nprocs, r, out)->tuple:
     "Every input of `run_demo`, checked before anything is written: (out, parsed config or None)."
     if model is not None and config is not None: raise ValueError("give either model= or config=, not both")
@@ -127,6 +128,7 @@ def _check_demo_args(model, config, nprocs, r, out)->tuple:
     from lora_fsdp_kit.models import _as_config
     return out, (None if config is None else _as_config(config))   # a missing or malformed config fails here
 
+# %% ../nbs/08_tour.ipynb #d5fb7c58
 def run_demo(out:str|Path="demo_out",  # folder for the figures and report.md (other files in it are kept)
              model:str|None=None,      # a tiny model name (default: the embedded Qwen3-Omni)
              config:str|None=None,     # a transformers config.json or shipped full-size name: meta, plan + strip only
@@ -188,6 +190,23 @@ def _gather_step(ranks, model, nprocs:int, r:int, summary:dict, steps:_Steps)->d
                            for k, p in profs.items()}
     return profs
 
+# %% ../nbs/08_tour.ipynb #02a8e74a
+def _build_step(model, cfg, r:int, out:Path, summary:dict)->nn.Module:
+    "Build the model, strip it (its chart into `out`), add LoRA; note the counts in `summary`; returns the peft model."
+    import matplotlib.pyplot as plt
+    pm, sr = build_demo_model(model, config=cfg, r=r)
+    sm = summarize_model(pm)
+    if sr is not None:
+        print(sr)
+        summary["strip"] = dict(removed=[x.name for x in sr.removed], params_before=sr.before.params,
+                                params_after=sr.after.params, bytes_freed=sr.before.bytes - sr.after.bytes)
+        f = sr.plot(); f.save_png(out/"strip.png"); plt.close(f)
+        summary["figures"]["strip"] = "strip.png"
+    else: print(f"  {type(pm.base_model.model).__name__} has no stages to strip")
+    summary["params"], summary["lora_params"] = sm.params, sm.lora_params
+    print(f"  {fmt_count(sm.params)} parameters, {fmt_count(sm.lora_params)} of them LoRA")
+    return pm
+
 # %% ../nbs/08_tour.ipynb #539bffb4
 def _demo_steps(out:Path, model, config, cfg, nprocs:int, r:int, t_all:float, ranks=None)->dict:
     "The demo's steps, writing into `out`."
@@ -202,17 +221,7 @@ def _demo_steps(out:Path, model, config, cfg, nprocs:int, r:int, t_all:float, ra
     rep = detect_platform(); print(rep); summary["platform"] = rep.name
 
     steps(f"building {summary['model']}{' on meta' if meta else ''}, stripping, adding LoRA (r={r})")
-    pm, sr = build_demo_model(model, config=cfg, r=r)
-    sm = summarize_model(pm)
-    if sr is not None:
-        print(sr)
-        summary["strip"] = dict(removed=[x.name for x in sr.removed], params_before=sr.before.params,
-                                params_after=sr.after.params, bytes_freed=sr.before.bytes - sr.after.bytes)
-        f = sr.plot(); f.save_png(out/"strip.png"); plt.close(f)
-        summary["figures"]["strip"] = "strip.png"
-    else: print(f"  {type(pm.base_model.model).__name__} has no stages to strip")
-    summary["params"], summary["lora_params"] = sm.params, sm.lora_params
-    print(f"  {fmt_count(sm.params)} parameters, {fmt_count(sm.lora_params)} of them LoRA")
+    pm = _build_step(model, cfg, r, out, summary)
 
     steps("planning FSDP units (FSDP1: peft's policy, layers, guarded; FSDP2: layers) and checking them")
     _plan_step(pm, out, summary)

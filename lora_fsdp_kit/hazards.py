@@ -71,18 +71,20 @@ class check_collective_order:
         self.members: tuple[int, ...]|None = None    # the global ranks that must agree (None: the whole job)
         self.prefix, self.base, self._last = "lfk_order", 0, -1
 
-    def _names(self):
-        "The model's sharded view (the guard's source of unit names), and the ranks and groups that must agree."
-        try: self._view = sharded_view(self.model)
-        except TypeError: self._view = None    # not wrapped: refused below
-        if self._view is None or not self._view.units:
-            raise ValueError(f"check_collective_order needs an FSDP1- or FSDP2-wrapped model; "
-                             f"{type(self.model).__name__} has no FSDP units (wrap it first)")
-        memo = self._view.memo   # once per wrapping: the view's memo is dropped when it changes
-        if (facts := memo.get("collective_order")) is None:
-            facts = memo["collective_order"] = collective_ranks(self._view, dist.get_rank())
-        self.members, groups = facts
-        if self.timeout is None: self.wait_s = group_timeout(groups)
+# %% ../nbs/10_hazards.ipynb #b39cdc75
+@patch_to(check_collective_order)
+def _names(self:check_collective_order):
+    "The model's sharded view (the guard's source of unit names), and the ranks and groups that must agree."
+    try: self._view = sharded_view(self.model)
+    except TypeError: self._view = None    # not wrapped: refused below
+    if self._view is None or not self._view.units:
+        raise ValueError(f"check_collective_order needs an FSDP1- or FSDP2-wrapped model; "
+                         f"{type(self.model).__name__} has no FSDP units (wrap it first)")
+    memo = self._view.memo   # once per wrapping: the view's memo is dropped when it changes
+    if (facts := memo.get("collective_order")) is None:
+        facts = memo["collective_order"] = collective_ranks(self._view, dist.get_rank())
+    self.members, groups = facts
+    if self.timeout is None: self.wait_s = group_timeout(groups)
 
 # %% ../nbs/10_hazards.ipynb #hzgrp01
 _C10D = "torch._C._distributed_c10d"
@@ -131,6 +133,7 @@ def _issue(self:check_collective_order, fn, *a, **k):
             e, self._deferred = self._deferred, None
             raise e
 
+# %% ../nbs/10_hazards.ipynb #8196629d
 @patch_to(check_collective_order)
 def _slot(self:check_collective_order, i:int, rank:int)->str:
     "The store key where `rank` writes its collective #i of this step (the group's channel counts across steps)."
@@ -201,6 +204,7 @@ def _verdict(self:check_collective_order, i:int, seen:dict[int, str]):
         what = "; ".join(f"rank {q}: {t}" for q, t in sorted(seen.items()))
         raise self._fail(f"step {self.step}: ranks part at FSDP collective #{i}: {what}", CollectiveOrderError, _FIX)
 
+# %% ../nbs/10_hazards.ipynb #254d12d3
 @patch_to(check_collective_order)
 def _stop(self:check_collective_order, i:int, why:str):
     "Tell the other members this rank will not reach its collective #i, and why (they raise there, not time out)."
@@ -235,6 +239,7 @@ def __enter__(self:check_collective_order):
     self._intercept.__enter__()
     return self
 
+# %% ../nbs/10_hazards.ipynb #ac108185
 @patch_to(check_collective_order)
 def __exit__(self:check_collective_order, exc_type, exc, tb):
     self._intercept.__exit__(None, None, None)
@@ -279,6 +284,7 @@ def first_divergence(seqs:Sequence[Sequence[str]])->int|None:
         if len({s[i] if i < len(s) else None for s in seqs}) > 1: return i
     return None
 
+# %% ../nbs/10_hazards.ipynb #53dc73bd
 def plot_collective_orders(seqs:Sequence[Sequence[str]],   # each rank's collective keys (`CollectiveEvent.key`)
                            title:str="",                   # figure title
                            max_rows:int=40,                # show at most this many collectives

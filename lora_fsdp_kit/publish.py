@@ -31,6 +31,7 @@ def save_target(path:Path)->Path:
                               f"nothing was gathered; give a writable path")
     return path
 
+# %% ../nbs/08a_publish.ipynb #defae391
 def _stem(path:Path)->str:
     "The start of the names of `path`'s temporary folders: a long name shortened (a file name holds 255 bytes)."
     name = path.name
@@ -48,6 +49,7 @@ def _umask_mode(folder:Path):
     mask = os.umask(0); os.umask(mask)
     folder.chmod(0o777 & ~mask)
 
+# %% ../nbs/08a_publish.ipynb #f9275bae
 def fsync_tree(folder:Path):
     "Flush every file of `folder`, and the folder itself, to disk: a rename must not publish unwritten data."
     for f in folder.iterdir():

@@ -26,6 +26,7 @@ DEFAULT_STRIP_MODULES: dict[str, tuple[str, ...]] = {   # class name -> sub-modu
     c: f.strip for f in FAMILIES for c in f.classes if f.strip}   # from the table of model-family facts
 STRIP_ATTRIBUTES = ("_lfk_strip_modules", "_verl_strip_modules")   # model attributes read, in this order
 
+# %% ../nbs/07_strip.ipynb #68970305
 def strip_names_for(model:nn.Module,                # the model (a peft wrapper is looked through)
                     names:Iterable[str]|str|None=None,  # explicit names win
                    )->tuple[tuple[str, ...], str]:  # (names, where they came from)
@@ -97,27 +98,35 @@ class StripReport:
     @property
     def fraction_freed(self)->float: return self.params_freed / max(self.before.params, 1)
 
-    def _lines(self)->list[tuple[str, str, str, str]]:
-        return [(r.name, r.cls, fmt_count(r.params), fmt_bytes(r.bytes) + " (" +
-                 ", ".join(f"{k} {fmt_bytes(v)}" for k, v in r.bytes_by_dtype.items()) + ")") for r in self.removed]
-    def summary(self)->str:
-        return (f"stripped {', '.join(self.removed_names)} from {self.model_cls} ({self.source}): freed "
-                f"{fmt_count(self.params_freed)} params ({self.fraction_freed:.0%}), {fmt_bytes(self.bytes_freed)}; "
-                f"{fmt_count(self.after.params)} params remain; took {time_bound(self.seconds)}")
-    def __repr__(self):
-        rows = self._lines()
-        w = [max(len(r[i]) for r in rows) for i in range(3)]
-        out = [self.summary(), "  removed:"]
-        out += ["    " + "  ".join(v.ljust(w[i]) if i < 3 else v for i, v in enumerate(r)) for r in rows]
-        out.append("  remains: " + ", ".join(f"{c.name} {fmt_count(c.params)}" for c in self.after.children))
-        if self.config_changes: out.append("  config: " + "; ".join(self.config_changes))
-        return "\n".join(out)
-    def _repr_html_(self):
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in self._lines())
-        rem = ", ".join(f"{html.escape(c.name)} {fmt_count(c.params)}" for c in self.after.children)
-        cfg = f"<br>config: {html.escape('; '.join(self.config_changes))}" if self.config_changes else ""
-        return (f"<b>{html.escape(self.summary())}</b><table><tr><th>removed</th><th>class</th><th>params</th>"
-                f"<th>bytes</th></tr>{body}</table>remains: {rem}{cfg}")
+# %% ../nbs/07_strip.ipynb #636c9522
+@patch_to(StripReport)
+def _lines(self:StripReport)->list[tuple[str, str, str, str]]:
+    return [(r.name, r.cls, fmt_count(r.params), fmt_bytes(r.bytes) + " (" +
+             ", ".join(f"{k} {fmt_bytes(v)}" for k, v in r.bytes_by_dtype.items()) + ")") for r in self.removed]
+
+@patch_to(StripReport)
+def summary(self:StripReport)->str:
+    return (f"stripped {', '.join(self.removed_names)} from {self.model_cls} ({self.source}): freed "
+            f"{fmt_count(self.params_freed)} params ({self.fraction_freed:.0%}), {fmt_bytes(self.bytes_freed)}; "
+            f"{fmt_count(self.after.params)} params remain; took {time_bound(self.seconds)}")
+
+@patch_to(StripReport)
+def __repr__(self:StripReport):
+    rows = self._lines()
+    w = [max(len(r[i]) for r in rows) for i in range(3)]
+    out = [self.summary(), "  removed:"]
+    out += ["    " + "  ".join(v.ljust(w[i]) if i < 3 else v for i, v in enumerate(r)) for r in rows]
+    out.append("  remains: " + ", ".join(f"{c.name} {fmt_count(c.params)}" for c in self.after.children))
+    if self.config_changes: out.append("  config: " + "; ".join(self.config_changes))
+    return "\n".join(out)
+
+@patch_to(StripReport)
+def _repr_html_(self:StripReport):
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in self._lines())
+    rem = ", ".join(f"{html.escape(c.name)} {fmt_count(c.params)}" for c in self.after.children)
+    cfg = f"<br>config: {html.escape('; '.join(self.config_changes))}" if self.config_changes else ""
+    return (f"<b>{html.escape(self.summary())}</b><table><tr><th>removed</th><th>class</th><th>params</th>"
+            f"<th>bytes</th></tr>{body}</table>remains: {rem}{cfg}")
 
 # %% ../nbs/07_strip.ipynb #f2c6e231
 @patch_to(StripReport)
@@ -164,13 +173,9 @@ def _dtype_bytes(params:Iterable[nn.Parameter])->tuple[int, dict]:
         by[k] = by.get(k, 0) + p.numel() * p.element_size(); n += p.numel()
     return n, by
 
-def strip_submodules(model:nn.Module,                       # a loaded model (real or meta; looks through peft)
-                     names:Iterable[str]|str|None=None,     # dotted sub-module paths; None: the model's list or default
-                    )->StripReport:                         # what was removed and freed
-    "Delete the named sub-modules of `model` (in place) and report the parameters and bytes freed."
-    t0 = time.perf_counter()
-    inner = _unwrap(model)
-    names, source = strip_names_for(model, names)
+# %% ../nbs/07_strip.ipynb #801ee4b8
+def _strip_targets(inner:nn.Module, names:list[str])->dict[str, tuple[nn.Module, nn.Module]]:
+    "{name: (parent, module)} for each name, every one checked before anything is deleted."
     if len(set(names)) != len(names): raise ValueError(f"names repeat: {list(names)}")
     for a in names:
         for b in names:
@@ -184,6 +189,27 @@ def strip_submodules(model:nn.Module,                       # a loaded model (re
             raise ValueError(f"{n!r} is an element of a {type(parent).__name__}: deleting it would renumber or break "
                              f"its container; strip the container or leave it")
         targets[n] = (parent, mod)
+    return targets
+
+def _talker_off(inner:nn.Module)->list[str]:
+    "Switch off what refers to the talker stages, as the Omni classes' `disable_talker()` does; the changes made."
+    changes = []
+    if getattr(inner, "has_talker", None) is True:
+        inner.has_talker = False; changes.append("model.has_talker: True -> False")
+    cfg = getattr(inner, "config", None)
+    if getattr(cfg, "enable_audio_output", None) is True:
+        cfg.enable_audio_output = False; changes.append("config.enable_audio_output: True -> False")
+    return changes
+
+# %% ../nbs/07_strip.ipynb #3ab4dee1
+def strip_submodules(model:nn.Module,                       # a loaded model (real or meta; looks through peft)
+                     names:Iterable[str]|str|None=None,     # dotted sub-module paths; None: the model's list or default
+                    )->StripReport:                         # what was removed and freed
+    "Delete the named sub-modules of `model` (in place) and report the parameters and bytes freed."
+    t0 = time.perf_counter()
+    inner = _unwrap(model)
+    names, source = strip_names_for(model, names)
+    targets = _strip_targets(inner, names)
     before = summarize_model(inner)
     for n, (parent, _) in targets.items(): delattr(parent, n.rpartition(".")[2])
     kept = {id(p) for p in inner.parameters()}
@@ -191,13 +217,7 @@ def strip_submodules(model:nn.Module,                       # a loaded model (re
     for n, (_, mod) in targets.items():
         cnt, by = _dtype_bytes(p for p in mod.parameters() if id(p) not in kept)
         removed.append(RemovedModule(n, type(mod).__name__, cnt, by))
-    changes = []
-    if any(n in _TALKER_STAGES for n in names):
-        if getattr(inner, "has_talker", None) is True:
-            inner.has_talker = False; changes.append("model.has_talker: True -> False")
-        cfg = getattr(inner, "config", None)
-        if getattr(cfg, "enable_audio_output", None) is True:
-            cfg.enable_audio_output = False; changes.append("config.enable_audio_output: True -> False")
+    changes = _talker_off(inner) if any(n in _TALKER_STAGES for n in names) else []
     after = summarize_model(inner)
     return StripReport(type(inner).__name__, source, tuple(removed), before, after, tuple(changes),
                        time.perf_counter() - t0)

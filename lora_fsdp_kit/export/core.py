@@ -58,6 +58,7 @@ def adapter_config(model:nn.Module,            # a peft model, FSDP-wrapped or n
         raise ValueError(f"the model has no adapter {adapter_name!r}; its adapters: {', '.join(pm.peft_config)}")
     return pm.peft_config[adapter_name]
 
+# %% ../../nbs/09_export.ipynb #de82d2dc
 def lora_keys(model:nn.Module,             # a peft model, FSDP-wrapped or not
               adapter_name:str="default",  # which adapter
              )->OrderedDict[str, str]:     # {parameter name in the unwrapped model: key in peft's adapter file}
@@ -140,13 +141,24 @@ def _agree(vote:RankVote, stage:str, err:BaseException|None, tmp:Path|None, path
         return f"{path} was left as it was" if ok else f"rank 0 did not confirm that {path} was left as it was"
     vote.agree(stage, err, error=SaveError, what="save_lora", doing=_STAGES, on_fail=clean)
 
+# %% ../../nbs/09_export.ipynb #c795c3c0
+def _write_stage(model:nn.Module, adapter_name:str, rank:int, groups:list, timeout:float|None, tmp:Path|None):
+    "Gather the adapter's tensors (every rank takes part), and on rank 0 write them into `tmp`, synced to disk."
+    with bounded_wait(groups, timeout):
+        tensors = _lora_state_dict(model, adapter_name)   # every rank takes part; rank 0 keeps the tensors
+    if rank == 0:
+        if not tensors: raise MissingLoraError(f"adapter {adapter_name!r} has no tensors to save")
+        write_adapter(model, tensors, tmp, adapter_name)
+        fsync_tree(tmp)
+
 # %% ../../nbs/09_export.ipynb #aa8c70e0
 def _save_adapter(model:nn.Module, path:Path, adapter_name:str, timeout:float|None, every:str="")->Path:
     "Collective: write adapter `adapter_name` as a peft adapter directory at `path` from rank 0, atomically."
     dest = path
     vote, tmp, stage, err = RankVote("save_lora"), None, "start", None
     try:
-        vote.check(f"start {every}".strip())   # every rank is at this call (and saving the same adapters): else all raise
+        # every rank is at this call (and saving the same adapters): else all raise
+        vote.check(f"start {every}".strip())
         stage = "ready"
         try:   # everything that can fail before the first collective, on every rank, then one vote
             adapter_config(model, adapter_name)   # a name one rank lacks (a typo on one rank): every rank raises
@@ -161,14 +173,7 @@ def _save_adapter(model:nn.Module, path:Path, adapter_name:str, timeout:float|No
         except Exception as e: err = e
         _agree(vote, stage, err, tmp, dest)
         stage = "written"
-        try:
-            with bounded_wait(groups, timeout):
-                tensors = _lora_state_dict(model, adapter_name)   # every rank takes part; rank 0 keeps the tensors
-            if vote.rank == 0:
-                if not tensors: raise MissingLoraError(f"adapter {adapter_name!r} has no tensors to save")
-                write_adapter(model, tensors, tmp, adapter_name)
-                fsync_tree(tmp)
-            del tensors
+        try: _write_stage(model, adapter_name, vote.rank, groups, timeout, tmp)
         except Exception as e: err = e
         _agree(vote, stage, err, tmp, dest)
         stage = "published"
@@ -234,6 +239,7 @@ def _matched(cfg, modules:list[str])->set[str]:
     from peft.tuners.tuners_utils import check_target_module_exists
     return {m for m in modules if check_target_module_exists(cfg, m)}
 
+# %% ../../nbs/09_export.ipynb #fdef090e
 def config_differences(model_config,             # the model's `LoraConfig` (or its dict)
                        saved,                    # a saved adapter's config (the contents of adapter_config.json)
                        modules:list[str]|None=None, # the model's module names: targets compare by what they match
@@ -250,7 +256,6 @@ def _module_names(model:nn.Module)->list[str]:
     own = ("base_layer", "original_module", "modules_to_save")
     names = (clean_name(n) for n, _ in peft_model_of(model).base_model.model.named_modules())
     return list(dict.fromkeys(n for n in names if not any(s.startswith("lora_") or s in own for s in n.split("."))))
-
 
 # %% ../../nbs/09_export.ipynb #23326306
 class ShardWriter:
@@ -300,6 +305,7 @@ def _check_adapter(model:nn.Module, path:Path, adapter_name:str, keys:dict[str, 
                        + "; ".join(f"{len(ks)} {what} keys: {show(ks)}"
                                    for what, ks in (("missing", missing), ("unexpected", unexpected)) if ks))
 
+# %% ../../nbs/09_export.ipynb #16b137e4
 def _read_pieces(model:nn.Module, path:Path, adapter_name:str)->tuple[list[tuple[torch.Tensor, torch.Tensor]], int]:
     "Check the adapter at `path` against the model; this rank's pieces [(destination, values)] and the tensor count."
     for f in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
@@ -323,6 +329,7 @@ def _write_pieces(pieces:list, done:list):
         for dst, src in pieces:
             done.append((dst, dst.clone())); dst.copy_(src)
 
+# %% ../../nbs/09_export.ipynb #a50149fc
 def load_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapped, or not wrapped
               path:str|Path,               # a peft adapter directory (save_lora's or save_pretrained's)
               *,
@@ -390,6 +397,17 @@ def _packed_batches(engine, wanted:dict, batches:list[list[str]], rank0_only:boo
         del got
     if keep: check_collected(wanted, seen, engine)   # an engine that skipped a tensor is an error, not a short stream
 
+# %% ../../nbs/09_export.ipynb #d09873c9
+def _stop_peers(engine, names:list[str], rank0_only:bool, vote:RankVote):
+    "Check in at the next bucket as failed, so that every peer raises `RankFailure` there instead of waiting."
+    stop = StreamClosed("the caller stopped reading the buckets of iter_lora_buckets (it raised, or left the loop) "
+                        "while its peers went on: every rank must read the whole stream")
+    try: engine.collect(names, rank0_only=rank0_only, vote=vote, error=stop)
+    except StreamClosed: pass   # this rank's own reason; the caller's exception (or exit) goes on up
+
+class StreamClosed(RuntimeError):
+    "A rank stopped reading a collective stream of buckets before its end."
+
 # %% ../../nbs/09_export.ipynb #d03192ba
 def _smallest(engine:GatherEngine, n:int)->int:
     "The smallest `n` over the ranks that gather `engine`'s model together (one all-reduce), so that all cut alike."
@@ -401,16 +419,6 @@ def _smallest(engine:GatherEngine, n:int)->int:
     return int(t.item())
 
 # %% ../../nbs/09_export.ipynb #75fccb5b
-def _stop_peers(engine, names:list[str], rank0_only:bool, vote:RankVote):
-    "Check in at the next bucket as failed, so that every peer raises `RankFailure` there instead of waiting."
-    stop = StreamClosed("the caller stopped reading the buckets of iter_lora_buckets (it raised, or left the loop) "
-                        "while its peers went on: every rank must read the whole stream")
-    try: engine.collect(names, rank0_only=rank0_only, vote=vote, error=stop)
-    except StreamClosed: pass   # this rank's own reason; the caller's exception (or exit) goes on up
-
-class StreamClosed(RuntimeError):
-    "A rank stopped reading a collective stream of buckets before its end."
-
 def iter_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapped, or not wrapped
               *,
               adapter_name:str="default",
@@ -432,6 +440,7 @@ def iter_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
             if keep: yield wanted[n], t
     check_collected(wanted, seen, engine)   # an engine that skipped a unit is an error, not a short stream
 
+# %% ../../nbs/09_export.ipynb #5ef7c10a
 def iter_lora_buckets(model:nn.Module,            # a peft model: FSDP1- or FSDP2-wrapped, or not wrapped
                       *,
                       bucket_bytes:int,           # the most bytes one bucket may hold

@@ -36,6 +36,7 @@ class SaveProfile:
                 f"{fmt_bytes(self.lora_bytes)} of LoRA (largest LoRA unit {fmt_bytes(self.largest_lora_unit)}), "
                 f"file {fmt_bytes(self.file_bytes)})")
 
+# %% ../../nbs/09a_measure_streams.ipynb #733aca8e
 def measure_save(model:nn.Module,            # an FSDP1- or FSDP2-wrapped peft model
                  path:str|Path,              # as for `save_lora`
                  *,
@@ -109,6 +110,20 @@ def _drain(stream):
     yield
 
 
+# %% ../../nbs/09a_measure_streams.ipynb #50204754
+def _consume(stream, bucket_bytes:int|None, meter:MemoryMeter)->tuple[list[int], int, int]:
+    "Take `stream` as a rollout engine would: (bytes handed over each time, tensors, the largest tensor's bytes)."
+    sizes, n, big = [], 0, 0
+    if bucket_bytes is None:
+        held = list(stream)
+        n, big = len(held), max(_nbytes(t) for _, t in held)
+        sizes.append(sum(_nbytes(t) for _, t in held)); meter.note(); del held
+    else:
+        for b in buckets(stream, bucket_bytes):
+            sizes.append(sum(_nbytes(t) for _, t in b)); n += len(b); big = max(big, *(_nbytes(t) for _, t in b))
+            meter.note(); del b       # handed over: the consumer keeps nothing
+    return sizes, n, big
+
 # %% ../../nbs/09a_measure_streams.ipynb #ms000007
 def measure_stream(model:nn.Module,           # an FSDP1- or FSDP2-wrapped peft model
                    bucket_bytes:int|None,     # None: collect the whole stream, then hand it over
@@ -122,17 +137,9 @@ def measure_stream(model:nn.Module,           # an FSDP1- or FSDP2-wrapped peft 
     if what == "merged": stream = lambda: iter_merged_weights(model, progress=False, adapter_name=adapter_name)
     else: stream = lambda: iter_lora(model, adapter_name=adapter_name)
     unit, ahead = _unit_cost(engine, what, adapter_name)
-    sizes, n, big = [], 0, 0
     with MemoryMeter(engine.model) as meter:
         base = meter.now(); t0 = time.perf_counter()
-        if bucket_bytes is None:
-            held = list(stream())
-            n, big = len(held), max(_nbytes(t) for _, t in held)
-            sizes.append(sum(_nbytes(t) for _, t in held)); meter.note(); del held
-        else:
-            for b in buckets(stream(), bucket_bytes):
-                sizes.append(sum(_nbytes(t) for _, t in b)); n += len(b); big = max(big, *(_nbytes(t) for _, t in b))
-                meter.note(); del b       # handed over: the consumer keeps nothing
+        sizes, n, big = _consume(stream(), bucket_bytes, meter)
         seconds = time.perf_counter() - t0; meter.note()
         timeline = tuple((t, c - base) for t, c in meter.timeline)
     peak = max((c for _, c in timeline), default=0)

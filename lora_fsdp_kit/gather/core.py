@@ -21,7 +21,7 @@ from ..launch import launched_from_notebook
 from .peft_names import peft_lora_names
 from .votes import RankFailure, RankVote
 from ..shards import clean_name, join_name
-from .sharded import ShardedParam, ShardedUnit, ShardedView, sharded_view
+from .sharded import ShardedParam, ShardedUnit, ShardedView, sharded_view, unit_compute_dtype
 from .packing import (PackPlan, TensorShards, output_buffer, output_views, pack, pack_plan,
                                    pack_sources, receive_buffer, reorder, scratch_buffer, split_buckets, tensor_shards,
                                    unpack)
@@ -70,18 +70,24 @@ class GatherEngine:
     def all_unsharded(self)->Iterator[dict[str, torch.Tensor]]:
         "Unshard the whole model at once (the baseline); yield every parameter, full."
         raise NotImplementedError
-    def full_lora(self, unit:ShardedUnit, names:list[str], rank0_only:bool=False)->Iterator[tuple[str, torch.Tensor]]:
-        "Yield (name, full copy) for `names` owned by `unit`: one packed collective of their bytes (None: not kept"
-        # never `unsharded(unit)`: with decoder layers as units that would move the whole layer for its LoRA rows
-        keep = not rank0_only or dist.get_rank() == 0
-        got = self.collect(names, rank0_only=rank0_only)
-        for n in names:
-            if not keep: yield n, None
-            elif n in got: yield n, got[n]
-    def memo(self, key, make:Callable):
-        "`make()` once per engine (so once per wrapping), then the same value."
-        if key not in self._memo: self._memo[key] = make()
-        return self._memo[key]
+
+# %% ../../nbs/05_gather.ipynb #0b4c06a9
+@patch_to(GatherEngine)
+def full_lora(self:GatherEngine, unit:ShardedUnit, names:list[str],
+              rank0_only:bool=False)->Iterator[tuple[str, torch.Tensor]]:
+    "Yield (name, full copy) for `names` owned by `unit`: one packed collective of their bytes (None: not kept"
+    # never `unsharded(unit)`: with decoder layers as units that would move the whole layer for its LoRA rows
+    keep = not rank0_only or dist.get_rank() == 0
+    got = self.collect(names, rank0_only=rank0_only)
+    for n in names:
+        if not keep: yield n, None
+        elif n in got: yield n, got[n]
+
+@patch_to(GatherEngine)
+def memo(self:GatherEngine, key, make:Callable):
+    "`make()` once per engine (so once per wrapping), then the same value."
+    if key not in self._memo: self._memo[key] = make()
+    return self._memo[key]
 
 # %% ../../nbs/05_gather.ipynb #e1f346ae
 @patch_to(GatherEngine)
@@ -138,6 +144,7 @@ def lora_names(self, adapter_name:str="default")->OrderedDict[str, str]:
         return out
     return OrderedDict(self.memo(("lora_names", adapter_name), ask_peft))
 
+# %% ../../nbs/05_gather.ipynb #9622aec0
 @patch_to(GatherEngine)
 def collect(self, names, *, rank0_only:bool=False, bucket_bytes:int|None=None, progress:bool=False,
             vote:RankVote|None=None,        # the caller's vote (None: one of its own, when the model is sharded)
@@ -161,6 +168,7 @@ def collect(self, names, *, rank0_only:bool=False, bucket_bytes:int|None=None, p
                      vote=vote, error=error)
     return got if pairs is None else {n: got[p] for n, p in pairs if p in got}   # None: no tied second names
 
+# %% ../../nbs/05_gather.ipynb #f1f56ed2
 @patch_to(GatherEngine)
 def collect_per_unit(self, names, *, rank0_only:bool=False, progress:bool=False,
                      on_unit:Callable|None=None)->dict[str, torch.Tensor]:
@@ -213,9 +221,6 @@ def _progress_bar(items, show:bool, desc:str, unit:str="unit"):
     from tqdm.auto import tqdm  # notebook-aware
     return tqdm(items, desc=desc, unit=unit, leave=False)
 
-# %% ../../nbs/05_gather.ipynb #e54187d0
-#| export
-
 # %% ../../nbs/05_gather.ipynb #08bbaa97
 @EngineRegistry.register("fsdp1")
 class Fsdp1GatherEngine(GatherEngine):
@@ -258,22 +263,23 @@ class Fsdp2GatherEngine(GatherEngine):
         finally: unit.module.reshard()
 
     @contextlib.contextmanager
-    def masters(self, unit):
-        "The unit's own parameters, full, as stored: under a mixed-precision policy, never `unshard()`'s compute copies."
-        group = None if unit.module is None else unit.module._get_fsdp_state()._fsdp_param_group
-        to = None if group is None else group.mp_policy.param_dtype   # None: the policy does not cast
-        casts = to is not None and any(p.dtype != to for p in unit.params)
-        if not casts:
-            with self.unsharded(unit) as full: yield full
-        else: yield self.collect([p.name for p in unit.params])   # the sharded masters' bytes, one packed collective
-
-    @contextlib.contextmanager
     def all_unsharded(self):
         mods = [u.module for u in self.units if u.module is not None]
         for m in mods: m.unshard()
         try: yield {p.name: getattr(p.module, p.attr) for p in self.by_name.values()}
         finally:
             for m in mods: m.reshard()
+
+# %% ../../nbs/05_gather.ipynb #d9b5f72a
+@patch_to(Fsdp2GatherEngine)
+@contextlib.contextmanager
+def masters(self:Fsdp2GatherEngine, unit:ShardedUnit):
+    "The unit's own parameters, full, as stored: under a mixed-precision policy, never `unshard()`'s compute copies."
+    to = unit_compute_dtype(unit)   # None: the policy does not cast
+    casts = to is not None and any(p.dtype != to for p in unit.params)
+    if not casts:
+        with self.unsharded(unit) as full: yield full
+    else: yield self.collect([p.name for p in unit.params])   # the sharded masters' bytes, one packed collective
 
 # %% ../../nbs/05_gather.ipynb #fbe7d06a
 def packed_jobs(shards:list[TensorShards],   # from `GatherEngine.shards`
@@ -366,6 +372,7 @@ def run_packed(jobs:tuple,                 # from `packed_jobs`
     if err is not None: raise err
     return out
 
+# %% ../../nbs/05_gather.ipynb #ecb71623
 def gather_packed(shards:list[TensorShards],      # from `GatherEngine.shards`
                   *,
                   rank0_only:bool=False,          # only rank 0 receives (`dist.gather`); others return {}

@@ -40,6 +40,7 @@ def _base_param(ln:str, m:nn.Module)->str:
     while hasattr(base, "parameter_name"): base, path = base.base_layer, path + ".base_layer"   # nested wrappers
     return f"{path}.{m.parameter_name}"
 
+# %% ../../nbs/05c_merged.ipynb #609e2a09
 def _adapter_layers(engine:GatherEngine, adapter_name:str)->tuple[dict[str, nn.Module], set[str]]:
     "({unwrapped name of each LoRA layer: layer}, names of parameters a merged model does not have)."
     layers, drop, names = {}, set(), list(engine.by_name) + list(engine.aliases)
@@ -54,6 +55,7 @@ def _adapter_layers(engine:GatherEngine, adapter_name:str)->tuple[dict[str, nn.M
         drop |= {p for p in names if p.startswith(ln + ".") and not p.startswith(ln + ".base_layer.")}
     return layers, drop
 
+# %% ../../nbs/05c_merged.ipynb #54d735e8
 def _peft_merge(layer:nn.Module, lname:str, tensors:dict[str, torch.Tensor], engine:GatherEngine,
                 adapter_name:str)->dict[str, torch.Tensor]:
     "Run peft's own `layer.merge()` of one adapter on copies of the base weights; {base param name: merged copy}."
@@ -76,6 +78,15 @@ def _peft_merge(layer:nn.Module, lname:str, tensors:dict[str, torch.Tensor], eng
     # a ParamWrapper merges one fused parameter; the other copies (a nested wrapper's) must not overwrite its merge
     return {_base_param(lname, layer): base[_base_param(lname, layer)]} if hasattr(layer, "parameter_name") else base
 
+# %% ../../nbs/05c_merged.ipynb #e6c6f708
+def _merge_homes(engine:GatherEngine, layers:dict[str, nn.Module], drop:set[str])->tuple[dict, dict, list]:
+    "({layer: its LoRA tensors}, {layer: the unit that owns its base weight}, LoRA tensors another unit holds)."
+    every = list(engine.by_name) + list(engine.aliases)
+    lora_of = {ln: [n for n in every if n.startswith(ln + ".") and n in drop] for ln in layers}
+    home = {ln: engine.unit_of.get(engine.primary(_base_param(ln, m))) for ln, m in layers.items()}
+    away = [n for ln, ns in lora_of.items() for n in ns if engine.unit_of.get(engine.primary(n)) is not home[ln]]
+    return lora_of, home, away
+
 # %% ../../nbs/05c_merged.ipynb #67fa9167
 def iter_merged_weights(model:nn.Module,            # an FSDP1- or FSDP2-wrapped peft model
                         *,
@@ -86,10 +97,7 @@ def iter_merged_weights(model:nn.Module,            # an FSDP1- or FSDP2-wrapped
     engine = gather_engine(model)
     engine.agreed_names(adapter_name)   # an unknown adapter: an error naming the model's, on every rank
     layers, drop = engine.memo(("adapter_layers", adapter_name), lambda: _adapter_layers(engine, adapter_name))
-    every = list(engine.by_name) + list(engine.aliases)
-    lora_of = {ln: [n for n in every if n.startswith(ln + ".") and n in drop] for ln in layers}
-    home = {ln: engine.unit_of.get(engine.primary(_base_param(ln, m))) for ln, m in layers.items()}
-    away = [n for ln, ns in lora_of.items() for n in ns if engine.unit_of.get(engine.primary(n)) is not home[ln]]
+    lora_of, home, away = _merge_homes(engine, layers, drop)
     rank = dist.get_rank() if dist.is_initialized() else 0
     show = (launched_from_notebook() and rank == 0) if progress is None else bool(progress)
     # LoRA tensors held by other units than their layer's: one packed collective before the walk

@@ -48,6 +48,7 @@ def tensor_shards(p:ShardedParam)->TensorShards:
     "The `TensorShards` of one parameter, from its record: no collective when nothing is sharded across ranks."
     return TensorShards(p.name, p.shape, p.dtype, p.group, p.layout if p.group is not None else None, p)
 
+# %% ../../nbs/05a_packing.ipynb #ac45e3a0
 def split_buckets(shards:list[TensorShards], world:int, cap:int|None)->list[list[TensorShards]]:
     "Split `shards` in order so that no rank's packed pieces exceed `cap` bytes (a larger tensor goes alone)."
     if not cap: return [shards]
@@ -64,7 +65,7 @@ def evenly(sizes:list[int])->bool:
 
 # %% ../../nbs/05a_packing.ipynb #77872f00
 def _runs(t:TensorShards, rank:int, src:int, dst:int)->torch.Tensor:
-    "Byte runs (source, destination, length) copying rank `rank`'s piece of `t` (at `src`) into the full tensor (`dst`)."
+    "Byte runs (source, destination, length): rank `rank`'s piece of `t` (at `src`) into the full tensor (`dst`)."
     lay, isz = t.layout, t.dtype.itemsize
     s, n = lay.spans[rank]
     inner = math.prod(lay.view[lay.dim + 1:])
@@ -141,8 +142,9 @@ def pack_plan(tensors:list[TensorShards],  # one shard group's tensors (all with
     return PackPlan(world, me, tuple(sizes), even, tuple(starts), row, index, tuple(outs), reads, runs,
                     dts.pop() if len(dts) == 1 else None)
 
+# %% ../../nbs/05a_packing.ipynb #91ae6a16
 def _send_runs(mine:list[TensorShards], me:int)->tuple[tuple, tuple]:
-    "This rank's pieces as runs of their bases: one reader per base (FSDP1: a unit's flat shard), adjacent runs merged."
+    "This rank's pieces as runs of their bases: one reader per base (FSDP1: a unit's flat shard), adjacent ones merged."
     readers, runs = {}, []
     for t in mine:
         b = readers.setdefault(_reader(t.source), len(readers))
@@ -185,6 +187,7 @@ def scratch_buffer(role:str, n:int)->torch.Tensor:
     if n <= SCRATCH_BYTES: setattr(_SCRATCH, role, buf)
     return buf
 
+# %% ../../nbs/05a_packing.ipynb #fb20588b
 def receive_buffer(plan:PackPlan, keep:bool=True,
                    alloc=None,   # n -> an uninitialised uint8 tensor of n bytes (`scratch_buffer`); None: a new one
                   )->torch.Tensor:
@@ -203,6 +206,7 @@ def output_views(plan:PackPlan, out:torch.Tensor)->dict[str, torch.Tensor]:
         res.update(zip(names, out[first:end].view(dtype).view(len(names), *shape).unbind(0)))
     return res
 
+# %% ../../nbs/05a_packing.ipynb #3f175ebf
 def reorder(plan:PackPlan, recv:torch.Tensor, out:torch.Tensor):
     "Every byte of the receive buffer to its place in `out`: one `index_select` of whole rows."
     rows = plan.index.numel() * plan.row

@@ -40,6 +40,7 @@ class _UnwrappedView:
         return {a: _offline_config(c) for a, c in self._model.peft_config.items()}
     def __getattr__(self, name): return getattr(self._model, name)
 
+# %% ../../nbs/05b_peft_names.ipynb #06398664
 def _offline_config(cfg):
     "`cfg`, or a copy whose `base_model_name_or_path` is None when it is not a local folder with a config.json."
     mid = getattr(cfg, "base_model_name_or_path", None)
@@ -56,6 +57,7 @@ def _is_fsdp(m:nn.Module)->bool:
     from torch.distributed.fsdp import FSDPModule
     return isinstance(m, (_FSDP1, FSDPModule))
 
+# %% ../../nbs/05b_peft_names.ipynb #5ead0ee4
 class _StateDictKeys:
     "Stands in for a module whose `state_dict()` peft reads only for its keys."
     def __init__(self, keys:list[str]): self._keys = keys

@@ -27,8 +27,8 @@ _FlatParameter = internal("torch.distributed.fsdp._flat_param:FlatParameter")
 _lazy_init = internal("torch.distributed.fsdp._runtime_utils:_lazy_init")
 
 # %% auto #0
-__all__ = ['ShardedParam', 'ShardedUnit', 'ShardedView', 'sharded_view', 'view_rows', 'reshard_units', 'intercept_collectives',
-           'collective_ranks']
+__all__ = ['ShardedParam', 'ShardedUnit', 'ShardedView', 'sharded_view', 'view_rows', 'unit_compute_dtype', 'reshard_units',
+           'intercept_collectives', 'collective_ranks']
 
 # %% ../../nbs/04a_sharded.ipynb #5371eb09
 @dataclass(frozen=True, eq=False)
@@ -60,6 +60,7 @@ class ShardedParam:
         "This rank's piece of a full tensor of this parameter (a view), e.g. to write a loaded weight into `local()`."
         return full.reshape(-1) if self.layout is None else self.layout.piece(full, self.rank).reshape(-1)
 
+# %% ../../nbs/04a_sharded.ipynb #a97fab56
 @dataclass(frozen=True, eq=False)
 class ShardedUnit:
     "An FSDP unit and the parameters it owns; `gather_bytes` is what one all-gather of it moves."
@@ -153,18 +154,23 @@ class ShardedView:
         "The shard group (the first one, if units differ); None when nothing is sharded across ranks."
         gs = self.groups
         return gs[0] if gs else None
-    def fsdp_resized_storages(self)->list[torch.Tensor]:
-        "Tensors whose storage FSDP1 resizes when it unshards (they exist before a gather starts)."
-        out = []
-        for u in self.units:
-            if self.flavour == "fsdp1" and u.key is not None:
-                for a in ("_full_param_padded", "_full_prec_full_param_padded"):
-                    t = getattr(u.key.flat_param, a, None)
-                    if isinstance(t, torch.Tensor): out.append(t)
-        return out
-    def __repr__(self):
-        n = sum(len(u.params) for u in self.units)
-        return f"ShardedView({self.flavour}, {len(self.units)} units, {n} parameters, {len(self.groups)} shard groups)"
+
+# %% ../../nbs/04a_sharded.ipynb #8826b36e
+@patch_to(ShardedView)
+def fsdp_resized_storages(self:ShardedView)->list[torch.Tensor]:
+    "Tensors whose storage FSDP1 resizes when it unshards (they exist before a gather starts)."
+    out = []
+    for u in self.units:
+        if self.flavour == "fsdp1" and u.key is not None:
+            for a in ("_full_param_padded", "_full_prec_full_param_padded"):
+                t = getattr(u.key.flat_param, a, None)
+                if isinstance(t, torch.Tensor): out.append(t)
+    return out
+
+@patch_to(ShardedView)
+def __repr__(self:ShardedView)->str:
+    n = sum(len(u.params) for u in self.units)
+    return f"ShardedView({self.flavour}, {len(self.units)} units, {n} parameters, {len(self.groups)} shard groups)"
 
 # %% ../../nbs/04a_sharded.ipynb #de87cac8
 def _fingerprint(mods:list[nn.Module], flavour:str)->list:
@@ -199,6 +205,7 @@ def _free_params(model:nn.Module, units:list[ShardedUnit], managed:set)->tuple[l
             else: free.append(rec)
     return free, aliases
 
+# %% ../../nbs/04a_sharded.ipynb #1ad40c66
 def _build(model:nn.Module)->ShardedView:
     "Read the FSDP units of `model` into a view (one walk over its modules)."
     named = list(model.named_modules())
@@ -256,6 +263,13 @@ def _repr_html_(self:ShardedView, limit:int=12)->str:
     more = f"<p>… {len(rows) - limit} more</p>" if len(rows) > limit else ""
     return f"<b>{e(repr(self))}</b><table><tr>{head}</tr>{body}</table>{more}"
 
+# %% ../../nbs/04a_sharded.ipynb #4e1408ad
+def unit_compute_dtype(unit:ShardedUnit)->torch.dtype|None:
+    "The dtype FSDP2's mixed-precision policy casts `unit`'s parameters to for compute; None: no cast (or not FSDP2)."
+    if unit.module is None or not isinstance(unit.module, _FSDP2): return None
+    group = unit.module._get_fsdp_state()._fsdp_param_group
+    return None if group is None else group.mp_policy.param_dtype
+
 # %% ../../nbs/04a_sharded.ipynb #rs000002
 _reshard1 = internal("torch.distributed.fsdp._runtime_utils:_reshard",
                      feature="load_lora into FSDP1 units a forward left unsharded (sharded.reshard_units)")
@@ -288,6 +302,7 @@ def _collective_units(view:ShardedView)->tuple[dict, dict]:
         facts = view.memo["collective_units"] = (fsdp1, fsdp2)
     return facts
 
+# %% ../../nbs/04a_sharded.ipynb #eb39eae3
 @contextlib.contextmanager
 def intercept_collectives(view:ShardedView,  # the wrapped model's `sharded_view`
                           before:Callable,   # before(kind, unit, numel, params): "all_gather" or "reduce_scatter"
@@ -371,6 +386,7 @@ def local_tensor(t:torch.Tensor)->torch.Tensor:
     from torch.distributed.tensor import DTensor
     return t._local_tensor if isinstance(t, DTensor) else t
 
+# %% ../../nbs/04a_sharded.ipynb #f2e3bb71
 def tracker_live(tracker)->dict:
     "torch's memory tracker: {device: {category: bytes}} live now, each device's 'Total' included."
     return tracker._curr_mem_snap
@@ -382,11 +398,12 @@ def tracker_modules(tracker):
 def tracker_in_optimizer(tracker)->bool: return tracker._in_opt   # torch's memory tracker: in the optimizer step
 def tracker_saw(tracker, module:nn.Module)->bool: return module in tracker.memory_tracking   # ... and `module` ran
 
+# %% ../../nbs/04a_sharded.ipynb #bb120d5e
 @contextlib.contextmanager
 def fsdp1_under_fake_tensors():
     "FSDP1 tells a resharded flat parameter by its data pointer; fake tensors have none: compare storages instead."
-    require("torch.distributed.fsdp._flat_param:_same_storage", "torch.distributed.fsdp._flat_param:_data_ptr_allocated",
-            "torch._subclasses.fake_tensor:FakeTensor")
+    require("torch.distributed.fsdp._flat_param:_same_storage",
+            "torch.distributed.fsdp._flat_param:_data_ptr_allocated", "torch._subclasses.fake_tensor:FakeTensor")
     from torch._subclasses.fake_tensor import FakeTensor
     import torch.distributed.fsdp._flat_param as flat
     same, alloc, had = flat._same_storage, flat._data_ptr_allocated, "data_ptr" in FakeTensor.__dict__
@@ -406,4 +423,5 @@ def fsdp2_unsharded_params(wrapped:nn.Module)->list:
     "FSDP2: every unsharded parameter made so far (one per sharded parameter whose unit has all-gathered once)."
     groups = {id(g): g for m in wrapped.modules() if hasattr(m, "_get_fsdp_state")   # a group's modules: one
               for g in [m._get_fsdp_state()._fsdp_param_group]}.values()
-    return [p._unsharded_param for g in groups if g is not None for p in g.fsdp_params if hasattr(p, "_unsharded_param")]
+    return [p._unsharded_param for g in groups if g is not None
+            for p in g.fsdp_params if hasattr(p, "_unsharded_param")]

@@ -34,6 +34,7 @@ def cause(e:BaseException)->str:
     "What a rank reports of its failure: the exception's type and message, at most 400 characters."
     return f"{type(e).__name__}: {e}".rstrip(": ")[:400]
 
+# %% ../../nbs/04b_votes.ipynb #5f6323cc
 class RankVote:
     "Ranks agree, stage by stage, which of them failed and why, through the process group's store (no collective)."
     def __init__(self, name:str,           # what votes (part of the store keys)
@@ -78,6 +79,7 @@ def post(self:RankVote, stage:str, err:BaseException|None=None):
     if self.store.add(self._key(stage, "arrived"), 1) >= self.world or err is not None:
         self.store.set(self._key(stage, "done"), "1")
 
+# %% ../../nbs/04b_votes.ipynb #95b6404d
 @patch_to(RankVote)
 def causes(self:RankVote)->dict[int, str]:
     "{rank: cause} of every rank that posted a failure so far (and `failed_at`: the stage each was at)."
@@ -113,6 +115,7 @@ class Heartbeat(threading.Thread):
             self.stopped.wait(self.period)
     def stop(self): self.stopped.set()   # what a killed process does (a test's stand-in for SIGKILL)
 
+# %% ../../nbs/04b_votes.ipynb #1de25345
 _BEATS: dict[str, Heartbeat] = {}
 
 def pulse_key(members:str, rank:int)->str:
@@ -127,6 +130,7 @@ def heartbeat(store, members:str, rank:int)->Heartbeat:
         hb = _BEATS[key] = Heartbeat(store, key); hb.start()
     return hb
 
+# %% ../../nbs/04b_votes.ipynb #f6c522a6
 @patch_to(RankVote)
 def dead(self:RankVote, ranks:list[int])->dict[int, str]:
     "{rank: why} for the ranks among `ranks` whose heartbeat has not moved for `dead_after` s (none yet: not judged)."
@@ -202,6 +206,7 @@ def fail(self:RankVote, stage:str, bad:dict[int, str], err:BaseException|None=No
     doing = doing.get(at, at) if isinstance(doing, dict) else doing or at   # the stage where the first rank failed
     raise error(failure_message(what or self.name, bad, doing, note), bad) from err
 
+# %% ../../nbs/04b_votes.ipynb #bab24d2b
 @patch_to(RankVote)
 def agree(self:RankVote, stage:str,
                 err:BaseException|None=None,            # this rank's failure at `stage`, if any
@@ -233,6 +238,7 @@ def sigint_held():
         set_handler(SIGINT, old)
         if got and callable(old): old(*got[0])
 
+# %% ../../nbs/04b_votes.ipynb #178130cb
 @patch_to(RankVote)
 def settle(self:RankVote, stage:str, word:str)->str:
     "Propose `word` ('commit' or 'abort') as the outcome of `stage`; the word every rank follows (the first written)."
@@ -242,7 +248,7 @@ def settle(self:RankVote, stage:str, word:str)->str:
 
 @patch_to(RankVote)
 def decide(self:RankVote, stage:str, err:BaseException|None=None, **raise_kw):
-    "Like `agree`, but all or nothing: returns only if every rank commits; a rank interrupted before the word aborts all."
+    "As `agree`, but all or nothing: returns only if every rank commits; a rank interrupted before the word aborts all."
     self.post(stage, err)
     try: bad = self.failures(stage)
     except BaseException as e:   # Ctrl-C while waiting (or the store lost): abort, unless the word was already written
@@ -266,6 +272,7 @@ def wait_for(self:RankVote, what:str, seconds:float|None=None, source:int=0)->bo
     key = self._key(what)
     return not self.poll(lambda: self.store.check([key]), f"signal {what!r}", lambda: [source], seconds)
 
+# %% ../../nbs/04b_votes.ipynb #6c5402bb
 @patch_to(RankVote)
 def close(self:RankVote):
     "The last rank to close deletes every key the vote used, whatever stage each rank reached."
@@ -284,6 +291,7 @@ def close(self:RankVote):
         try: self.store.delete_key(k)
         except Exception: pass   # a store without deletion (FileStore before torch 2.x): keys stay, few and small
 
+# %% ../../nbs/04b_votes.ipynb #3e7c1582
 @patch_to(RankVote)
 def __enter__(self): return self
 
@@ -341,8 +349,9 @@ def _tag_text(t)->str:
     name = lambda c: _NAMES.get(c, f"#{c}")
     return f"{name(t[0])} (call {t[1]}, check {t[2]}: {name(t[3])})"
 
+# %% ../../nbs/04b_votes.ipynb #b94ca71f
 class CallMismatch(RankFailure):
-    "Ranks reached different collective calls of the kit (a retry, an abandoned stream, a skipped call): none moved data."
+    "Ranks reached different kit collective calls (a retry, an abandoned stream, a skipped call): none moved data."
 
 def mismatches()->int:
     "How many times this process's ranks were found at different calls (`CallMismatch`): a stream stops after one."
@@ -374,6 +383,7 @@ def check(self:RankVote, stage:str,
     "Agree on `stage` in one round (a call's arrival, or one small all-reduce) of every rank's tag and failure flag."
     self.check_async(stage, err, **agree_kw)()
 
+# %% ../../nbs/04b_votes.ipynb #dd08ee50
 @patch_to(RankVote)
 def check_async(self:RankVote, stage:str, err:BaseException|None=None, **agree_kw)->Callable[[], None]:
     "`check`, returning with its all-reduce in flight: work meanwhile, then call the result, which finishes it."
@@ -436,6 +446,7 @@ def _called_as(default:str)->str:
         f = f.f_back
     return name
 
+# %% ../../nbs/04b_votes.ipynb #eb431e4e
 @patch_to(RankVote)
 def arrive(self:RankVote, seconds:float|None=None,
            stale:list|None=None,   # the earlier calls' keys rank 0 deletes go here, for later (None: deleted now)

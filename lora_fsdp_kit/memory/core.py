@@ -13,6 +13,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from ..doctor import internal
+from ..methods import patch_to
 from ..platform import get_platform
 # private torch objects: imported when first used, checked by `python -m lora_fsdp_kit doctor`
 _MemTracker = internal("torch.distributed._tools.mem_tracker:MemTracker")
@@ -97,16 +98,19 @@ class MemoryMeter:
         if not self.on_cpu: self.platform.synchronize(); self.current = self.platform.memory_allocated()
         return self.current
 
-    def __enter__(self):
-        gc.collect()
-        if self.on_cpu:
-            mt = _TimelineMemTracker(self.note)
-            # storages that exist before the gather are registered first, or MemTracker would count each one as a
-            # new allocation the first time an op touches it (e.g. FSDP reading a sharded flat parameter)
-            if self.model is not None: mt.track_external(self.model, *_resized_storages(self.model))
-            self._stack.enter_context(mt)
-        self.t0, self.timeline = time.perf_counter(), []
-        self.note(None if not self.on_cpu else self.current)
-        return self
+# %% ../../nbs/06_memory.ipynb #72ffb063
+@patch_to(MemoryMeter)
+def __enter__(self:MemoryMeter):
+    gc.collect()
+    if self.on_cpu:
+        mt = _TimelineMemTracker(self.note)
+        # storages that exist before the gather are registered first, or MemTracker would count each one as a
+        # new allocation the first time an op touches it (e.g. FSDP reading a sharded flat parameter)
+        if self.model is not None: mt.track_external(self.model, *_resized_storages(self.model))
+        self._stack.enter_context(mt)
+    self.t0, self.timeline = time.perf_counter(), []
+    self.note(None if not self.on_cpu else self.current)
+    return self
 
-    def __exit__(self, *exc): self._stack.close()
+@patch_to(MemoryMeter)
+def __exit__(self:MemoryMeter, *exc): self._stack.close()

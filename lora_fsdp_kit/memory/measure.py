@@ -39,6 +39,7 @@ class UnitGather:
     unit_bytes: int        # the unit's own unsharded size (what one all-gather of it moves)
     predicted_bytes: int|None = None   # what the plan said gathering this unit would move
 
+# %% ../../nbs/06a_measure.ipynb #3899be04
 @dataclass(frozen=True)
 class GatherProfile:
     "One measured gather: bytes all-gathered, peak extra memory, time, per unit and in total, with a timeline."
@@ -68,21 +69,24 @@ class GatherProfile:
     @property
     def units_gathered(self)->int: return sum(u.collectives > 0 for u in self.units)
 
-    @property
-    def unit_deviation(self)->float|None:
-        "Largest relative difference between a unit's measured bytes and the plan's prediction for it."
-        d = [u.bytes_gathered / u.predicted_bytes - 1 for u in self.units if u.predicted_bytes]
-        return max(d, key=abs) if d else None
+# %% ../../nbs/06a_measure.ipynb #cab82680
+@patch_to(GatherProfile)
+@property
+def unit_deviation(self:GatherProfile)->float|None:
+    "Largest relative difference between a unit's measured bytes and the plan's prediction for it."
+    d = [u.bytes_gathered / u.predicted_bytes - 1 for u in self.units if u.predicted_bytes]
+    return max(d, key=abs) if d else None
 
-    def unit_table(self)->str:
-        "Per unit: predicted and measured bytes, peak extra memory, time."
-        rows = [f"{'unit':<48}{'predicted':>12}{'measured':>12}{'dev':>8}{'peak extra':>12}{'ms':>8}"]
-        for u in self.units:
-            dev = f"{u.bytes_gathered / u.predicted_bytes - 1:+.1%}" if u.predicted_bytes else "–"
-            rows.append(f"{(u.name or '<root>')[-48:]:<48}{fmt_bytes(u.predicted_bytes):>12}"
-                        f"{fmt_bytes(u.bytes_gathered):>12}"
-                        f"{dev:>8}{fmt_bytes(u.peak_extra):>12}{u.seconds * 1e3:>8.1f}")
-        return "\n".join(rows)
+@patch_to(GatherProfile)
+def unit_table(self:GatherProfile)->str:
+    "Per unit: predicted and measured bytes, peak extra memory, time."
+    rows = [f"{'unit':<48}{'predicted':>12}{'measured':>12}{'dev':>8}{'peak extra':>12}{'ms':>8}"]
+    for u in self.units:
+        dev = f"{u.bytes_gathered / u.predicted_bytes - 1:+.1%}" if u.predicted_bytes else "–"
+        rows.append(f"{(u.name or '<root>')[-48:]:<48}{fmt_bytes(u.predicted_bytes):>12}"
+                    f"{fmt_bytes(u.bytes_gathered):>12}"
+                    f"{dev:>8}{fmt_bytes(u.peak_extra):>12}{u.seconds * 1e3:>8.1f}")
+    return "\n".join(rows)
 
 # %% ../../nbs/06a_measure.ipynb #b4304ac2
 @patch_to(GatherProfile)
@@ -118,7 +122,8 @@ def _repr_html_(self):
 # %% ../../nbs/06a_measure.ipynb #de4f625d
 def gather_whole(engine:GatherEngine, names:list[str], on_unit)->dict[str, torch.Tensor]:
     "The baseline: unshard the entire model at once, copy the LoRA tensors out."
-    whole = ShardedUnit("<whole model>", None, tuple(engine.by_name.values()), sum(u.gather_bytes for u in engine.units))
+    whole = ShardedUnit("<whole model>", None, tuple(engine.by_name.values()),
+                        sum(u.gather_bytes for u in engine.units))
     with on_unit(whole), engine.all_unsharded() as full:
         return {n: _own_cpu_copy(full[n]) for n in names}
 
@@ -149,6 +154,7 @@ def _in_adapter(p, adapter_name:str|None=None)->bool:
     if adapter_name is None: return p.is_lora or ".modules_to_save." in p.name
     return (p.is_lora and f".{adapter_name}." in p.name) or f".modules_to_save.{adapter_name}." in p.name
 
+# %% ../../nbs/06a_measure.ipynb #1d4b4733
 def _fsdp1_flat(u, use_orig_params:bool, pos:dict|None,
                 mixed_precision:str|None=None)->tuple[list, list[int], list[bool]]:   # the plan's compute dtype
     "Unit `u`'s FSDP1 flat parameter: its parameters in order, each entry's numel and which entries are padding."
@@ -167,6 +173,7 @@ def _fsdp1_rank_lora_bytes(u, world:int, use_orig_params:bool, adapter_name:str|
     return [sum(l.piece_numel(r) * dtype_itemsize(p.dtype) for l, p in zip(layouts, params)
                 if _in_adapter(p, adapter_name)) for r in range(world)]
 
+# %% ../../nbs/06a_measure.ipynb #d564c5e4
 def _fsdp2_pieces(shape:tuple[int, ...], world:int, dim:int=0)->list[int]:
     "Elements of each rank's piece of an FSDP2 tensor sharded on `dim`."
     layout = fsdp2_layout(shape or (1,), world, dim)
@@ -177,6 +184,7 @@ def _padded(p, world:int, shapes:dict|None)->int:
     s = (shapes or {}).get(p.name)
     return fsdp2_padded_numel(s, world, p.shard_dim) * p.itemsize if s else p.nbytes
 
+# %% ../../nbs/06a_measure.ipynb #b0177fde
 def _unit_gather_bytes(u, flavour:str, world:int, use_orig_params:bool, shapes:dict|None, pos:dict|None,
                        mixed_precision:str|None=None)->int:
     "Bytes one all-gather of unit `u` moves: FSDP1 its flat parameter in `world` equal chunks, FSDP2 padded dims 0."
@@ -186,6 +194,53 @@ def _unit_gather_bytes(u, flavour:str, world:int, use_orig_params:bool, shapes:d
         params, numels, _ = _fsdp1_flat(u, use_orig_params, pos, mixed_precision)
         return fsdp1_padded_numel(sum(numels), world) * dtype_itemsize(params[0].dtype)
     return sum(_padded(p, world, shapes) for p in u.params)
+
+# %% ../../nbs/06a_measure.ipynb #5746ada5
+def _predict_whole(plan, gathered:dict, order:list[str]|None, world:int)->tuple[int, int]:
+    "`whole`: every unit unsharded, one after the other (FSDP2) or all at once (FSDP1), then the LoRA copied."
+    total = sum(gathered.values())
+    if plan.flavour == "fsdp1": return total, total + plan.lora_bytes   # every padded flat parameter, then LoRA
+    # FSDP2 unshards unit after unit: unit i's padded all-gather output sits beside its padded unsharded
+    # parameters (2 g: measured to the byte, e.g. 451,488 B at 3 ranks), with the units before it already full;
+    # its input is a slice of the output. + g / world: once, one rank measured 27,648 B more (a transient of
+    # the backend's, under one all-gather input), so the bound keeps room for one input-sized buffer
+    # + the unit before's output and input: the backend may free a finished collective's buffers late (gloo's
+    # worker thread drops its Work on its own time; measured: 1,312 B over at 3 ranks, r=1, once in a while)
+    rank, done, peak, prev = {n: i for i, n in enumerate(order or [])}, 0, 0, 0
+    for u in sorted(plan.units, key=lambda u: rank.get(u.name, len(rank))):
+        g = gathered[u.name]
+        peak = max(peak, done + 2 * g + g // max(world, 1) + prev); done += g; prev = g + g // max(world, 1)
+    return total, max(peak, done + plan.lora_bytes)
+
+# %% ../../nbs/06a_measure.ipynb #57a674a9
+def _predict_per_unit(plan, gathered:dict, lora_units:list, order:list[str]|None, world:int,
+                      adapter_name:str|None)->tuple[int, int]:
+    "`per_unit`: the units that own LoRA, unsharded one at a time, their LoRA copied out of each."
+    # unit after unit, with the LoRA copied out of the units before it: FSDP1 holds the unit's padded flat
+    # parameter and then its LoRA copies beside it; FSDP2 the padded all-gather output beside the padded
+    # unsharded parameters (its input is a slice of the output), freed before the copies; + g / world on FSDP2,
+    # as for `whole`: the backend's input-sized transient (measured: 192 B over at 3 and 4 ranks, r=1, now and then)
+    rank, done, peak, prev = {n: i for i, n in enumerate(order or [])}, 0, 0, 0
+    for u in sorted(lora_units, key=lambda u: rank.get(u.name, len(rank))):
+        mine = sum(p.nbytes for p in u.params if _in_adapter(p, adapter_name))
+        g = gathered[u.name]
+        if plan.flavour == "fsdp1": peak = max(peak, done + g + mine)
+        else: peak = max(peak, done + 2 * g + g // world + prev); prev = g + g // world   # as for `whole`
+        done += mine
+    return sum(gathered[u.name] for u in lora_units), max(peak, done)
+
+# %% ../../nbs/06a_measure.ipynb #b1078fb4
+def _predict_lora_only(lora:list, world:int, shapes:dict|None)->tuple[int, int]:
+    "`lora_only`: one `full_tensor()` per LoRA tensor."
+    padded = lambda p: _padded(p, world, shapes)
+    # one full_tensor() per tensor: a padded all-gather output, then (when padded) an unpadded copy beside it;
+    # a rank whose piece is short pads it first (at most two padded pieces in flight)
+    peak, done = 0, 0
+    for p in lora:
+        extra = (p.nbytes + 2 * padded(p) // world) if padded(p) != p.nbytes else 0
+        peak = max(peak, done + padded(p) + extra); done += p.nbytes
+    # one rank alone: full_tensor() is its local tensor, no collective (the gather copies it: the peak stays)
+    return (sum(padded(p) for p in lora) if world > 1 else 0), peak
 
 # %% ../../nbs/06a_measure.ipynb #ms00000p
 def predict(plan,                          # a `lora_fsdp_kit.plan.core.Plan` of the unwrapped model (or None)
@@ -206,43 +261,9 @@ def predict(plan,                          # a `lora_fsdp_kit.plan.core.Plan` of
     gathered = {u.name: _unit_gather_bytes(u, plan.flavour, world, plan.use_orig_params, shapes, pos,
                                            plan.mixed_precision)
                 for u in plan.units}
-    padded = lambda p: _padded(p, world, shapes)
-    if strategy == "whole":
-        total = sum(gathered.values())
-        if plan.flavour == "fsdp1": return total, total + plan.lora_bytes   # every padded flat parameter, then LoRA
-        # FSDP2 unshards unit after unit: unit i's padded all-gather output sits beside its padded unsharded
-        # parameters (2 g: measured to the byte, e.g. 451,488 B at 3 ranks), with the units before it already full;
-        # its input is a slice of the output. + g / world: once, one rank measured 27,648 B more (a transient of
-        # the backend's, under one all-gather input), so the bound keeps room for one input-sized buffer
-        # + the unit before's output and input: the backend may free a finished collective's buffers late (gloo's
-        # worker thread drops its Work on its own time; measured: 1,312 B over at 3 ranks, r=1, once in a while)
-        rank, done, peak, prev = {n: i for i, n in enumerate(order or [])}, 0, 0, 0
-        for u in sorted(plan.units, key=lambda u: rank.get(u.name, len(rank))):
-            g = gathered[u.name]
-            peak = max(peak, done + 2 * g + g // max(world, 1) + prev); done += g; prev = g + g // max(world, 1)
-        return total, max(peak, done + plan.lora_bytes)
-    if strategy == "per_unit":
-        # unit after unit, with the LoRA copied out of the units before it: FSDP1 holds the unit's padded flat
-        # parameter and then its LoRA copies beside it; FSDP2 the padded all-gather output beside the padded
-        # unsharded parameters (its input is a slice of the output), freed before the copies; + g / world on FSDP2,
-        # as for `whole`: the backend's input-sized transient (measured: 192 B over at 3 and 4 ranks, r=1, now and then)
-        rank, done, peak, prev = {n: i for i, n in enumerate(order or [])}, 0, 0, 0
-        for u in sorted(lora_units, key=lambda u: rank.get(u.name, len(rank))):
-            mine = sum(p.nbytes for p in u.params if _in_adapter(p, adapter_name))
-            g = gathered[u.name]
-            if plan.flavour == "fsdp1": peak = max(peak, done + g + mine)
-            else: peak = max(peak, done + 2 * g + g // world + prev); prev = g + g // world   # as for `whole`
-            done += mine
-        return sum(gathered[u.name] for u in lora_units), max(peak, done)
-    if strategy == "lora_only":
-        # one full_tensor() per tensor: a padded all-gather output, then (when padded) an unpadded copy beside it;
-        # a rank whose piece is short pads it first (at most two padded pieces in flight)
-        peak, done = 0, 0
-        for p in lora:
-            extra = (p.nbytes + 2 * padded(p) // world) if padded(p) != p.nbytes else 0
-            peak = max(peak, done + padded(p) + extra); done += p.nbytes
-        # one rank alone: full_tensor() is its local tensor, no collective (the gather copies it: the peak stays)
-        return (sum(padded(p) for p in lora) if world > 1 else 0), peak
+    if strategy == "whole": return _predict_whole(plan, gathered, order, world)
+    if strategy == "per_unit": return _predict_per_unit(plan, gathered, lora_units, order, world, adapter_name)
+    if strategy == "lora_only": return _predict_lora_only(lora, world, shapes)
     if strategy == "packed": return _predict_packed(plan, lora, lora_units, world, shapes, rank, adapter_name, pos)
     return None, None
 
@@ -293,6 +314,29 @@ def predict_unit(plan,                # a `Plan` of the unwrapped model (or None
     pos = {n: i for i, n in enumerate(param_order or [])}
     return _unit_gather_bytes(u, plan.flavour, world, plan.use_orig_params, shapes, pos, plan.mixed_precision)
 
+# %% ../../nbs/06a_measure.ipynb #c60808de
+def _unit_recorder(units:list, counter, meter, base:Callable[[], int],
+                   predicted:Callable)->Callable:   # unit -> the plan's bytes for it (or None)
+    "The context each unit is gathered in: it appends the unit's `UnitGather` to `units` when the unit is done."
+    @contextlib.contextmanager
+    def on_unit(u:ShardedUnit):
+        b0, c0, t0 = counter.bytes, counter.calls, time.perf_counter()
+        meter.reset_peak()
+        try: yield
+        finally:
+            meter.note()
+            units.append(UnitGather(u.name, counter.bytes - b0, counter.calls - c0, meter.unit_peak - base(),
+                                    time.perf_counter() - t0, u.gather_bytes, predicted(u)))
+    return on_unit
+
+def _minimum_bytes(engine:GatherEngine, strategy:str, shards:list, lora_units:list, world:int)->int:
+    "The least any correct gather with `strategy` moves to this rank: what the measured bytes are compared with."
+    if strategy == "packed":   # the LoRA pieces of every rank (padded to the largest when nearly even)
+        sizes = [sum(t.piece_bytes(r) for t in shards if t.group is not None) for r in range(world)]
+        return 0 if world == 1 else world * max(sizes) if evenly(sizes) else sum(sizes)
+    if engine.flavour == "fsdp1": return sum(u.gather_bytes for u, _ in lora_units)
+    return sum(t.piece_bytes(0) * world for t in shards if t.group is not None)   # dim-0 padded
+
 # %% ../../nbs/06a_measure.ipynb #310724e3
 def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft model
                    strategy:str="per_unit", # a key of GATHER_STRATEGIES
@@ -304,8 +348,7 @@ def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft mo
     if strategy not in GATHER_STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(GATHER_STRATEGIES)}")
     engine = gather_engine(model)
-    wanted = engine.lora_names(adapter_name)
-    names = list(wanted)
+    wanted = engine.lora_names(adapter_name); names = list(wanted)
     lora_units = engine.lora_units(names)
     shards = engine.shards(names)
     group = next((t.group for t in shards if t.group is not None), None)
@@ -319,35 +362,22 @@ def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft mo
     units, meter = [], MemoryMeter(model)
     counter = AllGatherCounter(on_collective=lambda n: meter.note())
 
-    @contextlib.contextmanager
-    def on_unit(u:ShardedUnit):
-        b0, c0, t0 = counter.bytes, counter.calls, time.perf_counter()
-        meter.reset_peak()
-        try: yield
-        finally:
-            meter.note()
-            units.append(UnitGather(u.name, counter.bytes - b0, counter.calls - c0, meter.unit_peak - base,
-                                    time.perf_counter() - t0, u.gather_bytes,
-                                    pb if strategy == "packed" else
-                                    predict_unit(plan, strategy, u.name, world, shapes, order)))
+    on_unit = _unit_recorder(units, counter, meter, lambda: base,   # `base`: set when the meter starts
+                             lambda u: pb if strategy == "packed" else
+                                       predict_unit(plan, strategy, u.name, world, shapes, order))
 
     with meter:
         base = meter.now()
         t0 = time.perf_counter()
-        with counter:
-            got = GATHER_STRATEGIES[strategy](engine, names, on_unit)
+        with counter: got = GATHER_STRATEGIES[strategy](engine, names, on_unit)
         seconds = time.perf_counter() - t0
         peak = max((c for _, c in meter.timeline), default=base) - base
         timeline = tuple((t, c - base) for t, c in meter.timeline)
     check_collected(wanted, got, engine)
     lora_bytes = sum(t.numel() * t.element_size() for t in got.values())
-    if strategy == "packed":   # the LoRA pieces of every rank (padded to the largest when nearly even)
-        sizes = [sum(t.piece_bytes(r) for t in shards if t.group is not None) for r in range(world)]
-        minimum = 0 if world == 1 else world * max(sizes) if evenly(sizes) else sum(sizes)
-    elif engine.flavour == "fsdp1": minimum = sum(u.gather_bytes for u, _ in lora_units)
-    else: minimum = sum(t.piece_bytes(0) * world for t in shards if t.group is not None)   # dim-0 padded
     return GatherProfile(strategy, engine.flavour, dist.get_world_size() if dist.is_initialized() else 1, tuple(units),
-                         counter.bytes, minimum, peak, seconds, lora_bytes,
+                         counter.bytes, _minimum_bytes(engine, strategy, shards, lora_units, world), peak,
+                         seconds, lora_bytes,
                          max((u.gather_bytes for u, _ in lora_units), default=0),
                          sum(u.gather_bytes for u in engine.units), timeline, meter.source, pb, pp, dict(counter.ops))
 
@@ -355,6 +385,26 @@ def measure_gather(model:torch.nn.Module,   # an FSDP1- or FSDP2-wrapped peft mo
 _COLORS = {"whole": "#d62728", "per_unit": "#1f77b4", "lora_only": "#2ca02c", "naive_recursive": "#ff7f0e",
            "packed": "#9467bd"}
 
+# %% ../../nbs/06a_measure.ipynb #fc359fd0
+def _plot_timelines(ax, items:list, ref, unit:str, scale:int, color:Callable):
+    "The top axis of `plot_gather`: each strategy's extra memory over its own run time, the sizes to compare with."
+    for i, (k, p) in enumerate(items):
+        if not p.timeline: continue
+        T = max(p.timeline[-1][0], 1e-9)
+        xs = [0.0] + [t / T for t, _ in p.timeline]; ys = [0] + [max(b, 0) / scale for _, b in p.timeline]
+        ax.step(xs, ys, where="post", color=color(k, i), lw=2,
+                label=f"{k}: peak {fmt_bytes(p.peak_extra)} ({p.peak_ratio:.2f}× unit+LoRA), {p.seconds*1e3:.0f} ms")
+    lines = [(ref.model_bytes, "whole model", "#d62728", ":"),
+             (ref.largest_lora_unit + ref.lora_bytes, "largest LoRA unit + LoRA output", "k", "--"),
+             (ref.largest_lora_unit, "largest LoRA unit", "grey", ":")]
+    for v, txt, c, ls in lines:   # in the legend, not beside the axis: close values would print over each other
+        ax.axhline(v / scale, color=c, ls=ls, lw=1.2, label=f"{txt} ({fmt_bytes(v)})")
+    ax.set(xlabel="progress through the gather (time / run time)", ylabel=f"extra memory ({unit})",
+           title="memory above the start while gathering (each strategy on its own time scale)")
+    ax.legend(loc="upper left", fontsize=9); ax.set_xlim(0, 1)
+    ax.set_ylim(0, max(max(p.peak_extra for _, p in items), ref.model_bytes) / scale * 1.12)
+
+# %% ../../nbs/06a_measure.ipynb #a66a435c
 def plot_gather(profiles,               # GatherProfiles (a list, or a dict label -> profile)
                 title:str|None=None,
                ):
@@ -369,21 +419,7 @@ def plot_gather(profiles,               # GatherProfiles (a list, or a dict labe
     gs = fig.add_gridspec(2, 2, height_ratios=[1.15, 1])
     ax_t, ax_p, ax_b = fig.add_subplot(gs[0, :]), fig.add_subplot(gs[1, 0]), fig.add_subplot(gs[1, 1])
     color = lambda k, i: _COLORS.get(k, f"C{i + 4}")
-    for i, (k, p) in enumerate(items):
-        if not p.timeline: continue
-        T = max(p.timeline[-1][0], 1e-9)
-        xs = [0.0] + [t / T for t, _ in p.timeline]; ys = [0] + [max(b, 0) / scale for _, b in p.timeline]
-        ax_t.step(xs, ys, where="post", color=color(k, i), lw=2,
-                  label=f"{k}: peak {fmt_bytes(p.peak_extra)} ({p.peak_ratio:.2f}× unit+LoRA), {p.seconds*1e3:.0f} ms")
-    lines = [(ref.model_bytes, "whole model", "#d62728", ":"),
-             (ref.largest_lora_unit + ref.lora_bytes, "largest LoRA unit + LoRA output", "k", "--"),
-             (ref.largest_lora_unit, "largest LoRA unit", "grey", ":")]
-    for v, txt, c, ls in lines:   # in the legend, not beside the axis: close values would print over each other
-        ax_t.axhline(v / scale, color=c, ls=ls, lw=1.2, label=f"{txt} ({fmt_bytes(v)})")
-    ax_t.set(xlabel="progress through the gather (time / run time)", ylabel=f"extra memory ({unit})",
-             title="memory above the start while gathering (each strategy on its own time scale)")
-    ax_t.legend(loc="upper left", fontsize=9); ax_t.set_xlim(0, 1)
-    ax_t.set_ylim(0, max(max(p.peak_extra for _, p in items), ref.model_bytes) / scale * 1.12)
+    _plot_timelines(ax_t, items, ref, unit, scale, color)
     x = range(len(items)); w = 0.38
     def bars(ax, meas, pred, ttl, extra=None):
         ax.bar([i - w/2 for i in x], [v / scale for v in meas], w,
