@@ -30,6 +30,7 @@ def shipped_config(name:str)->dict:
                          + f"; available: {', '.join(shipped_names())}")
     return json.loads(path.read_text())
 
+# %% ../nbs/00e_config_files.ipynb #709ea4fa
 def read_config(cfg:str|Path|dict,   # a config.json, its folder, a shipped name, or a dict
                )->tuple[dict, str]:   # the JSON dict and where it came from (for messages)
     "A config as a dict, with its source: the file's JSON, a shipped config, or the dict itself."
@@ -51,6 +52,10 @@ def read_config(cfg:str|Path|dict,   # a config.json, its folder, a shipped name
     raise FileNotFoundError(f"no config file at {str(cfg)!r}")
 
 # %% ../nbs/00e_config_files.ipynb #4ad8ce31
+def _experts(sub:dict)->int|None:
+    "The experts of a MoE config, under the names transformers' families use (None: not a MoE config)."
+    return next((sub[k] for k in ("num_local_experts", "num_experts", "n_routed_experts") if k in sub), None)
+
 _POSITIVE = ("hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "intermediate_size",
              "vocab_size", "head_dim", "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok")
 _DTYPES = ("auto", "float32", "float16", "bfloat16", "float64", "float", "half", "double")
@@ -67,11 +72,33 @@ def _transformers_knows(model_type:str)->bool:
     root = Path(spec.origin).parent/"models" if spec and spec.origin else None
     return root is None or (root/model_type.replace("-", "_")).is_dir()
 
-# %% ../nbs/00e_config_files.ipynb #cb6ee1ea
-def _experts(sub:dict)->int|None:
-    "The experts of a MoE config, under the names transformers' families use (None: not a MoE config)."
-    return next((sub[k] for k in ("num_local_experts", "num_experts", "n_routed_experts") if k in sub), None)
+# %% ../nbs/00e_config_files.ipynb #82dc99ff
+def _sub_problem(sub:dict, at:str, src:str)->str|None:
+    "The first thing wrong with one dict of a config (`at`: its place), in `config_problem`'s words; else None."
+    for k in _POSITIVE:
+        v = sub.get(k)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            return f"{src}: {at}{k} is {v!r}; it must be a whole number >= 1"
+    h, n, kv = sub.get("hidden_size"), sub.get("num_attention_heads"), sub.get("num_key_value_heads")
+    if isinstance(h, int) and isinstance(n, int) and "head_dim" not in sub and h % n:
+        return (f"{src}: {at}hidden_size {h} is not a multiple of {at}num_attention_heads {n} "
+                "(or give head_dim)")
+    if isinstance(n, int) and isinstance(kv, int) and n % kv:
+        return f"{src}: {at}num_attention_heads {n} is not a multiple of {at}num_key_value_heads {kv}"
+    e, top = _experts(sub), sub.get("num_experts_per_tok")
+    if isinstance(e, int) and isinstance(top, int) and e >= 1 and top > e:
+        return f"{src}: {at}num_experts_per_tok {top} is more than the {e} experts"
+    for k in ("torch_dtype", "dtype"):
+        v = sub.get(k)
+        if v is not None and not isinstance(v, (str, dict)):   # transformers reads a name (or one per sub-config)
+            return f"{src}: {at}{k} is {v!r}; it must be a dtype's name, e.g. bfloat16"
+        if isinstance(v, str) and v not in _DTYPES:
+            near = difflib.get_close_matches(v, _DTYPES, n=1)
+            return (f"{src}: {at}{k} {v!r} is not a dtype" + (f" (did you mean {near[0]}?)" if near else "")
+                    + f"; one of {', '.join(_DTYPES[1:4])}")
+    return None
 
+# %% ../nbs/00e_config_files.ipynb #cb6ee1ea
 def config_problem(d:dict,           # a config as `read_config` returns it
                    src:str="config", # where it came from, for the message
                   )->str|None:       # one line, or None when nothing is wrong that can be seen here
@@ -81,27 +108,7 @@ def config_problem(d:dict,           # a config as `read_config` returns it
         return (f"{src}: model_type {mt!r} is remote code (auto_map: {', '.join(sorted(d['auto_map']))}): "
                 "not buildable here; the kit builds the model classes transformers ships")
     for at, sub in _dicts(d):
-        for k in _POSITIVE:
-            v = sub.get(k)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                return f"{src}: {at}{k} is {v!r}; it must be a whole number >= 1"
-        h, n, kv = sub.get("hidden_size"), sub.get("num_attention_heads"), sub.get("num_key_value_heads")
-        if isinstance(h, int) and isinstance(n, int) and "head_dim" not in sub and h % n:
-            return (f"{src}: {at}hidden_size {h} is not a multiple of {at}num_attention_heads {n} "
-                    "(or give head_dim)")
-        if isinstance(n, int) and isinstance(kv, int) and n % kv:
-            return f"{src}: {at}num_attention_heads {n} is not a multiple of {at}num_key_value_heads {kv}"
-        e, top = _experts(sub), sub.get("num_experts_per_tok")
-        if isinstance(e, int) and isinstance(top, int) and e >= 1 and top > e:
-            return f"{src}: {at}num_experts_per_tok {top} is more than the {e} experts"
-        for k in ("torch_dtype", "dtype"):
-            v = sub.get(k)
-            if v is not None and not isinstance(v, (str, dict)):   # transformers reads a name (or one per sub-config)
-                return f"{src}: {at}{k} is {v!r}; it must be a dtype's name, e.g. bfloat16"
-            if isinstance(v, str) and v not in _DTYPES:
-                near = difflib.get_close_matches(v, _DTYPES, n=1)
-                return (f"{src}: {at}{k} {v!r} is not a dtype" + (f" (did you mean {near[0]}?)" if near else "")
-                        + f"; one of {', '.join(_DTYPES[1:4])}")
+        if (p := _sub_problem(sub, at, src)): return p
     return None
 
 # %% ../nbs/00e_config_files.ipynb #5f961db5
@@ -143,6 +150,7 @@ def _unknown_keys(cls, d:dict, at:str, source:str):
             near = difflib.get_close_matches(k, sorted(known), n=1, cutoff=0.8)   # a key transformers consumed
             yield f"{at}{k}", near[0] if near else None                          # (rope_theta) is not stored
 
+# %% ../nbs/00e_config_files.ipynb #8bdd2178
 def unknown_config_keys(d:dict,   # a config as `read_config` returns it
                        )->list[tuple[str, str|None]]:   # (dotted key, its nearest known key or None)
     "Keys of a config that its transformers config class does not know and its model does not read (a typo)."

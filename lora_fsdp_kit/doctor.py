@@ -33,6 +33,7 @@ def _source(obj)->str:
     try: return inspect.getsource(obj)
     except (OSError, TypeError): return ""
 
+# %% ../nbs/00c_doctor.ipynb #cdd477d9
 def _assigns(code:types.CodeType, name:str)->bool:
     "Does `code`, or a function nested in it, assign `self.<name>` (self: its first argument, or a closure's `self`)?"
     me = {"self", *code.co_varnames[:code.co_argcount][:1]}
@@ -75,42 +76,49 @@ class Internal:
     @property
     def package(self)->str: return _dist(self.module)
 
-    def find(self)->tuple[Any, list[str]]:
-        "(the object or None, what is wrong with it: [] when it is as the kit expects)."
-        mod, _, name = self.path.partition(":")
-        try: obj = importlib.import_module(mod)
-        except Exception as e: return None, [f"module {mod} cannot be imported ({type(e).__name__}: {e})"]
-        for i, part in enumerate(name.split(".") if name else []):
-            if not hasattr(obj, part):
-                where = mod + (":" + ".".join(name.split(".")[:i]) if i else "")
-                return None, [f"{where} has no {part!r}"]
-            obj = getattr(obj, part)
-        bad = []
-        if self.params:
-            try: sig = inspect.signature(obj)
-            except (TypeError, ValueError): sig = None
-            if sig is not None:
-                ps = sig.parameters
-                # named, not swallowed by **kwargs: a renamed parameter would be passed on somewhere else
-                missing = [p for p in self.params if p not in ps]
-                if missing:
-                    bad.append(f"{self.path} takes no parameter {', '.join(map(repr, missing))} (signature now {sig})")
-        for a in self.attrs:
-            ok = _has_attr(obj, a) if isinstance(obj, type) else hasattr(obj, a)
-            if not ok: bad.append(f"{self.path} has no attribute {a!r}")
-        if self.equals is not None and obj != self.equals:
-            bad.append(f"{self.path} is {obj!r}, the kit expects {self.equals!r}")
-        if self.source:
-            src = _source(obj)
-            for s in self.source:
-                if s not in src: bad.append(f"{self.path} no longer handles {s}")
-        return obj, bad
-
     def problems(self)->list[str]:
         "One line per problem, naming the version found and the feature that breaks."
         _, bad = self.find()
         v = _version(self.package)
         return [f"{self.package} {v or '(not installed)'}: {b} — breaks {self.feature}" for b in bad]
+
+# %% ../nbs/00c_doctor.ipynb #f914bd82
+def _walk_path(path:str)->tuple[Any, list[str]]:
+    "(the object at `path`, []), or (None, [why it cannot be reached]): its module imported, then its attributes."
+    mod, _, name = path.partition(":")
+    try: obj = importlib.import_module(mod)
+    except Exception as e: return None, [f"module {mod} cannot be imported ({type(e).__name__}: {e})"]
+    for i, part in enumerate(name.split(".") if name else []):
+        if not hasattr(obj, part):
+            where = mod + (":" + ".".join(name.split(".")[:i]) if i else "")
+            return None, [f"{where} has no {part!r}"]
+        obj = getattr(obj, part)
+    return obj, []
+
+# %% ../nbs/00c_doctor.ipynb #f47396ba
+@patch_to(Internal)
+def find(self:Internal)->tuple[Any, list[str]]:
+    "(the object or None, what is wrong with it: [] when it is as the kit expects)."
+    obj, bad = _walk_path(self.path)
+    if bad: return None, bad
+    if self.params:
+        try: sig = inspect.signature(obj)
+        except (TypeError, ValueError): sig = None
+        if sig is not None:
+            # named, not swallowed by **kwargs: a renamed parameter would be passed on somewhere else
+            missing = [p for p in self.params if p not in sig.parameters]
+            if missing:
+                bad.append(f"{self.path} takes no parameter {', '.join(map(repr, missing))} (signature now {sig})")
+    for a in self.attrs:
+        ok = _has_attr(obj, a) if isinstance(obj, type) else hasattr(obj, a)
+        if not ok: bad.append(f"{self.path} has no attribute {a!r}")
+    if self.equals is not None and obj != self.equals:
+        bad.append(f"{self.path} is {obj!r}, the kit expects {self.equals!r}")
+    if self.source:
+        src = _source(obj)
+        for s in self.source:
+            if s not in src: bad.append(f"{self.path} no longer handles {s}")
+    return obj, bad
 
 # %% ../nbs/00c_doctor.ipynb #b0010eb2
 @patch_to(Internal)
@@ -138,7 +146,8 @@ _FSDP2_INTERNALS = [
     Internal(f"{_T}.fsdp:FSDPModule", _FSDP2_GATHER, attrs=("unshard", "reshard", "_get_fsdp_state")),
     Internal(f"{_T}.fsdp._fully_shard._fsdp_state:FSDPState", _FSDP2_GATHER + ", plan checks",
              attrs=("_fsdp_param_group",)),
-    Internal(f"{_T}.fsdp._fully_shard._fsdp_param_group:FSDPParamGroup", _FSDP2_GATHER, attrs=("fsdp_params", "mp_policy")),
+    Internal(f"{_T}.fsdp._fully_shard._fsdp_param_group:FSDPParamGroup", _FSDP2_GATHER,
+             attrs=("fsdp_params", "mp_policy")),
     Internal(f"{_T}.fsdp._fully_shard._fsdp_init:_get_managed_modules",
              "FSDP2's order of a unit's parameters (plan: children first or not, as this torch walks)"),
     Internal(f"{_T}.fsdp._fully_shard._fsdp_param:FSDPParam", _FSDP2_GATHER + ", memory.MemoryMeter",
@@ -166,6 +175,10 @@ _FSDP1_INTERNALS = [
     Internal(f"{_T}.fsdp._flat_param:_ShardParamInfo", _LOAD1,
              attrs=("in_shard", "offset_in_shard", "numel_in_shard", "intra_param_start_idx", "intra_param_end_idx")),
     Internal(f"{_T}.fsdp._flat_param:FlatParamHandle.is_sharded", _LOAD1, params=("tensor",)),
+]
+
+# %% ../nbs/00c_doctor.ipynb #09c60d37
+_GUARD_INTERNALS = [
     # the collective-order guard records each FSDP collective where torch issues it
     Internal(f"{_T}.fsdp._flat_param:FlatParamHandle._all_gather_flat_param", _GUARD,
              params=("padded_unsharded_flat_param",)),
@@ -176,10 +189,15 @@ _FSDP1_INTERNALS = [
     # which ranks and groups the guard waits on: FSDP1's replica group (hybrid), each group's own timeout
     Internal(f"{_T}.fsdp._init_utils:_init_process_group_state_for_hybrid_shard", _GUARD + " on hybrid meshes "
              "(sharded.collective_ranks)", source=("_inter_node_pg",)),
-    Internal("torch._C._distributed_c10d:ProcessGroup", _GUARD + " waiting as long as the group (hazards.group_timeout)",
-             attrs=("_device_types", "_get_backend")),
+    Internal("torch._C._distributed_c10d:ProcessGroup",
+             _GUARD + " waiting as long as the group (hazards.group_timeout)", attrs=("_device_types", "_get_backend")),
     Internal("torch._C._distributed_c10d:Backend.Options", _GUARD + " waiting as long as the group "
              "(hazards.group_timeout)", attrs=("_timeout",)),
+]
+
+# %% ../nbs/00c_doctor.ipynb #e82043fc
+_FSDP1_PLAN_INTERNALS = [
+    # the lazy init a gather runs first, unit names without wrappers, and torch's own wrapping walk
     Internal(f"{_T}.fsdp._runtime_utils:_lazy_init", _FSDP1_GATHER, params=("state", "root_module")),
     Internal(f"{_T}.fsdp._common_utils:clean_tensor_name", "parameter names without FSDP/checkpoint prefixes (gather)",
              params=("tensor_name",)),
@@ -201,7 +219,7 @@ _FSDP1_INTERNALS = [
 ]
 
 # %% ../nbs/00c_doctor.ipynb #c7a2d68c
-_OTHER_INTERNALS = [
+_MEASURE_INTERNALS = [
     # measuring
     Internal(f"{_T}._tools.mem_tracker:MemTracker", "CPU peak-memory timeline (memory.MemoryMeter); " + _FITS,
              attrs=("_update_snap", "_curr_mem_snap", "track_external", "_mod_tracker", "_in_opt",
@@ -217,14 +235,21 @@ _OTHER_INTERNALS = [
     Internal(f"{_T}._tools.mod_tracker:ModTracker", _FITS, attrs=("parents", "is_bw", "register_user_hooks")),
     Internal(f"{_T}._tools.mod_tracker:register_multi_grad_hook", _FITS + " with a branch the loss never uses (DoRA)",
              params=("tensors", "fn", "mode")),
-    Internal("torch._C:_current_graph_task_id", _FITS + " of modules with several inputs (fits_trace._grad_free_hook)"),
-    Internal("torch._C:_will_engine_execute_node", _FITS + " of modules with several inputs (fits_trace._grad_free_hook)"),
+    Internal("torch._C:_current_graph_task_id",
+             _FITS + " of modules with several inputs (fits_trace._grad_free_hook)"),
+    Internal("torch._C:_will_engine_execute_node",
+             _FITS + " of modules with several inputs (fits_trace._grad_free_hook)"),
     Internal("torch.testing._internal.distributed.fake_pg:FakeStore", _FITS),
     Internal(f"{_T}.fsdp._flat_param:_same_storage", _FITS, params=("a", "b")),
     Internal(f"{_T}.fsdp._flat_param:_data_ptr_allocated", _FITS, params=("tensor",)),
     Internal("torch._subclasses.fake_tensor:FakeTensor", _FITS, attrs=("untyped_storage", "storage_offset")),
     Internal("torch.utils._python_dispatch:TorchDispatchMode", "counting all-gathered bytes (memory.AllGatherCounter)"),
     Internal("torch.utils._pytree:tree_flatten", "counting all-gathered bytes (memory.AllGatherCounter)"),
+]
+
+# %% ../nbs/00c_doctor.ipynb #ab722667
+_MODEL_INTERNALS = [
+    # building models and merging weights: torch's pieces, then transformers' and peft's
     Internal("torch.nn.utils._named_member_accessor:swap_tensor",
              "merged weights via peft's merge (merged.iter_merged_weights)", params=("module", "name", "tensor")),
     Internal("torch.utils.deterministic:fill_uninitialized_memory",
@@ -248,8 +273,9 @@ _OTHER_INTERNALS = [
              "merged weights of trainable tokens (merged.iter_merged_weights)"),
 ]
 
-KIT_INTERNALS: dict[str, Internal] = {i.path: i for i in [*_FSDP2_INTERNALS, *_FSDP1_INTERNALS,
-                                                         *_OTHER_INTERNALS]}
+KIT_INTERNALS: dict[str, Internal] = {i.path: i for i in [
+    *_FSDP2_INTERNALS, *_FSDP1_INTERNALS, *_GUARD_INTERNALS, *_FSDP1_PLAN_INTERNALS, *_MEASURE_INTERNALS,
+    *_MODEL_INTERNALS]}
 
 # %% ../nbs/00c_doctor.ipynb #aff9196b
 def _missing_base(msg:str)->type:
@@ -283,6 +309,7 @@ class LazyInternal:
         state = "loaded" if self._obj is not None else "not loaded yet"
         return f"internal({self.spec.path!r}, {state}; breaks {self.spec.feature} if missing)"
 
+# %% ../nbs/00c_doctor.ipynb #4d5acbb0
 def internal(path:str,                   # "package.module:Name" of a private object
              feature:str|None=None,      # the kit feature that needs it (required for paths not in KIT_INTERNALS)
              **uses,                     # params=/attrs=/source= as in `Internal`, for a new path
@@ -357,6 +384,7 @@ class PackageCheck:
         return (f"{self.name} {self.version} is outside the kit's range {self.required}: "
                 f"pip install '{self.name}{self.required}'")
 
+# %% ../nbs/00c_doctor.ipynb #9fa47e25
 @dataclass(frozen=True)
 class DoctorReport:
     "Versions found, and one line per problem (each naming the kit feature it breaks)."
@@ -380,14 +408,17 @@ class DoctorReport:
         return out + [f"PROBLEM: {p}" for p in self.problems]
     def __str__(self): return "\n".join(self.lines())
     __repr__ = __str__
-    def _repr_html_(self):
-        e = html.escape
-        rows = "".join(f"<tr><td>{e(p.name)}</td><td>{e(p.version or '–')}</td><td>{e(p.required or '')}</td>"
-                       f"<td>{'✓' if p.ok else '✗'}</td></tr>" for p in self.packages if p.version or p.required)
-        probs = "".join(f"<li>{e(p)}</li>" for p in self.problems) or "<li>none</li>"
-        return (f"<b>DoctorReport</b>: python {e(self.python)}, {self.checked} private objects checked"
-                f"<table><tr><th>package</th><th>found</th><th>kit needs</th><th></th></tr>{rows}</table>"
-                f"<b>problems</b><ul>{probs}</ul>")
+
+# %% ../nbs/00c_doctor.ipynb #d6426149
+@patch_to(DoctorReport)
+def _repr_html_(self:DoctorReport):
+    e = html.escape
+    rows = "".join(f"<tr><td>{e(p.name)}</td><td>{e(p.version or '–')}</td><td>{e(p.required or '')}</td>"
+                   f"<td>{'✓' if p.ok else '✗'}</td></tr>" for p in self.packages if p.version or p.required)
+    probs = "".join(f"<li>{e(p)}</li>" for p in self.problems) or "<li>none</li>"
+    return (f"<b>DoctorReport</b>: python {e(self.python)}, {self.checked} private objects checked"
+            f"<table><tr><th>package</th><th>found</th><th>kit needs</th><th></th></tr>{rows}</table>"
+            f"<b>problems</b><ul>{probs}</ul>")
 
 # %% ../nbs/00c_doctor.ipynb #6b0e15c1
 def _import_kit_modules()->list[str]:
@@ -413,6 +444,7 @@ def model_problems()->list[tuple[str, str|None]]:
     # the module's registry, where `model_check` put them (a notebook that runs these cells holds a copy of its own)
     return [r for fn in importlib.import_module("lora_fsdp_kit.doctor")._MODEL_CHECKS for r in fn()]
 
+# %% ../nbs/00c_doctor.ipynb #0fd396f1
 def _platform_problems()->list[str]:
     "The platform the kit would choose here: a broken plugin or a forced `$LFK_PLATFORM` it cannot use, in one line."
     from lora_fsdp_kit.platform import PlatformError, detect_platform

@@ -27,7 +27,7 @@ def copies()->int:
 
 # %% ../nbs/00f_forks.ipynb #f54764d4
 def _start(fn:Callable, args:tuple)->tuple[int, int, str]:
-    "Fork a copy that runs fn(*args) and pickles the result to a file: (its pid, the pipe that closes at its end, the file)."
+    "Fork a copy running fn(*args), its result pickled to a file: (its pid, a pipe closing at its end, the file)."
     fd, path = tempfile.mkstemp(prefix="lfk-copy-", suffix=".pkl"); os.close(fd)
     rfd, wfd = os.pipe()
     pid = os.fork()
@@ -57,7 +57,7 @@ def _collect(pid:int, rfd:int, path:str, kill:bool=False)->tuple[bool, object]:
     finally: os.unlink(path)
 
 # %% ../nbs/00f_forks.ipynb #3d566867
-def fork_map(fn:Callable,                 # a module-level function (the copies call it; it must not need this process's threads)
+def fork_map(fn:Callable,                 # a module-level function, run in the copies (without this process's threads)
              calls:Sequence[tuple],       # the arguments of each call
              timeout:float=900.0,         # seconds a copy may run before it is killed and its call runs here
             )->list:

@@ -147,10 +147,9 @@ def _send_result(conn, rank:int, msg:tuple):
     conn.send_bytes(data)
 
 # %% ../nbs/01_launch.ipynb #2ee026df
-def _rank_main(rank:int, world:int, port:int, backend:str|None, pg_timeout:float, fn_ref:tuple[str,str],
-               args:tuple, kwargs:dict, log_path:str, conn, from_notebook:bool=False, parent_pid:int|None=None,
-               env:dict|None=None)->None:
-    "Entry point of one spawned rank."
+def _rank_process(rank:int, world:int, port:int, log_path:str, from_notebook:bool, parent_pid:int|None,
+                  env:dict|None)->None:
+    "Make this process a rank: it dies with its parent, prints to its log, has torchrun's variables and its cores."
     if parent_pid is not None: _die_with_parent(parent_pid)
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(fd, 1); os.dup2(fd, 2); os.close(fd)
@@ -168,6 +167,13 @@ def _rank_main(rank:int, world:int, port:int, backend:str|None, pg_timeout:float
     # for forked workers, so each `gc.collect()` (the memory meters call it before every measurement) scans only
     # what the rank made. A full collection over them took 210 ms, and half of a save/load test's CPU.
     gc.freeze()
+
+# %% ../nbs/01_launch.ipynb #d4344657
+def _rank_main(rank:int, world:int, port:int, backend:str|None, pg_timeout:float, fn_ref:tuple[str,str],
+               args:tuple, kwargs:dict, log_path:str, conn, from_notebook:bool=False, parent_pid:int|None=None,
+               env:dict|None=None)->None:
+    "Entry point of one spawned rank."
+    _rank_process(rank, world, port, log_path, from_notebook, parent_pid, env)
     name = f"{fn_ref[0]}.{fn_ref[1]}"
     send = lambda msg: _send_result(conn, rank, msg)
     # the process group's own timeout is longer than the launcher's, so a hang is reported by `launch`
@@ -232,6 +238,7 @@ class _Janitor:
         except OSError: pass
         self.p.wait()
 
+# %% ../nbs/01_launch.ipynb #5c7e49ed
 class _SignalExit(SystemExit):
     "SIGTERM/SIGHUP in the launcher, as an exception: `finally` blocks (the launcher's, the caller's) clean up first."
     def __init__(self, signum:int): super().__init__(128 + signum); self.signum = signum
@@ -260,6 +267,7 @@ def _newest(segment:bytes)->str:
     parts = [p for p in segment.decode(errors="replace").split("\r") if p.strip()]
     return parts[-1].rstrip() if parts else ""
 
+# %% ../nbs/01_launch.ipynb #998a8ef4
 class _LogTail:
     "Incrementally read a rank's log file and print it with a rank prefix; progress bars are redrawn in place."
     def __init__(self, rank:int, path:str, out, quiet:bool=False):
@@ -354,6 +362,7 @@ def _stop_ranks(procs:list, tails:list, conns:dict, logdir:str, janitor, finishe
     shutil.rmtree(logdir, ignore_errors=True)
     if janitor is not None: janitor.done()
 
+# %% ../nbs/01_launch.ipynb #59aba69d
 def _raise_failure(errors:dict, pending:set, joined:bool, nprocs:int, status:str, timeout:float,
                    start_timeout:float)->None:
     "Raise the `LaunchError` naming the rank that failed first, or the ranks that did not start or finish in time."
@@ -392,6 +401,7 @@ def _top_tier(names)->int:
     "The highest tier of `PRELOAD` that holds one of `names` (-1: none)."
     return max((i for i, tier in enumerate(PRELOAD) if any(m in names for m in tier)), default=-1)
 
+# %% ../nbs/01_launch.ipynb #10791491
 _server_env: dict|None = None   # the environment the fork server started with
 # Variables that change while a process runs and that no library reads on import: a change in them alone keeps the
 # server. pytest sets PYTEST_CURRENT_TEST at every phase of every test, and each server costs a fresh import of torch,
@@ -425,6 +435,26 @@ def rank_context()->tuple:
     return ctx, fs._forkserver_pid   # the ranks' parent, which they die with
 
 # %% ../nbs/01_launch.ipynb #0946d469
+def _run_in_place(fn:Callable, nprocs:int|None, args:tuple, kwargs:dict)->list:
+    "In a rank torchrun started: `fn` runs here, on the existing group (a different `nprocs` warns)."
+    if nprocs is not None and nprocs != dist.get_world_size():
+        warnings.warn(f"launch(nprocs={nprocs}) inside a process group of {dist.get_world_size()} ranks: runs "
+                      f"in place on the existing group; each rank gets only its own result", stacklevel=3)
+    return [fn(*args, **kwargs)]
+
+# %% ../nbs/01_launch.ipynb #b2268cf4
+def _start_ranks(ctx, target:Callable, common:tuple, extra:tuple, logdir:str, janitor, procs:list, conns:dict,
+                 tails:list, out, quiet:bool):
+    "Start a process per rank (`_rank_main(r, *common, its log, its pipe, *extra)`), its log echoed to `out`."
+    # the lists fill as ranks start: if a start fails, `launch` still stops the ones already running
+    for r in range(common[0]):
+        recv, send = ctx.Pipe(duplex=False)
+        path = os.path.join(logdir, f"rank{r}.log")
+        p = ctx.Process(target=target, name=f"lfk-rank{r}", daemon=True, args=(r, *common, path, send, *extra))
+        p.start(); send.close(); janitor.watch(p.pid)
+        procs.append(p); conns[r] = recv; tails.append(_LogTail(r, path, out, quiet))
+
+# %% ../nbs/01_launch.ipynb #106a9f4d
 def launch(fn:Callable,             # an importable function (defined in a module, not in the notebook)
            *args,                   # positional arguments, sent to every rank (must pickle)
            nprocs:int|None=None,    # number of ranks (default 2); under torchrun the group's size is used
@@ -436,11 +466,7 @@ def launch(fn:Callable,             # an importable function (defined in a modul
           )->list:                  # each rank's return value, in rank order (under torchrun: this rank's only)
     "Run `fn(*args, **kwargs)` on `nprocs` ranks of a fresh process group; return every rank's result."
     _check_args(2 if nprocs is None else nprocs, timeout=timeout, start_timeout=start_timeout)
-    if _started_as_rank():   # already a rank (torchrun): run in place
-        if nprocs is not None and nprocs != dist.get_world_size():
-            warnings.warn(f"launch(nprocs={nprocs}) inside a process group of {dist.get_world_size()} ranks: runs "
-                          f"in place on the existing group; each rank gets only its own result", stacklevel=2)
-        return [fn(*args, **kwargs)]
+    if _started_as_rank(): return _run_in_place(fn, nprocs, args, kwargs)   # already a rank (torchrun)
     nprocs = 2 if nprocs is None else nprocs
     check_main_guard()
     fn_ref = check_importable(fn)
@@ -460,14 +486,8 @@ def launch(fn:Callable,             # an importable function (defined in a modul
         try:
             janitor = _Janitor(logdir)
             env = child_env()   # the platform and plugins of this process, for every rank
-            for r in range(nprocs):
-                recv, send = ctx.Pipe(duplex=False)
-                path = os.path.join(logdir, f"rank{r}.log")
-                p = ctx.Process(target=target, name=f"lfk-rank{r}", daemon=True,
-                                args=(r, nprocs, port, backend, pg_timeout, fn_ref, args, kwargs, path, send,
-                                      launched_from_notebook(), parent, env))
-                p.start(); send.close(); janitor.watch(p.pid)
-                procs.append(p); conns[r] = recv; tails.append(_LogTail(r, path, out, quiet))
+            _start_ranks(ctx, target, (nprocs, port, backend, pg_timeout, fn_ref, args, kwargs),
+                         (launched_from_notebook(), parent, env), logdir, janitor, procs, conns, tails, out, quiet)
             joined = _wait_for_ranks(store, procs, conns, tails, results, errors, pending, start_timeout, timeout)
             status = _statuses(logdir, range(nprocs))   # read before the folder goes
         finally: _stop_ranks(procs, tails, conns, logdir, janitor, finished=not errors and not pending)

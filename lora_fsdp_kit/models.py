@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from .doctor import model_check
+from .methods import patch_to
 from .families import FAMILIES, lora_layer_names
 from .units import fmt_bytes, fmt_count
 
@@ -173,6 +174,44 @@ def _param(model:nn.Module, name:str)->torch.Tensor: return model.get_parameter(
 
 
 # %% ../nbs/02_models.ipynb #907096ed
+def _lora_targets(model:nn.Module, target_modules:str|list[str], target_parameters:Iterable[str]|None,
+                  scopes:list[str]|None, strict:bool)->tuple[list[str], list[str], list[str]]:
+    "(modules the targets match, parameters matched, modules holding those); a target matching nothing raises."
+    hits = _match_names(model, target_modules, scopes)
+    tparams = _target_params(model, target_parameters, scopes) if target_parameters is not None else []
+    wrapped = sorted({n.rsplit(".", 1)[0] for n in tparams})
+    idle = [t for t in target_modules if not _match_names(model, [t], scopes)] if strict and hits and \
+           not isinstance(target_modules, str) else []
+    if idle or (not hits and not (wrapped and not target_modules)):
+        pool = _match_names(model, [""], scopes) if scopes else [n for n, _ in model.named_modules() if n]
+        # the layer types peft adapts (GPT-2's Conv1D too): the families' table
+        adaptable = set(lora_layer_names(model))
+        leaves = sorted({n.rsplit(".", 1)[-1] for n in pool if n in adaptable})
+        where = f" inside {', '.join(scopes)}" if scopes else ""
+        raise ValueError(f"target_modules={idle or target_modules!r} match no module{where} of "
+                         f"{type(model).__name__}; linear/embedding/conv leaf names there: "
+                         f"{', '.join(leaves) or '(none)'}")
+    return hits, tparams, wrapped
+
+# %% ../nbs/02_models.ipynb #e33fe746
+def _check_placed(peft_model:nn.Module, hits:list[str]):
+    "Raise unless peft put LoRA on exactly the modules `hits` names: never hand back LoRA where none was asked for."
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    got = {n for n, m in peft_model.get_base_model().named_modules() if isinstance(m, BaseTunerLayer)}
+    got = {re.sub(r"(\.base_layer)+$", "", n) for n in got}   # a ParamWrapper per wrapped parameter, nested
+    if got != set(hits):
+        raise RuntimeError(f"peft placed LoRA on {len(got)} modules, expected {len(hits)}: extra "
+                           f"{sorted(got - set(hits))[:5]}, missing {sorted(set(hits) - got)[:5]}")
+
+def _seed_lora_b(peft_model:nn.Module, seed:int):
+    "`init='random'`: each `lora_B` with data drawn from N(0, 0.02²), seeded by `seed + 1` (peft starts them at 0)."
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for n, p in peft_model.named_parameters():
+            if ".lora_B." in n and p.device.type != "meta":
+                p.copy_((torch.randn(p.shape, generator=gen) * 0.02).to(p.dtype))
+
+# %% ../nbs/02_models.ipynb #71b8fcea
 def add_lora(model:nn.Module,                       # a transformers model (real or meta)
              r:int=8,                               # LoRA rank
              alpha:int=16,                          # LoRA alpha (scale = alpha / r)
@@ -192,19 +231,7 @@ def add_lora(model:nn.Module,                       # a transformers model (real
     scopes = None if modules is None else [modules] if isinstance(modules, str) else list(modules)
     for s in scopes or []: submodule(model, s, what="modules=")
     if not isinstance(target_modules, str): target_modules = list(target_modules)
-    hits = _match_names(model, target_modules, scopes)
-    tparams = _target_params(model, target_parameters, scopes) if target_parameters is not None else []
-    wrapped = sorted({n.rsplit(".", 1)[0] for n in tparams})
-    idle = [t for t in target_modules if not _match_names(model, [t], scopes)] if strict and hits and \
-           not isinstance(target_modules, str) else []
-    if idle or (not hits and not (wrapped and not target_modules)):
-        pool = _match_names(model, [""], scopes) if scopes else [n for n, _ in model.named_modules() if n]
-        adaptable = set(lora_layer_names(model))   # the layer types peft adapts (GPT-2's Conv1D too): the families' table
-        leaves = sorted({n.rsplit(".", 1)[-1] for n in pool if n in adaptable})
-        where = f" inside {', '.join(scopes)}" if scopes else ""
-        raise ValueError(f"target_modules={idle or target_modules!r} match no module{where} of "
-                         f"{type(model).__name__}; linear/embedding/conv leaf names there: "
-                         f"{', '.join(leaves) or '(none)'}")
+    hits, tparams, wrapped = _lora_targets(model, target_modules, target_parameters, scopes, strict)
     # exact module names to peft, never a regex: on MoE types peft reduces a regex to leaf names (see below)
     target = target_modules if (scopes is None and not isinstance(target_modules, str)) else hits
     init_lora_weights = {"random": True, "zeros": True}.get(init, init) if isinstance(init, str) else init
@@ -217,19 +244,8 @@ def add_lora(model:nn.Module,                       # a transformers model (real
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
         torch.manual_seed(seed)
         peft_model = get_peft_model(model, cfg, autocast_adapter_dtype=autocast_adapter_dtype)
-    from peft.tuners.tuners_utils import BaseTunerLayer
-    got = {n for n, m in peft_model.get_base_model().named_modules() if isinstance(m, BaseTunerLayer)}
-    got = {re.sub(r"(\.base_layer)+$", "", n) for n in got}   # a ParamWrapper per wrapped parameter, nested
-    hits = sorted({*hits, *wrapped})
-    if got != set(hits):   # never hand back LoRA in places that were not asked for
-        raise RuntimeError(f"peft placed LoRA on {len(got)} modules, expected {len(hits)}: extra "
-                           f"{sorted(got - set(hits))[:5]}, missing {sorted(set(hits) - got)[:5]}")
-    if init == "random":
-        gen = torch.Generator().manual_seed(seed + 1)
-        with torch.no_grad():
-            for n, p in peft_model.named_parameters():
-                if ".lora_B." in n and p.device.type != "meta":
-                    p.copy_((torch.randn(p.shape, generator=gen) * 0.02).to(p.dtype))
+    _check_placed(peft_model, sorted({*hits, *wrapped}))
+    if init == "random": _seed_lora_b(peft_model, seed)
     return peft_model
 
 # %% ../nbs/02_models.ipynb #06782ee3
@@ -251,7 +267,8 @@ def tiny_lora_model(name:str="llama",                  # a `tiny_model` name
         from peft import LoraConfig, get_peft_model
         with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
             torch.manual_seed(0)
-            # peft calls transformers 5's deprecated `is_gradient_checkpointing`: a FutureWarning for them, not the caller
+            # peft calls transformers 5's deprecated `is_gradient_checkpointing`: a FutureWarning for them, not
+            # the caller
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
             cfg = LoraConfig(r=r, lora_alpha=2*r, target_modules=list(target_modules), **lora_kwargs)
             return get_peft_model(m, cfg, autocast_adapter_dtype=autocast_adapter_dtype)
@@ -317,21 +334,28 @@ class ModelSummary:
             if c.name == name: return c
         raise KeyError(f"{name!r} is not a top-level child; children: {', '.join(c.name for c in self.children)}")
 
-    def _rows(self):
-        return [(c.name, c.cls, fmt_count(c.params), fmt_bytes(c.bytes), fmt_count(c.lora_params),
-                 fmt_count(c.trainable_params)) for c in self.children]
-    def __repr__(self):
-        head = ("child", "class", "params", "bytes", "LoRA", "trainable")
-        rows = [head, *self._rows()]
-        w = [max(len(r[i]) for r in rows) for i in range(len(head))]
-        lines = [f"{self.cls} on {self.device}: {fmt_count(self.params)} params, {fmt_bytes(self.bytes)}"]
-        lines += ["  " + "  ".join(v.ljust(w[i]) for i, v in enumerate(r)) for r in rows]
-        return "\n".join(lines)
-    def _repr_html_(self):
-        head = "".join(f"<th>{h}</th>" for h in ("child", "class", "params", "bytes", "LoRA", "trainable"))
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in self._rows())
-        return (f"<b>{html.escape(self.cls)}</b> on {self.device}: {fmt_count(self.params)} params, "
-                f"{fmt_bytes(self.bytes)}<table><tr>{head}</tr>{body}</table>")
+# %% ../nbs/02_models.ipynb #fd852d01
+@patch_to(ModelSummary)
+def _rows(self:ModelSummary)->list[tuple[str, ...]]:
+    "One row of strings per child: name, class, params, bytes, LoRA params, trainable params."
+    return [(c.name, c.cls, fmt_count(c.params), fmt_bytes(c.bytes), fmt_count(c.lora_params),
+             fmt_count(c.trainable_params)) for c in self.children]
+
+@patch_to(ModelSummary)
+def __repr__(self:ModelSummary):
+    head = ("child", "class", "params", "bytes", "LoRA", "trainable")
+    rows = [head, *self._rows()]
+    w = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = [f"{self.cls} on {self.device}: {fmt_count(self.params)} params, {fmt_bytes(self.bytes)}"]
+    lines += ["  " + "  ".join(v.ljust(w[i]) for i, v in enumerate(r)) for r in rows]
+    return "\n".join(lines)
+
+@patch_to(ModelSummary)
+def _repr_html_(self:ModelSummary):
+    head = "".join(f"<th>{h}</th>" for h in ("child", "class", "params", "bytes", "LoRA", "trainable"))
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in self._rows())
+    return (f"<b>{html.escape(self.cls)}</b> on {self.device}: {fmt_count(self.params)} params, "
+            f"{fmt_bytes(self.bytes)}<table><tr>{head}</tr>{body}</table>")
 
 # %% ../nbs/02_models.ipynb #4261d29d
 def summarize_model(model:nn.Module)->ModelSummary:

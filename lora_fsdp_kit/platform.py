@@ -49,6 +49,7 @@ class SmiResult:
         if self.timed_out: return f"{self.command}: timed out after {self.seconds:.1f} s"
         return f"{self.command}: exit {self.returncode} in {self.seconds:.2f} s"
 
+# %% ../nbs/00_platform.ipynb #a5106b02
 def find_command(name:str,                     # command name, e.g. "nvidia-smi"
                  search_dirs=SMI_SEARCH_DIRS,  # install folders tried after PATH
                 )->str|None:
@@ -60,6 +61,7 @@ def find_command(name:str,                     # command name, e.g. "nvidia-smi"
         if os.path.isfile(c) and os.access(c, os.X_OK): return c
     return None
 
+# %% ../nbs/00_platform.ipynb #b4c202af
 def smi_probe(command:str,           # SMI command name, searched on PATH and the usual install folders
               args=(),               # extra arguments (e.g. `("-L",)`)
               timeout:float=10.0,    # seconds before the command is killed
@@ -123,16 +125,6 @@ class PlatformBase(abc.ABC):
     def is_available(cls)->bool:
         "Whether torch can use this device in this process."
 
-    @classmethod
-    def why_unavailable(cls)->str:
-        "Why torch cannot use this device here, in words (asked only when `is_available()` is False)."
-        return f"torch reports no {cls.device_name} device"
-
-    @classmethod
-    def is_platform_available(cls, use_smi_check:bool=False, smi_timeout:float=10.0)->bool:
-        "Availability, optionally checking the vendor SMI command first."
-        return cls.probe(use_smi_check=use_smi_check, smi_timeout=smi_timeout).available
-
     # --- addressing devices -------------------------------------------------------------------------------
     def current_device(self)->int: return self.device_module.current_device()
     def device_count(self)->int: return self.device_module.device_count()
@@ -177,6 +169,18 @@ def probe(cls, use_smi_check:bool=True, smi_timeout:float=10.0)->"PlatformProbe"
     parts.append(f"{cls.device_name} available" if ok else (why or cls.why_unavailable()))
     checked = f"{cls.smi_command}, torch module" if smi else "torch module"
     return PlatformProbe(cls.name, checked, ok, "; ".join(parts), time.perf_counter()-t0, smi)
+
+@patch_to(PlatformBase)
+@classmethod
+def why_unavailable(cls)->str:
+    "Why torch cannot use this device here, in words (asked only when `is_available()` is False)."
+    return f"torch reports no {cls.device_name} device"
+
+@patch_to(PlatformBase)
+@classmethod
+def is_platform_available(cls, use_smi_check:bool=False, smi_timeout:float=10.0)->bool:
+    "Availability, optionally checking the vendor SMI command first."
+    return cls.probe(use_smi_check=use_smi_check, smi_timeout=smi_timeout).available
 
 # %% ../nbs/00_platform.ipynb #c77e6332
 @dataclass(frozen=True)
@@ -241,6 +245,7 @@ class NvidiaPlatform(PlatformBase):
         vis = os.environ.get(cls.visible_env)
         return "torch finds no CUDA device" + (f" ({cls.visible_env}={vis!r})" if vis is not None else "")
 
+# %% ../nbs/00_platform.ipynb #efb645bd
 def _torch_npu()->ModuleType:
     "Import torch_npu lazily; its absence is an ordinary 'not available'."
     import torch_npu  # noqa: F401  (registers torch.npu)
@@ -320,17 +325,19 @@ class DetectionReport:
         return "\n".join(lines)
     __repr__ = __str__
 
-    def _repr_html_(self):
-        e = html.escape
-        bold = ' style="font-weight:bold"'
-        body = "".join(
-            f"<tr{bold if p.name == self.name and p.available else ''}>"
-            f"<td>{e(p.name)}</td><td>{e(p.checked)}</td><td>{'✓ available' if p.available else '—'}</td>"
-            f"<td>{e(p.reason)}</td><td style='text-align:right'>{p.seconds*1e3:.1f}</td></tr>" for p in self.probes)
-        plug = f"<br>plugins: {e(', '.join(self.plugins))}" if self.plugins else ""
-        return (f"<div><b>platform: {e(self.name)}</b> (by {e(self.source)}){plug}<table>"
-                "<tr><th>platform</th><th>checked</th><th>result</th><th>reason</th><th>ms</th></tr>"
-                f"{body}</table></div>")
+# %% ../nbs/00_platform.ipynb #ee4a4703
+@patch_to(DetectionReport)
+def _repr_html_(self:DetectionReport):
+    e = html.escape
+    bold = ' style="font-weight:bold"'
+    body = "".join(
+        f"<tr{bold if p.name == self.name and p.available else ''}>"
+        f"<td>{e(p.name)}</td><td>{e(p.checked)}</td><td>{'✓ available' if p.available else '—'}</td>"
+        f"<td>{e(p.reason)}</td><td style='text-align:right'>{p.seconds*1e3:.1f}</td></tr>" for p in self.probes)
+    plug = f"<br>plugins: {e(', '.join(self.plugins))}" if self.plugins else ""
+    return (f"<div><b>platform: {e(self.name)}</b> (by {e(self.source)}){plug}<table>"
+            "<tr><th>platform</th><th>checked</th><th>result</th><th>reason</th><th>ms</th></tr>"
+            f"{body}</table></div>")
 
 # %% ../nbs/00_platform.ipynb #5123777c
 _loaded_plugins: dict[str, ModuleType] = {}
@@ -360,6 +367,21 @@ def load_plugins(env:str|None=None,            # comma-separated modules; defaul
     return loaded
 
 # %% ../nbs/00_platform.ipynb #c252fc94
+def _forced_report(forced:str, loaded:tuple[str, ...])->DetectionReport:
+    "The report for `$LFK_PLATFORM=forced`: no probing; a name not registered, or not available here, raises."
+    if forced.lower() not in PlatformRegistry.names():
+        raise PlatformError(f"{PLATFORM_ENV}={forced!r} is not a registered platform; "
+                            f"registered: {', '.join(PlatformRegistry.names())}")
+    cls = PlatformRegistry.get(forced.lower())
+    try: ok, why = bool(cls.is_available()), ""
+    except Exception as e: ok, why = False, f"{type(e).__name__}: {e}"
+    if not ok:
+        raise PlatformError(f"{PLATFORM_ENV}={forced!r}: the {forced.lower()} platform is not available here "
+                            f"({why or cls.why_unavailable()}); unset {PLATFORM_ENV} to detect the platform")
+    p = PlatformProbe(forced.lower(), f"env {PLATFORM_ENV}", True, f"{PLATFORM_ENV}={forced}", 0.0)
+    return DetectionReport(forced.lower(), (p,), "env", loaded)
+
+# %% ../nbs/00_platform.ipynb #be2cd2ec
 def detect_platform(smi_timeout:float=10.0,  # seconds each SMI probe may take
                     plugins:bool=True,       # load plugins (env var and entry points) first
                    )->DetectionReport:
@@ -367,18 +389,7 @@ def detect_platform(smi_timeout:float=10.0,  # seconds each SMI probe may take
     if plugins: load_plugins()
     loaded = tuple(_loaded_plugins) if plugins else ()
     forced = os.environ.get(PLATFORM_ENV, "").strip()
-    if forced:
-        if forced.lower() not in PlatformRegistry.names():
-            raise PlatformError(f"{PLATFORM_ENV}={forced!r} is not a registered platform; "
-                                f"registered: {', '.join(PlatformRegistry.names())}")
-        cls = PlatformRegistry.get(forced.lower())
-        try: ok, why = bool(cls.is_available()), ""
-        except Exception as e: ok, why = False, f"{type(e).__name__}: {e}"
-        if not ok:
-            raise PlatformError(f"{PLATFORM_ENV}={forced!r}: the {forced.lower()} platform is not available here "
-                                f"({why or cls.why_unavailable()}); unset {PLATFORM_ENV} to detect the platform")
-        p = PlatformProbe(forced.lower(), f"env {PLATFORM_ENV}", True, f"{PLATFORM_ENV}={forced}", 0.0)
-        return DetectionReport(forced.lower(), (p,), "env", loaded)
+    if forced: return _forced_report(forced, loaded)
     probes = []
     for name in PlatformRegistry.names():
         if name == "cpu": continue
@@ -419,6 +430,7 @@ def set_platform(p:str|PlatformBase|type[PlatformBase])->PlatformBase:
     _current, _current_report = p, None
     return p
 
+# %% ../nbs/00_platform.ipynb #f2eab111
 def child_env()->dict[str, str]:
     "The environment a child process (a launched rank) needs to choose this process's platform, with its plugins."
     out, mods = {}, [n for n in _loaded_plugins if " (" not in n]   # entry points load in the child by themselves

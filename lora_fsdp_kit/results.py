@@ -27,7 +27,8 @@ class CompactPickler(pickle.Pickler):
         if isinstance(obj, getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", ())):
             raise TypeError("a DTensor cannot be returned from a rank: return t.full_tensor() (a collective: on every "
                             "rank) or t.to_local() (this rank's shard)")
-        if type(obj) is not torch.Tensor or obj.layout != torch.strided or obj.device.type == "meta": return NotImplemented
+        if type(obj) is not torch.Tensor or obj.layout != torch.strided or obj.device.type == "meta":
+            return NotImplemented
         if obj.dtype not in _PICKLED_DTYPES and not obj.is_quantized and not obj.requires_grad:
             return _from_bytes, (obj.detach().contiguous().reshape(-1).view(torch.uint8), obj.dtype, tuple(obj.shape))
         if not obj.requires_grad and obj.untyped_storage().nbytes() > obj.numel() * obj.element_size():

@@ -170,6 +170,7 @@ def routing(model:nn.Module,   # a transformers or plain torch model, with or wi
     _CACHE[model] = (key, r); _BY_STRUCTURE[shape] = r
     return r
 
+# %% ../nbs/02b_routing.ipynb #5b83c4c1
 def _routing(model:nn.Module, probes:int)->Routing:
     "`routing` without the cache."
     names = {m: clean_name(n) for n, m in model.named_modules()}
@@ -197,7 +198,6 @@ def _routing(model:nn.Module, probes:int)->Routing:
         warnings.warn(f"{type(model).__name__} is on the meta device: experts found by structure only (build it "
                       "with real weights, e.g. tiny, to read the routing from its forward)", stacklevel=2)
     return Routing(tuple(experts), tuple(_fused(names)), tuple(unprobed), 0 if on_meta else probes)
-
 
 # %% ../nbs/02b_routing.ipynb #525617fa
 def expert_modules(model:nn.Module)->list[tuple[str, str]]:

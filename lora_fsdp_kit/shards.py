@@ -14,8 +14,8 @@ import torch
 
 # %% auto #0
 __all__ = ['WRAPPER_SEGMENTS', 'clean_name', 'join_name', 'chunk_spans', 'ShardLayout', 'fsdp2_layout', 'fsdp2_padded_numel',
-           'flat_spans', 'fsdp1_layouts', 'fsdp1_padded_numel', 'fsdp1_align', 'fsdp1_flat_numels', 'shard_group',
-           'shard_group_size', 'piece_length']
+           'fsdp1_chunk_numel', 'fsdp1_padded_numel', 'flat_spans', 'fsdp1_layouts', 'fsdp1_align', 'fsdp1_flat_numels',
+           'shard_group', 'shard_group_size', 'piece_length']
 
 # %% ../nbs/02a_shards.ipynb #46a0f7e6
 # torch's FSDP_WRAPPED_MODULE and _CHECKPOINT_WRAPPED_MODULE, and torch.compile's prefix, spelled out so that importing
@@ -91,6 +91,17 @@ def fsdp2_padded_numel(shape:tuple[int, ...], world:int, dim:int=0)->int:
     dim = dim % len(shape)
     return math.ceil(shape[dim] / world) * world * math.prod(shape[:dim] + shape[dim + 1:])
 
+# %% ../nbs/02a_shards.ipynb #e6f714f1
+def fsdp1_chunk_numel(total:int,  # elements of the flat parameter (its alignment padding included)
+                      world:int,  # ranks in the unit's shard group
+                     )->int:
+    "Elements of each rank's chunk of an FSDP1 flat parameter: `torch.chunk`'s size, the last chunk padded to it."
+    return -(-total // world) if total else 0
+
+def fsdp1_padded_numel(total:int, world:int)->int:
+    "Elements one all-gather of an FSDP1 flat parameter of `total` elements moves (padded to `world` equal chunks)."
+    return fsdp1_chunk_numel(total, world) * world
+
 # %% ../nbs/02a_shards.ipynb #4692ed9f
 def flat_spans(numels_with_padding:list[int],  # numel of each entry of the flat parameter (padding included)
                is_padding:list[bool],          # which entries are alignment padding
@@ -106,7 +117,7 @@ def fsdp1_layouts(shapes:list[tuple[int, ...]],  # each original parameter's sha
                  )->list[ShardLayout]:
     "Where each rank's piece of every parameter of one FSDP1 flat parameter lies."
     total = sum(numels_with_padding)
-    c = math.ceil(total / world) if total else 0
+    c = fsdp1_chunk_numel(total, world)
     out = []
     for shape, (s, e) in zip(shapes, flat_spans(numels_with_padding, is_padding)):
         lo = [min(max(s, r * c), e) for r in range(world)]
@@ -114,10 +125,6 @@ def fsdp1_layouts(shapes:list[tuple[int, ...]],  # each original parameter's sha
         out.append(ShardLayout(tuple(shape), (e - s,), 0, tuple((l - s, h - l) for l, h in zip(lo, hi)),
                                tuple(l - r * c if h > l else 0 for r, (l, h) in enumerate(zip(lo, hi)))))
     return out
-
-def fsdp1_padded_numel(total:int, world:int)->int:
-    "Elements one all-gather of an FSDP1 flat parameter of `total` elements moves (padded to `world` equal chunks)."
-    return math.ceil(total / world) * world if total else 0
 
 # %% ../nbs/02a_shards.ipynb #f6a7b8c9
 def fsdp1_align(itemsize:int,          # bytes per element of the dtype FSDP1 unshards to (MixedPrecision's param_dtype)
