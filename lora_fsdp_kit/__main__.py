@@ -17,7 +17,7 @@ __all__ = ['FLAG_WORDS', 'FITS_DEFAULTS', 'render_readme', 'flag_language', 'job
            'add_wrap_flags', 'wrap_configs_of', 'wrap_config_of', 'module_constant', 'fits_job_of_args', 'parser',
            'main']
 
-# %% ../nbs/90_cli.ipynb #5c72cea4
+# %% ../nbs/90_cli.ipynb #e74413cb
 def _readme_block(text:str, lang:str="")->str: return f"```{lang}\n{text.rstrip()}\n```"
 
 def render_readme(nb:str|Path="nbs/index.ipynb",   # the notebook to render
@@ -41,6 +41,7 @@ def render_readme(nb:str|Path="nbs/index.ipynb",   # the notebook to render
             elif "text/plain" in data: parts.append(_readme_block(data["text/plain"]))
     return "\n\n".join(p.strip() for p in parts if p.strip()) + "\n"
 
+# %% ../nbs/90_cli.ipynb #65735a47
 def _repo_root()->Path:
     "The project folder (where settings.ini is), from the current directory upwards."
     p = Path.cwd().resolve()
@@ -79,7 +80,7 @@ def _cmd_readme(a)->int:
     print(f"wrote {root/'README.md'} ({len(text.splitlines())} lines)")
     return 0
 
-# %% ../nbs/90_cli.ipynb #91d29d86
+# %% ../nbs/90_cli.ipynb #8581d73b
 from .families import PLAN_TARGETS   # one default for plan, fits and the demo (no torch: --help stays instant)
 
 # the checks write their fixes in the library's terms; the CLI user typed flags (order: longest spelling first)
@@ -99,6 +100,7 @@ def flag_language(text:str)->str:
         for py, flag in FLAG_WORDS: parts[i] = parts[i].replace(py, flag)
     return '"'.join(parts)
 
+# %% ../nbs/90_cli.ipynb #99dfcbac
 def _cmd_plan(a)->int:
     from lora_fsdp_kit.plan.viz import plan_command, plan_text_grouped   # the arguments were checked (`_plan_args`)
     job = job_of_args(a)
@@ -114,6 +116,7 @@ def _cmd_plan(a)->int:
     print(report)
     return report.exit_code   # 1 on a ✖ error finding: a CI job gates on it
 
+# %% ../nbs/90_cli.ipynb #be4821bc
 def _plan_args(a)->int|None:
     "2 (one line on stderr) for what plan's arguments alone refuse; `main` asks before it imports anything (torch)."
     from lora_fsdp_kit.publish import check_output_path   # the standard library only
@@ -175,7 +178,7 @@ def _cmd_demo(a)->int:
     run_demo(out=a.out, model=a.model, config=a.config, nprocs=a.nprocs, started=_process_start())
     return 0
 
-# %% ../nbs/90_cli.ipynb #727f22f8
+# %% ../nbs/90_cli.ipynb #5f5a3964
 def wrap_fields()->list[tuple[str, Any, str, str]]:
     "(name, default, type, docstring) of each `WrapConfig` field, read from `wrap`'s source (no torch import)."
     import ast, importlib.util
@@ -188,6 +191,7 @@ def wrap_fields()->list[tuple[str, Any, str, str]]:
             out.append((n.target.id, ast.literal_eval(n.value), ast.unparse(n.annotation), " ".join(doc.split())))
     return out
 
+# %% ../nbs/90_cli.ipynb #45c7d090
 def _literal(module:str, name:str):
     "A literal constant of a kit module, read from its source (no torch import: the help stays instant)."
     import ast, importlib.util
@@ -206,6 +210,7 @@ def _text(v)->str:
     if isinstance(v, tuple) and v and isinstance(v[0], tuple): return ";".join("+".join(g) for g in v)
     return str(v)
 
+# %% ../nbs/90_cli.ipynb #6df8949d
 def add_wrap_flags(p:argparse.ArgumentParser,  # a command's parser
                    sweep:bool=False,           # a value may be a comma list (every combination is a WrapConfig)
                    defaults:dict|None=None,    # the command's own defaults, by field name (text when sweeping)
@@ -216,7 +221,8 @@ def add_wrap_flags(p:argparse.ArgumentParser,  # a command's parser
     for name, default, typ, doc in wrap_fields():
         d, flag = (defaults or {}).get(name, default), "--" + name.replace("_", "-")
         if name not in (defaults or {}) and any(name in v for v in by_flavour.values()):
-            doc += f" (default: the flavour's, {', '.join(f'{k}: {_text(v.get(name, default))}' for k, v in by_flavour.items())})"
+            each = ", ".join(f"{k}: {_text(v.get(name, default))}" for k, v in by_flavour.items())
+            doc += f" (default: the flavour's, {each})"
             g.add_argument(flag, dest=name, default=None, metavar="VALUE" if typ != "bool" else "on|off",
                            nargs=None if typ != "bool" else "?", const=None if typ != "bool" else "on", help=doc)
             if typ == "bool": g.add_argument(f"--no-{flag[2:]}", dest=name, action="store_const", const="off",
@@ -224,13 +230,14 @@ def add_wrap_flags(p:argparse.ArgumentParser,  # a command's parser
             continue
         if typ.startswith("bool"):   # every command the same three forms: --flag alone on, --no-flag off, or on|off
             # (a bool|str field takes its words too: --activation-checkpointing wrapper|hf)
-            words = "on|off" if typ == "bool" else "|".join(k for k in _literal("plan.wrap", "_AC") if isinstance(k, str))
+            words = ("on|off" if typ == "bool"
+                     else "|".join(k for k in _literal("plan.wrap", "_AC") if isinstance(k, str)))
             g.add_argument(flag, dest=name, default=_text(d), nargs="?", const="on", metavar=words,
                            help=f"{doc} (default: {_text(d)})")
             g.add_argument(f"--no-{flag[2:]}", dest=name, action="store_const", const="off", help=argparse.SUPPRESS)
         else: g.add_argument(flag, dest=name, default=_text(d), metavar="VALUE", help=f"{doc} (default: {_text(d)})")
 
-# %% ../nbs/90_cli.ipynb #1ea83ea2
+# %% ../nbs/90_cli.ipynb #8c5018fc
 def _value(text:str, name:str, typ:str):
     "One flag value as the field's type: on/off for a flag, a whole number, `none`, or the text itself."
     t = text.strip()
@@ -249,6 +256,7 @@ def _groups(text:str)->tuple[tuple[str, ...], ...]:
     if text.strip().lower() in ("", "none", "()"): return ()
     return tuple(tuple(m.strip() for m in g.split("+") if m.strip()) for g in text.split(";") if g.strip())
 
+# %% ../nbs/90_cli.ipynb #4ee84610
 def wrap_configs_of(a:argparse.Namespace,  # parsed flags of a command with `add_wrap_flags`
                     sweep:bool=False,      # comma lists sweep: one WrapConfig per combination
                    )->list:                # [WrapConfig, ...] (one when not sweeping)
@@ -293,7 +301,7 @@ def _wrap_args(a:argparse.Namespace,  # parsed flags of a command with `add_wrap
             if isinstance(x, int) and not isinstance(x, bool) and x < low: return f"{flag} must be >= {low}, got {x}"
     return None
 
-# %% ../nbs/90_cli.ipynb #89121b82
+# %% ../nbs/90_cli.ipynb #c7f0d8b1
 def _shipped_names()->str:
     "The models shipped with the kit, read from its configs folder (no transformers import: help stays fast)."
     import importlib.resources
@@ -310,6 +318,7 @@ def _model_flags(p:argparse.ArgumentParser,   # a command's parser
                    f"{_shipped_names()} (the *_default ones are full size, built on the meta device)")
     g.add_argument("--config", default=None, help=config_help)
 
+# %% ../nbs/90_cli.ipynb #59ac21c1
 def _plan_parser(sub):
     "The `plan` sub-command's flags: the model, its LoRA, and the `WrapConfig` they spell."
     pl = sub.add_parser("plan", help="print the FSDP units and findings for a model",
@@ -328,6 +337,7 @@ def _plan_parser(sub):
     pl.add_argument("--json", default=None, help="write the plan as JSON here")
     pl.set_defaults(fn=_cmd_plan, precheck=_plan_args)
 
+# %% ../nbs/90_cli.ipynb #0571338a
 @functools.cache
 def _module_tree(module:str):
     import ast, importlib.util
@@ -340,15 +350,9 @@ def module_constant(module:str, name:str):
     return next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
                 and any(isinstance(t, ast.Name) and t.id == name for t in n.targets))
 
-# %% ../nbs/90_cli.ipynb #4dcf06ce
-def _fits_parser(sub):
-    "The `fits` sub-command's flags: the model, the job, the device, the precision, and the wrap flags (comma lists)."
-    f = sub.add_parser("fits", help="which LoRA training settings fit in a device's memory (e.g. fits --config "
-                       "config.json --world 8 --device-memory 80GiB)", description="Trace one training step per "
-                       "setting on one CPU, and say which settings fit on the device.",
-                       epilog="exit codes: 0 every setting fits; 1 one does not fit or cannot be predicted; "
-                              "2 bad input (one line on stderr)")
-    _model_flags(f)   # one of the two, or a --job file naming the model
+# %% ../nbs/90_cli.ipynb #e13ea149
+def _fits_size_flags(f:argparse.ArgumentParser):
+    "`fits`' flags of the step's size: the world and the device, the batch and sequence swept, the dtypes, the LoRA."
     f.add_argument("--world", type=int, default=None, help="ranks (devices) of the job (or a --job file's)")
     f.add_argument("--device-memory", required=True, help="memory of one device, with its unit: 80GiB, 80GB")
     f.add_argument("--reserve", default=module_constant("fits.core", "RESERVE"), help="taken off the device before the "
@@ -368,7 +372,19 @@ def _fits_parser(sub):
                    "beside A and B")
     f.add_argument("--lora-targets", default=PLAN_TARGETS, help=f"comma-separated LoRA target modules (default "
                    f"{PLAN_TARGETS})")   # --targets is WrapConfig's: the modules FSDP2 shards
-    f.add_argument("--backend", default="nccl", choices=module_constant("fits.core", "BACKENDS"), help="nccl/hccl (device buffers only) or gloo (a CPU job)")
+
+# %% ../nbs/90_cli.ipynb #4dcf06ce
+def _fits_parser(sub):
+    "The `fits` sub-command's flags: the model, the job, the device, the precision, and the wrap flags (comma lists)."
+    f = sub.add_parser("fits", help="which LoRA training settings fit in a device's memory (e.g. fits --config "
+                       "config.json --world 8 --device-memory 80GiB)", description="Trace one training step per "
+                       "setting on one CPU, and say which settings fit on the device.",
+                       epilog="exit codes: 0 every setting fits; 1 one does not fit or cannot be predicted; "
+                              "2 bad input (one line on stderr)")
+    _model_flags(f)   # one of the two, or a --job file naming the model
+    _fits_size_flags(f)   # the devices, the sizes swept, the dtypes and the LoRA
+    f.add_argument("--backend", default="nccl", choices=module_constant("fits.core", "BACKENDS"),
+                   help="nccl/hccl (device buffers only) or gloo (a CPU job)")
     f.add_argument("--attention", default="auto", choices=("auto", "fused", "math"),
                    help="attention kernel: auto (CUDA runs fp32 with grouped-query heads unfused), fused or math")
     f.add_argument("-v", "--verbose", action="store_true", help="every category, the module and phase of each peak, "
@@ -394,7 +410,7 @@ def _fits_parser(sub):
 FITS_DEFAULTS = dict(flavour="fsdp2,fsdp1", activation_checkpointing="off,on",
                      mixed_precision="bf16")
 
-# %% ../nbs/90_cli.ipynb #d901cee3
+# %% ../nbs/90_cli.ipynb #1840577b
 def _fits_args(a)->int|None:
     "2 (one line on stderr) for what the arguments alone refuse; `main` asks before it imports anything (torch)."
     from lora_fsdp_kit.units import parse_bytes   # the standard library only: no torch, no matplotlib
@@ -412,7 +428,8 @@ def _fits_args(a)->int|None:
     for flag, text in (("--device-memory", a.device_memory), ("--reserve", a.reserve)):
         try: sizes[flag] = parse_bytes(text)
         except ValueError as e: return refuse(f"{flag} {e}")
-    if sizes["--device-memory"] <= 0: return refuse(f"--device-memory {a.device_memory}: a device has more than 0 bytes")
+    if sizes["--device-memory"] <= 0:
+        return refuse(f"--device-memory {a.device_memory}: a device has more than 0 bytes")
     if sizes["--reserve"] >= sizes["--device-memory"]:
         return refuse(f"--reserve {a.reserve} leaves nothing of --device-memory {a.device_memory}")
     if a.world is not None and not 1 <= a.world <= 1024: return refuse(f"--world must be 1-1024, got {a.world}")
@@ -432,6 +449,7 @@ def _fits_args(a)->int|None:
     except ValueError as e: return refuse(str(e))
     return None
 
+# %% ../nbs/90_cli.ipynb #8a3a9e14
 def _cmd_fits(a)->int:
     try: job, wraps = fits_job_of_args(a)
     except (ValueError, TypeError, FileNotFoundError) as e:
@@ -516,7 +534,7 @@ def parser()->argparse.ArgumentParser:
     sub.add_parser("readme").set_defaults(fn=_cmd_readme)   # for the kit's developers: not listed in the help
     return p
 
-# %% ../nbs/90_cli.ipynb #c860a3b1
+# %% ../nbs/90_cli.ipynb #3902d217
 def main(argv:list[str]|None=None)->int:
     "Entry point of `python -m lora_fsdp_kit` and the `lfk` script; bad input is one line on stderr and exit code 2."
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -540,6 +558,7 @@ def _no_lost_interrupt():
     try: yield
     finally: sys.unraisablehook = old
 
+# %% ../nbs/90_cli.ipynb #af13e860
 def _run_command(argv:list[str])->int:
     p = parser()
     if why := unknown_input(p, argv): print(f"{p.prog}: error: {why}", file=sys.stderr); return 2

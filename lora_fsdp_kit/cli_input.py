@@ -58,7 +58,7 @@ def unknown_input(p:argparse.ArgumentParser,  # the whole parser
         return f"{cmd}: unknown flag {flag}" + (near or f"; see {p.prog} {cmd} --help")
     return None
 
-# %% ../nbs/90a_cli_input.ipynb #7b0f25a4
+# %% ../nbs/90a_cli_input.ipynb #1837f798
 def _whole(lo:int, hi:int|None=None):
     "An argparse `type`: a whole number from `lo` (to `hi`), refused in one line otherwise."
     def read(text:str)->int:
@@ -76,6 +76,7 @@ def _seconds(text:str)->float:
     if not v > 0: raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
     return v
 
+# %% ../nbs/90a_cli_input.ipynb #4c8dbbaf
 def _version()->str:
     "The installed package's version (its metadata: no import of the kit's modules)."
     from importlib.metadata import PackageNotFoundError, version
@@ -83,7 +84,7 @@ def _version()->str:
     except PackageNotFoundError: return "(not installed)"
 
 class _Version(argparse.Action):
-    "`--version`, read when asked: the metadata look-up takes ~90 ms, which every command would pay building its parser."
+    "`--version`, read when asked: its metadata look-up (~90 ms) would cost every command building its parser."
     def __init__(self, option_strings, dest, **kw):
         super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
     def __call__(self, parser, namespace, values, option_string=None):

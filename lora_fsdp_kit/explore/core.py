@@ -23,62 +23,76 @@ class PlanExplorer:
     "The widget behind `explore`: a model picker, the knobs, and the chart, tree, findings and fits of the plan."
     def __init__(self, model:nn.Module|str|None=None, layer_cls="auto", lora_r:int=8, targets:str=PLAN_TARGETS,
                  config:str|None=None, ahead:bool=True, job:Job|None=None):
-        import ipywidgets as W, threading, torch.nn as nn
-        from lora_fsdp_kit import models
+        import threading, torch.nn as nn
         self.layer_cls, self.lora_r, self.targets, self._given = layer_cls, lora_r, targets, job or model
         self.job0 = self.job = job                          # a job: its wrapping is the base the knobs modify
         self._models, self._plans, self._ahead = {}, {}, {}   # kept: models built, answers, answers ahead
         self._lock, self._pool, self.ahead, self._idle = threading.Lock(), None, ahead, threading.Event()
         self._idle.set()                                    # cleared while a knob's own answer is computed
-        whole = {"description_width": "initial"}            # descriptions are never cut
         given = [("(the job's model)" if job else "(the model given)", "")] * bool(job or isinstance(model, nn.Module))
-        names = [(n, n) for n in models.model_names() + list(models.FULL_SIZE_CONFIGS)]
-        self.picker = W.Dropdown(options=given + names, value="" if given else (model or "llama"),
-                                 description="model", style=whole, layout=W.Layout(width="300px"))
-        self.config_path = W.Text(value=config or "", placeholder="path/to/config.json, then Enter",
-                                  description="or config.json", continuous_update=False, style=whole,
-                                  layout=W.Layout(width="420px"))
-        self.flavour = W.ToggleButtons(options=["fsdp1", "fsdp2"], value="fsdp1", description="FSDP", style=whole)
-        self.lora_leaves = W.Checkbox(value=True, description="LoRA leaves as units (lambda part)", style=whole,
-                                      indent=False, layout=W.Layout(width="auto"))
-        self.layer_classes = W.SelectMultiple(options=[], rows=8)
-        self.size_on = W.Checkbox(value=False, description="size part (min_num_params > 0)", style=whole,
-                                  indent=False, layout=W.Layout(width="auto"))
-        self.min_num_params = W.FloatLogSlider(value=1000, base=10, min=1, max=9, step=0.1, style=whole,
-                                               description="min_num_params", readout_format=",.0f",
-                                               layout=W.Layout(width="460px"))
-        self.use_orig_params = W.Checkbox(value=False, description="use_orig_params", style=whole, indent=False,
-                                          layout=W.Layout(width="auto"))
-        self.status, self.chart_message, self.findings_view, self.job_view = (W.HTML() for _ in range(4))
-        self.tree = W.HTML(layout=W.Layout(overflow="auto", max_height="620px", width="100%"))   # scrolls, both ways
-        self.chart = W.Image(format="svg+xml", layout=W.Layout(max_width="100%"))
-        self.chart_box = W.Box([self.chart])                 # holds the chart, or the reason there is none
-        self.controls = [self.flavour, self.lora_leaves, self.layer_classes, self.size_on, self.min_num_params,
-                         self.use_orig_params]
-        self._leaves_wanted, self._syncing = True, False   # the user's LoRA-leaves choice; knobs set by code
-        for c in self.controls: c.observe(self._changed, names="value")
-        for c in (self.picker, self.config_path): c.observe(self._picked, names="value")
-        left = W.VBox([self.flavour, self.lora_leaves,
-                       W.Label("layer classes (FSDP1 layer part, FSDP2 targets; ctrl-click for several)"),
-                       self.layer_classes])
-        self.fits = FitsTab(self)
-        self.tabs = W.Tab(children=[self.chart_box, self.tree, self.findings_view, self.fits.widget],
-                          titles=("chart", "tree", "findings", "will it fit?"))
-        self.tabs.observe(lambda ch: self.fits.tab_shown() if ch["new"] == 3 else self._show_tree(),
-                          names="selected_index")
-        self.widget = W.VBox([W.HBox([self.picker, self.config_path], layout=W.Layout(gap="12px")),
-                              W.HBox([left, W.VBox(self.controls[3:])], layout=W.Layout(gap="24px")),
-                              self.job_view, self.status, self.tabs])
-        for w, name in ((self.flavour, "flavour"), (self.lora_leaves, "leaves"), (self.layer_classes, "classes"),
-                        (self.size_on, "size"), (self.min_num_params, "slider"), (self.use_orig_params, "uop"),
-                        (self.status, "status"), (self.chart, "chart"), (self.chart_message, "chart-message"),
-                        (self.tree, "tree"), (self.findings_view, "findings"), (self.tabs, "tabs"),
-                        (self.picker, "picker"), (self.config_path, "config-path"), (self.chart_box, "chart-box"),
-                        (self.job_view, "job")):
-            w.add_class(f"lfk-{name}")                          # stable handles for a browser test
+        self._make_knobs(given, model, config)
+        self._lay_out()
         self.plan, self.findings, self.error, self.source, self._tree_of = None, [], None, "", None
         if config or job: self.load(job, config=config)
         else: self.load(model if isinstance(model, nn.Module) else self.picker.value)
+
+# %% ../../nbs/14_explore.ipynb #86957205
+@patch_to(PlanExplorer)
+def _make_knobs(self:PlanExplorer, given:list, model, config):
+    "The model picker, the config box and the knobs; every knob re-plans when it changes."
+    import ipywidgets as W
+    from lora_fsdp_kit import models
+    whole = {"description_width": "initial"}            # descriptions are never cut
+    names = [(n, n) for n in models.model_names() + list(models.FULL_SIZE_CONFIGS)]
+    self.picker = W.Dropdown(options=given + names, value="" if given else (model or "llama"),
+                             description="model", style=whole, layout=W.Layout(width="300px"))
+    self.config_path = W.Text(value=config or "", placeholder="path/to/config.json, then Enter",
+                              description="or config.json", continuous_update=False, style=whole,
+                              layout=W.Layout(width="420px"))
+    self.flavour = W.ToggleButtons(options=["fsdp1", "fsdp2"], value="fsdp1", description="FSDP", style=whole)
+    self.lora_leaves = W.Checkbox(value=True, description="LoRA leaves as units (lambda part)", style=whole,
+                                  indent=False, layout=W.Layout(width="auto"))
+    self.layer_classes = W.SelectMultiple(options=[], rows=8)
+    self.size_on = W.Checkbox(value=False, description="size part (min_num_params > 0)", style=whole,
+                              indent=False, layout=W.Layout(width="auto"))
+    self.min_num_params = W.FloatLogSlider(value=1000, base=10, min=1, max=9, step=0.1, style=whole,
+                                           description="min_num_params", readout_format=",.0f",
+                                           layout=W.Layout(width="460px"))
+    self.use_orig_params = W.Checkbox(value=False, description="use_orig_params", style=whole, indent=False,
+                                      layout=W.Layout(width="auto"))
+    self.controls = [self.flavour, self.lora_leaves, self.layer_classes, self.size_on, self.min_num_params,
+                     self.use_orig_params]
+    self._leaves_wanted, self._syncing = True, False   # the user's LoRA-leaves choice; knobs set by code
+    for c in self.controls: c.observe(self._changed, names="value")
+    for c in (self.picker, self.config_path): c.observe(self._picked, names="value")
+
+# %% ../../nbs/14_explore.ipynb #ccdc112e
+@patch_to(PlanExplorer)
+def _lay_out(self:PlanExplorer):
+    "The views (summary, chart, tree, findings, job line, the fits tab) and the panel that holds them and the knobs."
+    import ipywidgets as W
+    self.status, self.chart_message, self.findings_view, self.job_view = (W.HTML() for _ in range(4))
+    self.tree = W.HTML(layout=W.Layout(overflow="auto", max_height="620px", width="100%"))   # scrolls, both ways
+    self.chart = W.Image(format="svg+xml", layout=W.Layout(max_width="100%"))
+    self.chart_box = W.Box([self.chart])                 # holds the chart, or the reason there is none
+    left = W.VBox([self.flavour, self.lora_leaves,
+                   W.Label("layer classes (FSDP1 layer part, FSDP2 targets; ctrl-click for several)"),
+                   self.layer_classes])
+    self.fits = FitsTab(self)
+    self.tabs = W.Tab(children=[self.chart_box, self.tree, self.findings_view, self.fits.widget],
+                      titles=("chart", "tree", "findings", "will it fit?"))
+    self.tabs.observe(lambda ch: self.fits.tab_shown() if ch["new"] == 3 else self._show_tree(),
+                      names="selected_index")
+    self.widget = W.VBox([W.HBox([self.picker, self.config_path], layout=W.Layout(gap="12px")),
+                          W.HBox([left, W.VBox(self.controls[3:])], layout=W.Layout(gap="24px")),
+                          self.job_view, self.status, self.tabs])
+    for w, name in ((self.flavour, "flavour"), (self.lora_leaves, "leaves"), (self.layer_classes, "classes"),
+                    (self.size_on, "size"), (self.min_num_params, "slider"), (self.use_orig_params, "uop"),
+                    (self.status, "status"), (self.chart, "chart"), (self.chart_message, "chart-message"),
+                    (self.tree, "tree"), (self.findings_view, "findings"), (self.tabs, "tabs"),
+                    (self.picker, "picker"), (self.config_path, "config-path"), (self.chart_box, "chart-box"),
+                    (self.job_view, "job")):
+        w.add_class(f"lfk-{name}")                          # stable handles for a browser test
 
 # %% ../../nbs/14_explore.ipynb #8b4a67d1
 @patch_to(PlanExplorer)
@@ -98,7 +112,7 @@ def _show_source(self:PlanExplorer, name:str|None, config:str|None):
         self.picker.options, self.config_path.value = opts, ""
         if name in dict(opts).values(): self.picker.value = name
 
-# %% ../../nbs/14_explore.ipynb #1d434043
+# %% ../../nbs/14_explore.ipynb #efce4f3e
 @patch_to(PlanExplorer)
 def _build(self:PlanExplorer, model:str|None, config:str|None)->tuple:
     "The model `model` or `config` names, its default and other block classes and its numel (kept: built once)."
@@ -115,6 +129,7 @@ def _build(self:PlanExplorer, model:str|None, config:str|None)->tuple:
         self._models[key] = (m, default, others, sum(p.numel() for p in m.parameters()))
     return self._models[key]
 
+# %% ../../nbs/14_explore.ipynb #6dc8d683
 @patch_to(PlanExplorer)
 def load(self:PlanExplorer,
          model:nn.Module|str|None=None,  # a (peft) module, a zoo name or a shipped full-size config name
@@ -146,6 +161,7 @@ def load(self:PlanExplorer,
     finally: self._syncing = False
     self.refresh()
 
+# %% ../../nbs/14_explore.ipynb #f85b2548
 @patch_to(PlanExplorer)
 def _picked(self:PlanExplorer, change):
     "The picker or the config path changed: load that model (if it cannot be built, say why; the last one stays)."
@@ -157,7 +173,7 @@ def _picked(self:PlanExplorer, change):
     except Exception as e:
         self.status.value = f"<b style='color:#c62828'>cannot load: {H.escape(f'{type(e).__name__}: {e}')}</b>"
 
-# %% ../../nbs/14_explore.ipynb #2dc66e72
+# %% ../../nbs/14_explore.ipynb #c91c714d
 LEAF_GLOBS = ("**.lora_A.*", "**.lora_B.*")   # FSDP2's targets for "LoRA leaves as units"
 
 def knob_wrap(s:dict)->WrapConfig:
@@ -167,6 +183,7 @@ def knob_wrap(s:dict)->WrapConfig:
     return WrapConfig(flavour="fsdp1", policy="lora", min_num_params=s["slider"] if s["size"] else 0,
                       layer_cls=s["classes"] or None, lora_leaves=s["leaves"], use_orig_params=s["uop"])
 
+# %% ../../nbs/14_explore.ipynb #1f122a48
 @patch_to(PlanExplorer)
 def state(self:PlanExplorer)->dict:
     "The knobs' values that make a plan: flavour, layer classes, LoRA leaves (as wanted), size part, slider, uop."
@@ -184,6 +201,7 @@ def spell(self:PlanExplorer, s:dict)->tuple[WrapConfig, str]:
               f"use_orig_params={c.use_orig_params}"]
     return c, " · ".join(knobs)
 
+# %% ../../nbs/14_explore.ipynb #6ee25aa4
 @patch_to(PlanExplorer)
 @property
 def min_num_params_used(self:PlanExplorer)->int:
@@ -206,7 +224,7 @@ def make_plan(self:PlanExplorer)->Plan:
     "The plan for the knobs' current values: `self.config.plan(model)`."
     return self.config.plan(self.model)
 
-# %% ../../nbs/14_explore.ipynb #c22da384
+# %% ../../nbs/14_explore.ipynb #e15d6881
 @patch_to(PlanExplorer)
 def _sync_knobs(self:PlanExplorer):
     "Disable the knobs that do not apply; make the LoRA-leaves box show whether the policy has the lambda part."
@@ -221,6 +239,7 @@ def _sync_knobs(self:PlanExplorer):
     self.lora_leaves.description = ("LoRA leaves as units (lambda part: dropped by the size guard)" if guarded
                                     else "LoRA leaves as units (lambda part)")
 
+# %% ../../nbs/14_explore.ipynb #486fde19
 @patch_to(PlanExplorer)
 def _answer(self:PlanExplorer, cfg:WrapConfig, text:str, pause=lambda: None)->dict:
     "What the panel shows for `cfg`: plan, findings, summary, findings view and chart (or why it cannot plan)."
@@ -229,7 +248,8 @@ def _answer(self:PlanExplorer, cfg:WrapConfig, text:str, pause=lambda: None)->di
     try: plan = cfg.plan(self.model, world_size=self.job.world if self.job is not None else None)
     except Exception as e:
         err = f"{type(e).__name__}: {e}"
-        return dict(plan=None, findings=[], error=err, message=f"<b style='color:#c62828'>cannot plan: {H.escape(err)}</b>")
+        return dict(plan=None, findings=[], error=err,
+                    message=f"<b style='color:#c62828'>cannot plan: {H.escape(err)}</b>")
     pause()                                             # (computed ahead: a knob's own answer goes first)
     findings = plan.check() if self.job is None else self.job.check(plan)   # a job: its autocast
     n = {s: sum(f.severity == s for f in findings) for s in ("error", "warning")}
@@ -246,7 +266,7 @@ def _answer(self:PlanExplorer, cfg:WrapConfig, text:str, pause=lambda: None)->di
     return dict(plan=plan, findings=findings, error=None, status=status, findings_html=findings_html(findings),
                 png=figure_svg(fig))
 
-# %% ../../nbs/14_explore.ipynb #fc15339c
+# %% ../../nbs/14_explore.ipynb #d9fd64af
 @patch_to(PlanExplorer)
 def _stale(self:PlanExplorer, on:bool):
     "Grey the chart (and say so in the summary) while the answer to a knob is computed."
@@ -270,6 +290,7 @@ def answer(self:PlanExplorer, s:dict)->dict:
         finally: self._idle.set()
     return self._plans[key]
 
+# %% ../../nbs/14_explore.ipynb #f721d2b3
 @patch_to(PlanExplorer)
 def _show_tree(self:PlanExplorer):
     "Fill the tree tab when it is shown: a large model's tree is half a megabyte of HTML, not sent on every knob."
@@ -296,7 +317,6 @@ def refresh(self:PlanExplorer):
     self.fits.plan_changed()
     if self.ahead: self._compute_ahead()
 
-
 # %% ../../nbs/14_explore.ipynb #mime14
 @patch_to(PlanExplorer)
 def _repr_mimebundle_(self:PlanExplorer, **kw):
@@ -310,7 +330,7 @@ def _repr_mimebundle_(self:PlanExplorer, **kw):
         except Exception: pass                # a plan the chart cannot draw (the panel says why): the text alone
     return b
 
-# %% ../../nbs/14_explore.ipynb #22adeab5
+# %% ../../nbs/14_explore.ipynb #869f6065
 class _Dropped(Exception): "An answer computed ahead that is no longer needed (the knob's own answer came first)."
 
 AHEAD_DELAY_S = 1.0     # seconds between showing an answer and computing its neighbours
@@ -331,6 +351,7 @@ def neighbours(self:PlanExplorer)->list[dict]:
             if self.min_num_params.min <= e <= self.min_num_params.max: out.append(dict(s, slider=int(round(10 ** e))))
     return out
 
+# %% ../../nbs/14_explore.ipynb #319e0bfd
 @patch_to(PlanExplorer)
 def _compute_ahead(self:PlanExplorer):
     "Queue the neighbours' answers on the background thread; those queued for an older state and not begun go."
@@ -373,7 +394,7 @@ def explore(model:nn.Module|str|None=None,  # a (peft) model, a zoo or shipped c
     if isinstance(model, Job): model, job = None, model
     return PlanExplorer(model, layer_cls, lora_r, targets, config, ahead, job)
 
-# %% ../../nbs/14_explore.ipynb #job14
+# %% ../../nbs/14_explore.ipynb #d1742dae
 _JOB_BUILT = ("model", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "dora", "modules_to_save",
               "target_parameters")   # the fields a job's model is built from (`Job.build`): a model kept by them
 
@@ -387,6 +408,7 @@ def _job_knobs(w:WrapConfig, default:list, names:list)->dict:
     return dict(flavour=w.flavour, classes=classes, leaves=bool(leaves), size=w.min_num_params > 0,
                 uop=w.use_orig_params)
 
+# %% ../../nbs/14_explore.ipynb #ba835463
 def _load_job(self:PlanExplorer, model, config):
     "`load` with a job: its model, or the one the picker or the box names (its other fields stay); knobs as it wraps."
     import dataclasses
@@ -419,7 +441,7 @@ def _load_job(self:PlanExplorer, model, config):
     self._job_knobs = self.state()                        # the knobs as the job set them: moved = differs from it
     self.refresh()
 
-# %% ../../nbs/14_explore.ipynb #job14b
+# %% ../../nbs/14_explore.ipynb #b9ac5dfd
 _FLAVOUR_ONLY = ("use_orig_params", "sharding", "backward_prefetch", "checkpoint_targets",      # FSDP1's
                  "targets", "groups", "tie_group", "reshard_after_forward", "shard_dim")          # FSDP2's
 _POLICY = ("policy", "targets", "layer_cls", "lora_leaves", "min_num_params")
@@ -443,6 +465,7 @@ def _job_wrap(self:PlanExplorer, s:dict)->tuple[WrapConfig, list[str], list[str]
     try: return WrapConfig(**new), moved, lost
     except ValueError as e: return kw, moved, lost + [f"the job's other wrapping fields ({e})"]
 
+# %% ../../nbs/14_explore.ipynb #f5edefba
 def _spell_job(self:PlanExplorer, s:dict)->tuple[WrapConfig, str]:
     "`spell` with a job: its wrapping with the knobs moved on top, and the line that says which knobs and what is lost."
     cfg, moved, lost = _job_wrap(self, s)
@@ -458,6 +481,7 @@ def current_job(self:PlanExplorer, s:dict|None=None)->Job:
     return dataclasses.replace(self.job, wrap=cfg, backward_prefetch=self.job.backward_prefetch
                                if cfg.flavour == "fsdp1" else None)
 
+# %% ../../nbs/14_explore.ipynb #2ae32cdc
 @patch_to(PlanExplorer)
 def show_job(self:PlanExplorer):
     "The job line: the job the panel answers for (the fits tab's step too), its files, and what the knobs cannot keep."
@@ -472,9 +496,9 @@ def show_job(self:PlanExplorer):
     if notes: out += f"<details><summary><small>{len(job.notes)} note(s) on its files</small></summary>{notes}"
     self.job_view.value = out + ("</details>" if notes else "") + "</div>"
 
-# %% ../../nbs/14_explore.ipynb #c6761414
+# %% ../../nbs/14_explore.ipynb #5c017476
 def app_panel()->PlanExplorer:
-    "The app's panel, from the environment `app_command` sets; why it cannot be drawn goes where `serve` looks, then up."
+    "The app's panel, from the environment `app_command` sets; why it cannot be drawn: where `serve` looks, then up."
     env = os.environ
     try:
         if j := env.get("LFK_EXPLORE_JOB"): return explore(_app_job(json.loads(j)))
@@ -485,8 +509,10 @@ def app_panel()->PlanExplorer:
         if env.get("LFK_EXPLORE_FAILED"): Path(env["LFK_EXPLORE_FAILED"]).write_text(f"{type(e).__name__}: {e}")
         raise
 
+# %% ../../nbs/14_explore.ipynb #5b6e97e6
 APP_CELLS = ("from lora_fsdp_kit.explore.core import app_panel\napp_panel()",   # the panel: the page's one output
-             "import os\nif os.environ.get('LFK_EXPLORE_READY'): open(os.environ['LFK_EXPLORE_READY'], 'a').close()")  # drawn
+             # the page drawn: `serve` waits for this file
+             "import os\nif os.environ.get('LFK_EXPLORE_READY'): open(os.environ['LFK_EXPLORE_READY'], 'a').close()")
 
 def app_command(folder:str|Path,             # where the app notebook is written
                 config:str|None=None,        # a config.json (or its folder) to explore
@@ -500,7 +526,8 @@ def app_command(folder:str|Path,             # where the app notebook is written
                )->tuple[list[str], dict]:    # the command line and the environment that serve the app
     "The Voilà command and environment `serve` runs (Voilà is imported by the command, not here)."
     if config is not None:
-        if not Path(config).exists(): raise FileNotFoundError(f"no config at {config}: give a config.json or its folder")
+        if not Path(config).exists():
+            raise FileNotFoundError(f"no config at {config}: give a config.json or its folder")
         config = str(Path(config).resolve())
     nb = Path(folder)/"lfk_explore.ipynb"
     nb.write_text(json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
@@ -534,6 +561,27 @@ def _app_job(d:dict)->Job:
     return Job.from_files(*d["files"], **d["given"])
 
 
+# %% ../../nbs/14_explore.ipynb #dbde9dc6
+def _start_voila(cmd:list[str], cwd:str, env:dict)->tuple:
+    "Start Voilà in a session of its own; a thread reads its log: the URL it serves (`seen`), its last lines (`tail`)."
+    import re, threading
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    seen, tail = [], []
+    def drain():                                          # read Voilà's log to its end: a full pipe would stop it
+        for line in proc.stdout:
+            if not seen and (m := re.search(r"(http://127\.0\.0\.1:\d+/)", line)): seen.append(m.group(1))
+            tail.append(line); del tail[:-30]
+    threading.Thread(target=drain, daemon=True).start()
+    return proc, seen, tail
+
+def _stop_voila(proc:subprocess.Popen):
+    "Stop Voilà if it still runs."
+    if proc.poll() is None:                           # Voilà ignores SIGTERM: SIGINT, then its whole group
+        os.killpg(proc.pid, signal.SIGINT)
+        try: proc.wait(10)
+        except subprocess.TimeoutExpired: os.killpg(proc.pid, signal.SIGKILL); proc.wait()
+
 # %% ../../nbs/14_explore.ipynb #91bb5246
 def serve(config:str|None=None,   # a config.json (or its folder) to explore
           model:str|None=None,    # or a zoo or shipped config name (`qwen3_omni_default`); neither: the tiny Llama
@@ -544,7 +592,7 @@ def serve(config:str|None=None,   # a config.json (or its folder) to explore
           given:dict|None=None,      # and the `Job` fields given beside them
          )->None:                 # returns when the server stops (Ctrl-C)
     "Serve the explorer as a web app with Voilà: print its URL once the app is ready, serve until Ctrl-C."
-    import importlib.util, re, threading
+    import importlib.util, threading
     if importlib.util.find_spec("voila") is None:
         raise ModuleNotFoundError("the explorer app needs Voilà: pip install 'lora_fsdp_kit[explore]'")
     def stop(signum, frame): raise SystemExit(128 + signum)   # SIGTERM (kill, timeout): the finally stops Voilà
@@ -554,14 +602,7 @@ def serve(config:str|None=None,   # a config.json (or its folder) to explore
     print("the explorer: starting (Voilà runs the app once before the first page is opened)…", flush=True)
     with tempfile.TemporaryDirectory() as d:
         cmd, env = app_command(d, config, model, port, lora_r, targets, job=job, given=given)
-        proc = subprocess.Popen(cmd, cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
-        seen, tail = [], []
-        def drain():                                          # read Voilà's log to its end: a full pipe would stop it
-            for line in proc.stdout:
-                if not seen and (m := re.search(r"(http://127\.0\.0\.1:\d+/)", line)): seen.append(m.group(1))
-                tail.append(line); del tail[:-30]
-        threading.Thread(target=drain, daemon=True).start()
+        proc, seen, tail = _start_voila(cmd, d, env)
         try:
             while not (seen and Path(env["LFK_EXPLORE_READY"]).exists()):     # the URL, and the app run once
                 if proc.poll() is not None: raise RuntimeError(f"voila exited ({proc.returncode}):\n{''.join(tail)}")
@@ -573,8 +614,5 @@ def serve(config:str|None=None,   # a config.json (or its folder) to explore
             proc.wait()
         except KeyboardInterrupt: pass
         finally:
-            if proc.poll() is None:                           # Voilà ignores SIGTERM: SIGINT, then its whole group
-                os.killpg(proc.pid, signal.SIGINT)
-                try: proc.wait(10)
-                except subprocess.TimeoutExpired: os.killpg(proc.pid, signal.SIGKILL); proc.wait()
+            _stop_voila(proc)
             if main: signal.signal(signal.SIGTERM, old)

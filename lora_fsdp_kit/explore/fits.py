@@ -22,13 +22,14 @@ def figure_svg(fig)->bytes:
         fig.savefig(buf, format="svg", facecolor="white", metadata={"Date": None})
     return buf.getvalue().replace(b"<text ", b'<text xml:space="preserve" ')    # the labels' indentation stays
 
-# %% ../../nbs/14a_explore_fits.ipynb #bebf846a
+# %% ../../nbs/14a_explore_fits.ipynb #427654b7
 FITS_AHEAD = 9      # settings traced ahead after each answer (at most; `FitsTab.n_ahead`)
 
 PRECISIONS = {"fp32": ("fp32", None), "fp32, bf16 compute": ("fp32", "bf16"), "bf16": ("bf16", None),
               "bf16, bf16 compute": ("bf16", "bf16")}   # the tab's precision: (param_dtype, mixed_precision)
 JOB_PRECISION = "(the job's)"   # the tab's precision with a job: its own dtypes, LoRA's and autocast included
 
+# %% ../../nbs/14a_explore_fits.ipynb #c321ba08
 class FitsTab:
     "The explorer's 'will it fit?' tab: step memory per rank, by category, against the device's memory."
     def __init__(self, explorer:PlanExplorer):
@@ -64,7 +65,7 @@ class FitsTab:
         if getattr(self.ex, "job", None) is not None: self.ex.show_job()   # the job's step is the tab's knobs
         if self.ex.tabs.selected_index == 3: self.update()
 
-# %% ../../nbs/14a_explore_fits.ipynb #76c86818
+# %% ../../nbs/14a_explore_fits.ipynb #b1478a3f
 @patch_to(FitsTab)
 def setting(self:FitsTab)->dict:
     "The knobs that make a trace: world, batch, seq, precision, checkpointing."
@@ -78,6 +79,7 @@ def key(self:FitsTab, s:dict|None=None)->tuple:
     if self.ex.job is not None: return ("job", repr(self.job_of(s)))   # a job: the job is all a trace depends on
     return (id(self.ex.model), repr(self.ex.config), s["world"], s["batch"], s["seq"], s["precision"], s["ckpt"])
 
+# %% ../../nbs/14a_explore_fits.ipynb #fa7656b8
 def _text_model(model:nn.Module, wrap:WrapConfig)->tuple:
     "What a step trains: of a multi-stage Omni model its thinker alone (as `lfk fits`), with the plan's classes it has."
     import dataclasses
@@ -97,13 +99,14 @@ def _trace_kwargs(s:dict)->dict:
     return dict(world=s["world"], batch=s["batch"], seq=s["seq"], mixed_precision=mixed, param_dtype=param_dtype,
                 activation_checkpointing=s["ckpt"])
 
-# %% ../../nbs/14a_explore_fits.ipynb #jobfits14a
+# %% ../../nbs/14a_explore_fits.ipynb #7b97cd20
 def _knobs_from_job(tab:FitsTab, job):
     "The tab's knobs start at the job's step: its world (8 where it has none), batch, seq, precision, checkpointing."
     tab.world.value, tab.batch.value, tab.seq.value = job.world or tab.world.value, job.batch, job.seq
     tab.precision.options = [JOB_PRECISION] + list(PRECISIONS); tab.precision.value = JOB_PRECISION
     tab.checkpointing.value = bool(job.wrap.activation_checkpointing)
 
+# %% ../../nbs/14a_explore_fits.ipynb #14ad9aa6
 @patch_to(FitsTab)
 def job_of(self:FitsTab, s:dict|None=None):
     "The job the tab answers for: the panel's (`PlanExplorer.current_job`), with the step the tab's knobs say."
@@ -135,10 +138,10 @@ def _job_status(tab:FitsTab, sm)->str:
         out += f"<small>{H.escape('not in the trace:' + sm.forward.split('not in the trace:', 1)[1])}</small><br>"
     return out
 
-# %% ../../nbs/14a_explore_fits.ipynb #926b2885
+# %% ../../nbs/14a_explore_fits.ipynb #1b8ffcac
 @patch_to(FitsTab)
 def predict(self:FitsTab):
-    "The `StepMemory` of the knobs' values: kept, or being traced ahead (wait for its rest), or traced now (or why not)."
+    "The `StepMemory` of the knobs' values: kept, or traced ahead (its rest waited for), or traced now (or why not)."
     from lora_fsdp_kit.fits.core import predict_job, predict_step_memory
     k = self.key()
     if k not in self._traces and self._running and self._running[0] == k:
@@ -152,6 +155,7 @@ def predict(self:FitsTab):
     if isinstance(self._traces[k], Exception): raise self._traces[k]
     return self._traces[k]
 
+# %% ../../nbs/14a_explore_fits.ipynb #a167a1c0
 @patch_to(FitsTab)
 def update(self:FitsTab):
     "Answer a knob: grey the picture, predict (or take the kept trace), draw the bars against the device line."
@@ -181,7 +185,7 @@ def update(self:FitsTab):
     if self.ex.job is not None: self.status.value = _job_status(self, sm) + self.status.value
     if self.ex.ahead: self.trace_ahead()
 
-# %% ../../nbs/14a_explore_fits.ipynb #2599be76
+# %% ../../nbs/14a_explore_fits.ipynb #a1e223f0
 @patch_to(FitsTab)
 def neighbours(self:FitsTab)->list[dict]:
     "The settings one change away, nearest first: checkpointing, batch, seq, world, precision."
@@ -206,6 +210,7 @@ def trace_ahead(self:FitsTab):
                        if self.key(s) not in self._traces]
         self._pump()
 
+# %% ../../nbs/14a_explore_fits.ipynb #738f7a3b
 @patch_to(FitsTab)
 def _pump(self:FitsTab):
     "Send the next queued trace to the worker when none runs there (one at a time: a running one is really running)."
@@ -252,7 +257,7 @@ def _job_in_worker(job):
 
 @patch_to(FitsTab)
 def stop(self:FitsTab):
-    "Stop tracing ahead: the queue goes, and the worker process (if one was started) ends; a later answer may start another."
+    "Stop tracing ahead: the queue goes, the worker process (if one was started) ends; a later answer may start one."
     with self._qlock:
         self._queue, w, self._worker = [], self._worker, None
     if w is not None: w.shutdown(wait=True, cancel_futures=True)

@@ -63,7 +63,7 @@ def engine_of(llm)->"Engine":
     llm._lfk_engine = eng = getattr(importlib.import_module(mod), cls)(llm)
     return eng
 
-# %% ../../nbs/13_rollout.ipynb #eace4acb
+# %% ../../nbs/13_rollout.ipynb #e89594fc
 @dataclass
 class _Pushed:
     "What the kit keeps of an adapter it pushed: enough to push it again after `push_merged`, and to certify it."
@@ -79,6 +79,7 @@ class _EngineState:
     reloads: int = 0                           # calls the last `push_merged` made
     params: tuple|None = None                  # the engine model's ({name: shape}, class, MoE blocks), once read
 
+# %% ../../nbs/13_rollout.ipynb #f3ed0095
 class Engine:
     "What the kit needs of an engine. Subclass it, `register_engine` it: the kit's pushes and `certify` then work."
     def __init__(self, llm): self.llm, self.state = llm, _EngineState()
@@ -215,8 +216,8 @@ def bucket_problem(bucket:list,                 # (name, tensor) pairs that one 
                   )->str|None:                  # why the engine must not reload it, or None
     "A name the engine's model lacks, a shape it does not have, a layer it holds only part of, an MoE block's weight."
     if inside := [n for n, _ in bucket if any(n.startswith(b + ".") for b in moe)]:
-        return (f"{len(inside)} tensors lie in MoE blocks of the engine's {model_class} ({', '.join(inside[:2])}, ...): "
-                + moe_why)
+        return (f"{len(inside)} tensors lie in MoE blocks of the engine's {model_class} "
+                f"({', '.join(inside[:2])}, ...): " + moe_why)
     parts = {p: (f, len(ps)) for f, ps in fused.items() for p in ps}
     layer = lambda n: _fused_key(n, parts)[0].rsplit(".", 1)[0]   # the engine's layer a tensor loads into
     if unknown := [n for n, _ in bucket if n not in params]:
@@ -240,7 +241,7 @@ def reference_logprobs(model:nn.Module, token_ids:list[int])->torch.Tensor:
         logits = model(input_ids=torch.tensor([list(token_ids)])).logits[0, :-1].double()
     return logits.log_softmax(-1).gather(1, torch.tensor(token_ids[1:])[:, None])[:, 0]
 
-# %% ../../nbs/13_rollout.ipynb #07163377
+# %% ../../nbs/13_rollout.ipynb #01f29e52
 class CertifyError(AssertionError):
     "The engine does not serve the weights it was given."
 
@@ -260,6 +261,7 @@ class Certificate:
                 + (f", {self.probes} probe tokens within {self.max_logprob_diff:.1e} of HF + peft"
                    if self.probes else ""))
 
+# %% ../../nbs/13_rollout.ipynb #caeebc2a
 def _copy_problems(got:dict, want:dict, source:dict)->tuple[str|None, float]:
     "(what differs between an engine's copy and what the tensors imply, in a line, or None; the largest difference)."
     diff = {k: (got[k] - want[k]).abs().max().item() if k in got and got[k].shape == want[k].shape else float("inf")
@@ -320,7 +322,7 @@ def _full_sizes(model:nn.Module)->list[int]:
     if is_sharded(model): return [p.nbytes for p in sharded_view(model).by_name.values()]
     return [p.numel() * p.element_size() for p in model.parameters()]
 
-def bucket_bytes(model:nn.Module,             # the model whose weights are streamed (wrapped or not; any device, meta too)
+def bucket_bytes(model:nn.Module,             # the model whose weights are streamed (wrapped or not; any device, meta)
                  free_bytes:int|None=None,    # memory the trainer can spare now; None: measured (see below)
                  fraction:float=0.25,         # share of it one bucket may take
                 )->int:                        # bytes per bucket for `iter_lora_buckets` / `buckets`

@@ -18,7 +18,7 @@ WORKER_EXTENSION = "lora_fsdp_kit.rollout.vllm.RolloutWorker"   # what `engine_a
 __all__ = ['WORKER_EXTENSION', 'quiet', 'engine_args', 'RolloutWorker', 'engine_copy', 'expected_copy', 'served_logprobs',
            'VLLMEngine']
 
-# %% ../../nbs/13a_rollout_vllm.ipynb #8ab2b714
+# %% ../../nbs/13a_rollout_vllm.ipynb #52ef6af2
 @contextlib.contextmanager
 def quiet():
     "Keep vLLM's start-up chatter out of a notebook: C++ warnings on fd 2, progress bars, Python warnings."
@@ -33,17 +33,19 @@ def quiet():
         if bars is None: os.environ.pop("TQDM_DISABLE", None)
         else: os.environ["TQDM_DISABLE"] = bars
 
+# %% ../../nbs/13a_rollout_vllm.ipynb #63a17b6b
 def _refuse_inproc_beside_ranks(backend:str|None=None):
     "One line, at once, where an engine core in this process would hang in vLLM's start: beside a job's other ranks."
     import torch.distributed as dist
     # external_launcher: every rank builds an engine, so every rank enters vLLM's groups (one engine per rank)
     if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0" or backend == "external_launcher": return
-    if dist.is_initialized() and (n := dist.get_world_size()) > 1:   # measured: vLLM 0.32 waited past a 300 s timeout, printing nothing
+    # measured: vLLM 0.32 waited past a 300 s timeout, printing nothing
+    if dist.is_initialized() and (n := dist.get_world_size()) > 1:
         raise RuntimeError(f"an engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) hangs in vLLM's start "
                            f"beside this job's {n} ranks: it builds its groups with torch.distributed.new_group over "
                            f"the trainer's group, a collective that only rank {dist.get_rank()} enters; unset "
-                           f"VLLM_ENABLE_V1_MULTIPROCESSING (vLLM's default: the engine core in a process of its own), or "
-                           f"build an engine on every rank (distributed_executor_backend='external_launcher')")
+                           f"VLLM_ENABLE_V1_MULTIPROCESSING (vLLM's default: the engine core in a process of its own), "
+                           f"or build an engine on every rank (distributed_executor_backend='external_launcher')")
 
 def engine_args(model:str,           # a folder holding a transformers model (config.json and weights)
                 max_lora_rank:int=8, # the largest LoRA rank that will be pushed
@@ -98,7 +100,7 @@ class RolloutWorker:
 
     def lfk_slots(self, lora_id:int)->dict|None: return _slot_diffs(self, lora_id)   # see below
 
-# %% ../../nbs/13a_rollout_vllm.ipynb #d7471b4d
+# %% ../../nbs/13a_rollout_vllm.ipynb #a1dc9b8a
 def _full_io(mod, i:int, a_in:int, b_out:int)->tuple[int, int]|None:
     "(in, out) features of slot `i` of LoRA layer `mod` over every tensor-parallel rank (its buffers hold one rank's)."
     base, tp = getattr(mod, "base_layer", None), getattr(mod, "tp_size", 1)
@@ -112,6 +114,7 @@ def _full_io(mod, i:int, a_in:int, b_out:int)->tuple[int, int]|None:
     if "ColumnParallel" in kind: return a_in, base.output_size
     return None   # a layer whose shards the kit does not know: unchecked here (`certify`'s probe still scores it)
 
+# %% ../../nbs/13a_rollout_vllm.ipynb #db56a8cf
 def _shape_problems(am, lora)->list[str]:
     "One line per module of vLLM's `LoRAModel` `lora` whose A or B does not fit the engine's LoRA slots (`am`'s)."
     slot = {s: (m, i) for m, subs in am.packed_modules.items() for i, s in enumerate(subs)}
@@ -217,7 +220,8 @@ def _refuse_moe_engine(am):
     if moe and current_platform.is_cpu():
         raise NotImplementedError(f"vLLM's CPU build serves no LoRA on a MoE model: its MoE LoRA kernels are Triton's "
                                   f"(GPU only), and {len(moe)} expert layers ({', '.join(moe[:2])}, ...) would run "
-                                  f"them; serve it on a GPU (here push_merged takes the weights outside its MoE blocks only)")
+                                  f"them; serve it on a GPU (here push_merged takes the weights outside its MoE blocks "
+                                  f"only)")
 
 # %% ../../nbs/13a_rollout_vllm.ipynb #bed8faa2
 def _engine_params(llm)->tuple[dict|None, str, tuple]:

@@ -37,7 +37,7 @@ __all__ = ['QKVO', 'case_model', 'case_config', 'case_policy', 'case_wrap', 'tra
            'gather_case', 'gather_cases', 'export_demo', 'profile_strategies', 'strip_lora_fsdp_rank',
            'fsdp1_dtype_rank', 'sharded_example', 'covering_array']
 
-# %% ../../nbs/95_testing.ipynb #t95t05
+# %% ../../nbs/95_testing.ipynb #56ab501c
 QKVO = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 def _randomize_lora_b(pm:nn.Module, seed:int):
@@ -46,6 +46,7 @@ def _randomize_lora_b(pm:nn.Module, seed:int):
         for n, p in pm.named_parameters():
             if ".lora_B." in n: p.copy_((torch.randn(p.shape, generator=gen) * 0.02).to(p.dtype))
 
+# %% ../../nbs/95_testing.ipynb #e298d24a
 def case_model(model:str="llama",                 # a tiny model of `lora_fsdp_kit.models`
                *,
                r:int=8,                           # LoRA rank
@@ -72,7 +73,7 @@ def case_model(model:str="llama",                 # a tiny model of `lora_fsdp_k
     _randomize_lora_b(pm, 2)
     return pm
 
-# %% ../../nbs/95_testing.ipynb #1a56e304
+# %% ../../nbs/95_testing.ipynb #b502974e
 _CASE_POLICIES = {"peft": dict(policy="peft"), "guarded": dict(policy="lora", min_num_params=20_000),
                   "layer": dict(policy="layer"), "size": dict(policy="size", min_num_params=20_000),
                   "root": dict(policy="root")}
@@ -90,6 +91,7 @@ def case_config(policy:str="peft",          # peft, guarded (LoRA leaves | layer
     return WrapConfig(flavour="fsdp2" if setting == "fsdp2" else "fsdp1", use_orig_params=setting == "fsdp1-orig",
                       sharding=sharding, shard_size=shard if hybrid else None, **_CASE_POLICIES[policy])
 
+# %% ../../nbs/95_testing.ipynb #916b25e3
 def case_policy(pm:nn.Module, kind:str):
     "An FSDP1 wrap policy by name: peft, guarded, layer, size (20k params), root (all in the root unit)."
     return case_config(kind).auto_wrap_policy(pm)
@@ -103,7 +105,7 @@ def case_wrap(pm:nn.Module,                 # the model from `case_model`
     "Wrap `pm` as `case_config(policy, setting, sharding, shard)` says (inside a process group)."
     return case_config(policy, setting, sharding, shard).wrap(pm)
 
-# %% ../../nbs/95_testing.ipynb #t95t07
+# %% ../../nbs/95_testing.ipynb #5657cd98
 def _vocab(model:nn.Module)->int:
     # the first nn.Embedding inside: peft's layers around it (LoRA, trainable tokens) do not say its size
     emb = peft_model_of(model).get_input_embeddings()
@@ -121,6 +123,7 @@ def training_batch(model:nn.Module,    # a peft model, FSDP-wrapped or not
     g = torch.Generator().manual_seed(seed * 1_000_003 + rank * 1009 + step)
     return torch.randint(0, vocab or _vocab(model), (batch, seq), generator=g)
 
+# %% ../../nbs/95_testing.ipynb #1792ac0f
 def train_steps(model:nn.Module,     # a peft model, FSDP-wrapped or not
                 steps:int=3,         # optimizer steps
                 *,
@@ -140,7 +143,6 @@ def train_steps(model:nn.Module,     # a peft model, FSDP-wrapped or not
         loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
     return losses
-
 
 # %% ../../nbs/95_testing.ipynb #t95t07b
 def peft_reference(wrapped:nn.Module,        # the trained FSDP-wrapped model
@@ -163,6 +165,40 @@ def _equal(got:dict, ref:dict)->bool:
 
 def _same_set(got:dict, ref:dict)->bool:
     return set(got) == set(ref) and all(torch.equal(got[k], ref[k]) for k in ref)
+
+# %% ../../nbs/95_testing.ipynb #6352b66f
+def _gathered(fm:nn.Module, eng, plan, order:list, got:dict, c:AllGatherCounter, ref:dict, pristine:dict,
+              adapter_name:str)->dict:
+    "`gather_case`'s checks of the gather after training: the tensors against peft's, the bytes against the plan's."
+    shapes = {n: eng.owner(n).shape for n in eng.lora_names(adapter_name)}
+    group = next((t.group for t in eng.shards(list(shapes)) if t.group is not None), None)
+    world = dist.get_world_size(group) if group is not None else 1
+    pb, pp = predict(plan, "packed", world=world, shapes=shapes, adapter_name=adapter_name,
+                     param_order=order)
+    lora_bytes = sum(t.numel() * t.element_size() for t in ref.values())
+    # the caller's own: detached, on memory none of the model's parameters (sharded or not) sits on
+    model_mem = {(p.to_local() if hasattr(p, "to_local") else p).untyped_storage().data_ptr()
+                 for p in fm.parameters()}
+    return dict(n_lora=len(ref), keys_equal=list(got) == list(ref), values_equal=_equal(got, ref),
+                changed=any(not torch.equal(ref[k], pristine[k]) for k in ref),
+                own_storage=all(not t.requires_grad and t.untyped_storage().data_ptr() not in model_mem
+                                for t in got.values()),
+                collectives=c.calls, bytes_gathered=c.bytes, lora_bytes=lora_bytes, predicted_bytes=pb,
+                shard_world=world, padded_bytes=_padded_bytes(eng, shapes, ref, world),
+                n_units=len(eng.units))
+
+def _rank0_only(fm:nn.Module, ref:dict, adapter_name:str)->dict:
+    "`rank0_only=True`: the whole adapter on rank 0, nothing on the others; its bytes and collectives."
+    with AllGatherCounter() as c0: got0 = gather_lora(fm, rank0_only=True, adapter_name=adapter_name)
+    return dict(rank0_only_ok=_equal(got0, ref) if dist.get_rank() == 0 else got0 == {},
+                rank0_only_bytes=c0.bytes, rank0_only_collectives=c0.calls)
+
+def _merged_matches(fm:nn.Module, merged_ref:dict, adapter_name:str)->dict:
+    "The merged stream against peft's merged weights: the same names, the same values, every tensor whole."
+    mw = dict(iter_merged_weights(fm, adapter_name=adapter_name))
+    return dict(merged_names_equal=set(mw) == set(merged_ref), merged_equal=_same_set(mw, merged_ref),
+                merged_full=all(not hasattr(t, "to_local") and t.shape == merged_ref[k].shape
+                                for k, t in mw.items() if k in merged_ref))
 
 # %% ../../nbs/95_testing.ipynb #2dbb6609
 def gather_case(model:str="llama",          # a tiny model of `lora_fsdp_kit.models`
@@ -196,30 +232,9 @@ def gather_case(model:str="llama",          # a tiny model of `lora_fsdp_kit.mod
         if steps: res["losses"] = train_steps(fm, steps, optimizer=lambda ps: torch.optim.AdamW(ps, lr=1e-2))
         ref, merged_ref = peft_reference(fm, copy_, adapter_name)
         with AllGatherCounter() as c: got = gather_lora(fm, adapter_name=adapter_name)
-        shapes = {n: eng.owner(n).shape for n in eng.lora_names(adapter_name)}
-        group = next((t.group for t in eng.shards(list(shapes)) if t.group is not None), None)
-        world = dist.get_world_size(group) if group is not None else 1
-        pb, pp = predict(plan, "packed", world=world, shapes=shapes, adapter_name=adapter_name,
-                         param_order=order)
-        lora_bytes = sum(t.numel() * t.element_size() for t in ref.values())
-        # the caller's own: detached, on memory none of the model's parameters (sharded or not) sits on
-        model_mem = {(p.to_local() if hasattr(p, "to_local") else p).untyped_storage().data_ptr()
-                     for p in fm.parameters()}
-        res.update(n_lora=len(ref), keys_equal=list(got) == list(ref), values_equal=_equal(got, ref),
-                   changed=any(not torch.equal(ref[k], pristine[k]) for k in ref),
-                   own_storage=all(not t.requires_grad and t.untyped_storage().data_ptr() not in model_mem
-                                   for t in got.values()),
-                   collectives=c.calls, bytes_gathered=c.bytes, lora_bytes=lora_bytes, predicted_bytes=pb,
-                   shard_world=world, padded_bytes=_padded_bytes(eng, shapes, ref, world),
-                   n_units=len(eng.units))
-        with AllGatherCounter() as c0: got0 = gather_lora(fm, rank0_only=True, adapter_name=adapter_name)
-        res.update(rank0_only_ok=_equal(got0, ref) if dist.get_rank() == 0 else got0 == {},
-                   rank0_only_bytes=c0.bytes, rank0_only_collectives=c0.calls)
-        if merged:
-            mw = dict(iter_merged_weights(fm, adapter_name=adapter_name))
-            res.update(merged_names_equal=set(mw) == set(merged_ref), merged_equal=_same_set(mw, merged_ref),
-                       merged_full=all(not hasattr(t, "to_local") and t.shape == merged_ref[k].shape
-                                       for k, t in mw.items() if k in merged_ref))
+        res.update(_gathered(fm, eng, plan, order, got, c, ref, pristine, adapter_name))
+        res.update(_rank0_only(fm, ref, adapter_name))
+        if merged: res.update(_merged_matches(fm, merged_ref, adapter_name))
     except Exception:
         res["error"] = traceback.format_exc()
     res["seconds"] = time.perf_counter() - t0
@@ -280,52 +295,56 @@ def profile_strategies(model_name:str="llama",    # a tiny model of `lora_fsdp_k
     for s in ("whole", "per_unit", "lora_only", "packed"): out[("fsdp2", s)] = measure_gather(fm, s, plan=plan)
     return out
 
+# %% ../../nbs/95_testing.ipynb #ae3ab3ff
+def _lora_grad_sq(model:nn.Module, sharded:bool)->float:
+    "Sum of squared LoRA gradients over the whole model (each rank holds a shard of them when sharded)."
+    s = torch.zeros(())
+    for n, p in model.named_parameters():
+        if "lora_" in n and p.grad is not None:
+            g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+            s += g.float().pow(2).sum()
+    if sharded: dist.all_reduce(s)
+    return s.item()
+
+def _wrap_stripped(model:nn.Module, fl:str)->tuple[nn.Module, int]:
+    "`model` wrapped on its layer classes with FSDP1 (`fl` 'fsdp1') or FSDP2 on CPU ranks, and its number of units."
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, fully_shard
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+    from torch.distributed.device_mesh import init_device_mesh
+    if fl == "fsdp1":
+        policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=_layer_classes(model))
+        wrapped = FSDP(model, auto_wrap_policy=policy, device_id=torch.device("cpu"), use_orig_params=True)
+        return wrapped, sum(isinstance(x, FSDP) for x in wrapped.modules())
+    if fl == "fsdp2":
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        layer_cls = tuple(_layer_classes(model))
+        layers = [x for x in model.modules() if isinstance(x, layer_cls)]
+        for x in reversed(layers): fully_shard(x, mesh=mesh)   # children first: the tower holds its layers
+        return fully_shard(model, mesh=mesh), len(layers) + 1
+    raise ValueError(f"unknown flavour {fl!r}: use 'fsdp1' or 'fsdp2'")
+
 # %% ../../nbs/95_testing.ipynb #43579e55
 def strip_lora_fsdp_rank(model_names:tuple[str, ...]=("qwen3_omni", "qwen2_5_omni"),  # tiny multi-stage models
                          flavours:tuple[str, ...]=("fsdp1", "fsdp2"),  # which FSDP flavours to run, in turn
                         )->dict:   # per model and flavour: loss and LoRA gradient norm², sharded and unsharded
     "On each rank: strip, LoRA on the thinker, wrap with FSDP, one forward/backward; compare with the unsharded model."
-    import functools, torch.distributed as dist
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, fully_shard
-    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
-    from torch.distributed.device_mesh import init_device_mesh
-    world = dist.get_world_size()
     ids = torch.randint(0, 400, (2, 9), generator=torch.Generator().manual_seed(0))
     def fresh(name):
         m = tiny_model(name); rep = strip_submodules(m)
         return route_forward(add_lora(m, modules="thinker")), rep
-    def lora_grad_sq(model, sharded):
-        "Sum of squared LoRA gradients over the whole model (each rank holds a shard of them when sharded)."
-        s = torch.zeros(())
-        for n, p in model.named_parameters():
-            if "lora_" in n and p.grad is not None:
-                g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-                s += g.float().pow(2).sum()
-        if sharded: dist.all_reduce(s)
-        return s.item()
     results = {}
     for name in model_names:
         ref_model, rep = fresh(name)
         ref_loss = ref_model(input_ids=ids, labels=ids).loss
         ref_loss.backward()
-        ref, ref_g = ref_loss.item(), lora_grad_sq(ref_model, False)
+        ref, ref_g = ref_loss.item(), _lora_grad_sq(ref_model, False)
         out = results[name] = dict(removed=rep.removed_names, params_after=rep.after.params)
         for fl in flavours:
             model, _ = fresh(name)
-            if fl == "fsdp1":
-                policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=_layer_classes(model))
-                wrapped = FSDP(model, auto_wrap_policy=policy, device_id=torch.device("cpu"), use_orig_params=True)
-                units = sum(isinstance(x, FSDP) for x in wrapped.modules())
-            elif fl == "fsdp2":
-                mesh = init_device_mesh("cpu", (world,))
-                layer_cls = tuple(_layer_classes(model))
-                layers = [x for x in model.modules() if isinstance(x, layer_cls)]
-                for x in reversed(layers): fully_shard(x, mesh=mesh)   # children first: the tower holds its layers
-                wrapped = fully_shard(model, mesh=mesh); units = len(layers) + 1
-            else: raise ValueError(f"unknown flavour {fl!r}: use 'fsdp1' or 'fsdp2'")
+            wrapped, units = _wrap_stripped(model, fl)
             loss = wrapped(input_ids=ids, labels=ids).loss
             loss.backward()
-            out[fl] = dict(loss=loss.item(), ref_loss=ref, units=units, lora_grad_sq=lora_grad_sq(wrapped, True),
+            out[fl] = dict(loss=loss.item(), ref_loss=ref, units=units, lora_grad_sq=_lora_grad_sq(wrapped, True),
                            ref_lora_grad_sq=ref_g)
             del wrapped, model
     return results
@@ -352,14 +371,15 @@ def fsdp1_dtype_rank()->dict:
                 out[(case, when)] = f"refused: {str(e).splitlines()[0]}"
     return out
 
-# %% ../../nbs/95_testing.ipynb #dfa80b8c
+# %% ../../nbs/95_testing.ipynb #6c3d2fd4
 def _torch_fn(path:str):
     "The object at a 'module:Qual.name' path, as torch holds it now."
     mod, _, name = path.partition(":")
     return functools.reduce(getattr, name.split("."), importlib.import_module(mod))
 
+# %% ../../nbs/95_testing.ipynb #cfc878b2
 def sharded_example()->dict:
-    "Rank function: FSDP2 with module `0` sharded on dim 1 (view, pieces, cache); the collectives of a step, both flavours."
+    "Rank function: FSDP2 with module `0` sharded on dim 1 (view, pieces, cache); a step's collectives, both flavours."
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, fully_shard
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
     from torch.distributed.tensor import Shard
@@ -385,19 +405,20 @@ def sharded_example()->dict:
                 cached=sharded_view(m) is view and sharded_view(m1) is v1,
                 rebuilt_after_rewrap=sharded_view(m3) is not v1 and sharded_view(m3).model is m3)
 
-# %% ../../nbs/95_testing.ipynb #b090bc5f
+# %% ../../nbs/95_testing.ipynb #bfe0ab5e
 def _pairs(idx:tuple[int, ...])->tuple[tuple, ...]:
     "The (dimension, value index) singles and pairs one row of value indices covers."
     n = len(idx)
     return tuple(((d, idx[d]),) for d in range(n)) + tuple(((d, idx[d]), (e, idx[e])) for d in range(n)
                                                          for e in range(d + 1, n))
 
+# %% ../../nbs/95_testing.ipynb #ceeaca06
 def covering_array(dims:dict[str, Sequence],                  # dimension name -> its values (any objects, in order)
                    allowed:Callable[[dict], bool]|None=None,  # a row this rejects is never used (impossible combos)
                    must:Sequence[dict]=(),                    # rows that come first, whatever they cover
                    max_product:int=200_000,                   # the most rows of the full product searched
                    )->list[dict]:
-    "Rows (dicts of `dims`' keys) in which every value, and every pair of values of two dimensions, appears at least once."
+    "Rows (dicts of `dims`' keys) where every value, and every pair of values of two dimensions, appears once or more."
     names, values = list(dims), [list(v) for v in dims.values()]
     if empty := [n for n, v in zip(names, values) if not v]:
         raise ValueError(f"covering_array: dimension(s) {empty} have no values; give each dimension at least one")

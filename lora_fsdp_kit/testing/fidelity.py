@@ -42,7 +42,7 @@ def planned_units(plan:Plan)->list[tuple[str, list[str]]]:
     "The plan in `units_of` form (sorted by unit name), for comparison with a really wrapped model."
     return sorted((u.name, sorted(u.param_names)) for u in plan.units)
 
-# %% ../../nbs/95c_fidelity.ipynb #0a75722b
+# %% ../../nbs/95c_fidelity.ipynb #076d5d41
 def _wrapped_module_names(model:nn.Module)->set[str]:
     "Clean names of the modules FSDP1 or FSDP2 has turned into units so far (also after a failed wrap)."
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, FSDPModule
@@ -76,6 +76,7 @@ def _run_case(build:Callable, cfg:WrapConfig, opts:dict, r:dict):
             done = _wrapped_module_names(model)
             r["failed_at"] = next((u.name for u in plan.units if u.name not in done), None)
 
+# %% ../../nbs/95c_fidelity.ipynb #23f6a269
 def fidelity_check(cases:Sequence[tuple],   # (picklable model factory, WrapConfig[, options dict])
                    forward:bool=False,      # run a forward and a backward in every case (an option overrides it)
                   )->list[dict]:

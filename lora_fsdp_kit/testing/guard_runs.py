@@ -22,19 +22,21 @@ from ..platform import get_platform
 from .toys import HAZARD_MODELS, _build, _data_kind, hazard_batch, hazard_loss
 from ..plan.wrap import WrapConfig
 
-LAYER = WrapConfig(flavour="fsdp1", policy="layer", use_orig_params=True)   # decoder layers (blocks) as FSDP1 units: right
-F2_LAYER = WrapConfig(flavour="fsdp2", targets="**.blocks.*")                # FSDP2 layer groups: divergent with other data
+# decoder layers (blocks) as FSDP1 units: right; FSDP2 layer groups: divergent with other data
+LAYER = WrapConfig(flavour="fsdp1", policy="layer", use_orig_params=True)
+F2_LAYER = WrapConfig(flavour="fsdp2", targets="**.blocks.*")
 
 # %% auto #0
 __all__ = ['LAYER', 'F2_LAYER', 'hazard_case', 'hazard_cases', 'hazard_reference', 'hazard_outcome', 'guard_overhead',
            'FailingStore', 'InterruptingStore', 'guard_case', 'guard_cases', 'guard_store_keys', 'guard_job']
 
-# %% ../../nbs/95e_guard_runs.ipynb #hzx00008
+# %% ../../nbs/95e_guard_runs.ipynb #42e96dea
 def _lora_after(model:nn.Module)->dict[str, torch.Tensor]:
     "The full LoRA tensors of a wrapped model (peft's adapter state-dict keys, as numpy arrays), via the kit's gather."
     # numpy, not tensors: torch sends tensors between processes through shared memory the exiting rank takes along
     return {k: v.float().numpy() for k, v in gather_lora(model, progress=False).items()}
 
+# %% ../../nbs/95e_guard_runs.ipynb #58f51e2a
 def hazard_case(name:str,                 # "branch", "branch_drop", "switch" or "llama"
                 spec:WrapConfig,          # the wrapping
                 conditional:str|None=None,# name globs of modules not every rank runs (a layer-drop), for the plan
@@ -45,11 +47,11 @@ def hazard_case(name:str,                 # "branch", "branch_drop", "switch" or
                )->dict:
     "Inside a rank: one SGD step of `name` wrapped as `spec` on this rank's data; loss, LoRA after it, collectives."
     rank = dist.get_rank()
-    # a fresh group with a short timeout per case: a mismatching case fails instead of hanging the rest; the
-    # barrier on the default group waits for a rank still failing out of the previous case
-    dist.barrier()
+    dist.barrier()   # on the default group: a rank still failing out of the previous case is waited for
+    # a fresh group with a short timeout per case: a mismatching case fails instead of hanging the rest
     pg = dist.new_group(timeout=datetime.timedelta(seconds=wait))
-    if not isinstance(spec, WrapConfig): raise TypeError(f"hazard_case: spec must be a WrapConfig, not {type(spec).__name__}")
+    if not isinstance(spec, WrapConfig):
+        raise TypeError(f"hazard_case: spec must be a WrapConfig, not {type(spec).__name__}")
     cfg = spec
     res = dict(name=name, spec=spec, same=same, guard=guard, loss=None, lora=None, events=[], error=None,
                findings=sorted({f.check for f in cfg.plan(_build(name), conditional=conditional).check()
@@ -76,7 +78,7 @@ def hazard_case(name:str,                 # "branch", "branch_drop", "switch" or
     res["events"], res["guard_seconds"] = [e.key() for e in g.events], g.seconds
     return res
 
-# %% ../../nbs/95e_guard_runs.ipynb #ecd7ebc0
+# %% ../../nbs/95e_guard_runs.ipynb #d5b78dbd
 def hazard_cases(cases:Sequence[dict])->list[dict]:
     "Inside a rank: `hazard_case(**c)` for each case, in order (one launch for many cases)."
     return [hazard_case(**c) for c in cases]
@@ -95,6 +97,7 @@ def hazard_reference(name:str,            # the hazard model
     return dict(losses=[l.item() for l in losses], lora={k: v.detach().clone()
                                                          for k, v in get_peft_model_state_dict(model).items()})
 
+# %% ../../nbs/95e_guard_runs.ipynb #bebe393c
 def hazard_outcome(ranks:list[dict],   # one case's result on every rank
                    ref:dict,           # `hazard_reference` of the same model and data
                    atol:float=1e-5,
@@ -183,10 +186,30 @@ def _wrap(name:str, cfg:WrapConfig, ranks:list[int], pg, hybrid:bool):
         kw = dict(mesh=DeviceMesh.from_group(pg, "cpu")) if cfg.flavour == "fsdp2" else dict(process_group=pg)
         return cfg.wrap(model, **kw)
 
-# %% ../../nbs/95e_guard_runs.ipynb #96cda267
+# %% ../../nbs/95e_guard_runs.ipynb #9377170d
+def _inject(g, model:nn.Module, fault:str|None, hit:bool, delay:float):
+    "Inside the guard, before the step: the fault `guard_case` asks for, on its rank (`hit`) or on the late peer."
+    if hit and fault == "write": g.store = FailingStore(g.store)
+    if hit and fault in ("ctrl-c waiting", "ctrl-c after all wrote"):
+        g.store = InterruptingStore(g.store, after=fault.endswith("wrote"))
+    if fault == "ctrl-c waiting" and not hit: time.sleep(delay)   # the peer is late: the slot is taken back
+    if hit and fault == "slow": time.sleep(delay)
+    if hit and fault == "before": raise ValueError("injected before the first collective")
+    if hit and fault in ("between", "ctrl-c between"):   # after the all-gathers of the root and 2 blocks
+        block = [m for m in model.modules() if type(m).__name__ == "BranchBlock"][1]
+        err = KeyboardInterrupt() if fault.startswith("ctrl-c") else ValueError("injected between collectives")
+        block.register_forward_pre_hook(lambda *a: (_ for _ in ()).throw(err))
+
+def _left_keys(g, ranks:list[int])->list[str]:
+    "The guard's store keys around its last collective that are still there (a failed step must leave none)."
+    last = g.base + g._last
+    keys = [f"{g.prefix}/{j}/{q}" for j in range(max(0, last - 1), last + 2) for q in ranks]
+    return [k for k in keys if g.store.check([k])]
+
+# %% ../../nbs/95e_guard_runs.ipynb #f9e9a9a0
 def guard_case(name:str="branch",        # a hazard model of `toys` ("branch", "switch")
                spec:WrapConfig=LAYER,    # its wrapping
-               same:bool=True,           # every rank gets rank 0's batch (else its own: diverges on divergent wrappings)
+               same:bool=True,           # every rank gets rank 0's batch (else its own: divergent wrappings diverge)
                fault:str|None=None,      # None, "slow", "before", "between", "write", or "ctrl-c" + " between",
                                          # " waiting" (a peer still missing) or " after all wrote"
                on:int=1,                 # the rank the fault is injected on
@@ -210,31 +233,20 @@ def guard_case(name:str="branch",        # a hazard model of `toys` ("branch", "
     t0 = time.perf_counter()
     try:
         with g:
-            if hit and fault == "write": g.store = FailingStore(g.store)
-            if hit and fault in ("ctrl-c waiting", "ctrl-c after all wrote"):
-                g.store = InterruptingStore(g.store, after=fault.endswith("wrote"))
-            if fault == "ctrl-c waiting" and not hit: time.sleep(delay)   # the peer is late: the slot is taken back
-            if hit and fault == "slow": time.sleep(delay)
-            if hit and fault == "before": raise ValueError("injected before the first collective")
-            if hit and fault in ("between", "ctrl-c between"):   # after the all-gathers of the root and 2 blocks
-                block = [m for m in model.modules() if type(m).__name__ == "BranchBlock"][1]
-                err = KeyboardInterrupt() if fault.startswith("ctrl-c") else ValueError("injected between collectives")
-                block.register_forward_pre_hook(lambda *a: (_ for _ in ()).throw(err))
+            _inject(g, model, fault, hit, delay)
             hazard_loss(model, name, ids).backward()
     except BaseException as e: res["error"] = f"{type(e).__name__}: {e}"[:900]
     res.update(seconds=time.perf_counter() - t0, events=[e.key() for e in g.events], wait_s=getattr(g, "wait_s", None))
     dist.barrier()   # every rank has left the step: a failed step must have left none of the guard's keys behind
-    if res["error"] and hasattr(g, "prefix"):
-        last = g.base + g._last
-        keys = [f"{g.prefix}/{j}/{q}" for j in range(max(0, last - 1), last + 2) for q in ranks]
-        res["left_keys"] = [k for k in keys if g.store.check([k])]
+    if res["error"] and hasattr(g, "prefix"): res["left_keys"] = _left_keys(g, ranks)
     return res
 
+# %% ../../nbs/95e_guard_runs.ipynb #9edf2461
 def guard_cases(cases:list[dict])->list[dict]:
     "Inside a rank: `guard_case(**c)` for each case, in order (one launch for many cases)."
     return [guard_case(**c) for c in cases]
 
-# %% ../../nbs/95e_guard_runs.ipynb #d4fda9db
+# %% ../../nbs/95e_guard_runs.ipynb #ddb46283
 def guard_store_keys(steps:int=20,          # guarded steps after the first
                      name:str="branch",     # a hazard model of `toys`
                      spec:WrapConfig=LAYER, # its wrapping
@@ -272,9 +284,10 @@ def guard_store_keys(steps:int=20,          # guarded steps after the first
     dist.barrier(); t0 = time.perf_counter()
     for i in range(rounds): g._agree(i, "x")
     round_ms = (time.perf_counter() - t0) / rounds * 1e3
-    return dict(keys=keys, kinds=kinds, steps=steps, collectives_per_step=len(g.events) or n // (steps + 1), run_s=run_s,
-                round_ms=round_ms)
+    return dict(keys=keys, kinds=kinds, steps=steps, collectives_per_step=len(g.events) or n // (steps + 1),
+                run_s=run_s, round_ms=round_ms)
 
+# %% ../../nbs/95e_guard_runs.ipynb #19dc1e81
 def guard_job(cases:list[dict],           # `guard_case` keyword sets
               steps:int=20,               # `guard_store_keys` steps (0: none)
               hazard:list[dict]|None=None,# `hazard_case` keyword sets, run first (one launch for the file)

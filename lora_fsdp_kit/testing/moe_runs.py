@@ -37,12 +37,13 @@ FUSED_SPECS: dict[str, WrapConfig] = {   # the six wrappings of LoRA on fused ex
     "layers, FSDP2": WrapConfig(flavour="fsdp2", targets="**.layers.*"),
 }
 
-# %% ../../nbs/95b_moe_runs.ipynb #34ab0ca6
+# %% ../../nbs/95b_moe_runs.ipynb #0668036c
 def _lora_now(model:nn.Module)->dict:
     "The full LoRA tensors of a wrapped model under peft's keys, as numpy (they cross process boundaries)."
     from lora_fsdp_kit.gather.core import gather_lora
     return {k: v.float().numpy() for k, v in gather_lora(model, progress=False).items()}
 
+# %% ../../nbs/95b_moe_runs.ipynb #6b264a3c
 def moe_case(name:str,            # a key of `MOE_LORA`
              config:WrapConfig,   # the wrapping
              steps:int=1,         # SGD steps, each on this rank's batch
@@ -105,7 +106,7 @@ def moe_cases(cases:Sequence[dict])->list[dict]:
     return [moe_roundtrip(**{k: v for k, v in c.items() if k != "roundtrip"}) if c.get("roundtrip") else moe_case(**c)
             for c in cases]
 
-# %% ../../nbs/95b_moe_runs.ipynb #61b8c2aa
+# %% ../../nbs/95b_moe_runs.ipynb #acfff2b0
 def moe_reference(name:str,      # a key of `MOE_LORA`
                   world:int=2,   # how many ranks' batches make each step
                   steps:int=1,   # SGD steps
@@ -124,6 +125,7 @@ def moe_reference(name:str,      # a key of `MOE_LORA`
     return dict(losses=[list(x) for x in zip(*losses)], model=model,
                 lora={k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()})
 
+# %% ../../nbs/95b_moe_runs.ipynb #df7b3985
 def moe_outcome(ranks:list[dict],   # one case's result on every rank
                 ref:dict,           # `moe_reference` of the same model, data and steps
                 atol:float=1e-5,

@@ -45,7 +45,7 @@ def _base_weights(reference:nn.Module)->list[tuple[str, torch.Tensor]]:
     sd = reference.get_base_model().state_dict()
     return [(n.replace(".base_layer.", "."), t) for n, t in sd.items() if "lora_" not in n]
 
-# %% ../../nbs/95f_rollout_runs.ipynb #4de62026
+# %% ../../nbs/95f_rollout_runs.ipynb #5b9a2bd8
 def served_vs_trained(llm, request, reference, prompts, n)->tuple[bool, float, tuple]:
     "Greedy tokens and logprobs of `prompts` under `request`, against `reference`: (same tokens, max |Δ|, first's)."
     from vllm import SamplingParams
@@ -68,6 +68,7 @@ def _peak(rec:dict, what:str)->tuple[int, int, int]:
     peak, bound = rec.get("peaks", {}).get(what, (0, 0))
     return peak, bound, rec.get("bucket_bytes", 0)
 
+# %% ../../nbs/95f_rollout_runs.ipynb #64e3bed8
 def serve_versions(llm, records:list[dict], reference:nn.Module, prompts:list[list[int]], *,
                    new_tokens:int=8, name:str="policy")->list[Served]:
     "Push every trained version (`train_versions`) into the engine and check what it serves against HF + peft."
@@ -121,7 +122,7 @@ def plot_served(rows:list[Served])->"KitFigure":
     px.set(title="trainer's peak (KiB)")
     return fig
 
-# %% ../../nbs/95f_rollout_runs.ipynb #bba94985
+# %% ../../nbs/95f_rollout_runs.ipynb #8db02597
 # the chapter's tiny Llama, head size 32: vLLM's CPU attention has no head size 16 (the shipped config's)
 CHAPTER_CONFIG = dict(hidden_size=128, intermediate_size=256, head_dim=32, num_attention_heads=4, num_key_value_heads=2)
 
@@ -132,6 +133,7 @@ def chapter_model(folder:str|None=None)->nn.Module:
     if folder is not None: model_from_config(cfg, device="cpu", seed=0).save_pretrained(folder)
     return add_lora(model_from_config(cfg, device="cpu", seed=0), r=8, alpha=16).eval()
 
+# %% ../../nbs/95f_rollout_runs.ipynb #a462cccd
 def train_versions(flavour:str="fsdp2",        # "fsdp1" (FullyShardedDataParallel) or "fsdp2" (fully_shard)
                    versions:int=5,             # adapter versions to train and gather
                    steps:int=2,                # optimizer steps per version

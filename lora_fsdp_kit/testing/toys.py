@@ -17,7 +17,7 @@ __all__ = ['SWITCH_CONFIG', 'HAZARD_MODELS', 'EXPERTS', 'MOE_LORA', 'BranchExper
            'branch_lora_model', 'switch_lora_model', 'BareRoutedBlock', 'BareRoutedLM', 'hazard_batch', 'hazard_loss',
            'moe_lora_model', 'moe_batch', 'moe_loss', 'own_and_child_params_model']
 
-# %% ../../nbs/95a_toys.ipynb #hzx00001
+# %% ../../nbs/95a_toys.ipynb #6be3d7a9
 class BranchExpert(nn.Module):
     "One expert: up, activation, down (two plain linears LoRA can target)."
     def __init__(self, d:int, hidden:int):
@@ -37,6 +37,7 @@ class BranchBlock(nn.Module):
             if len(rows): out = out.index_add(0, rows, expert(h[rows]))   # an expert no sample reached is skipped
         return out
 
+# %% ../../nbs/95a_toys.ipynb #77dd6935
 class BranchLM(nn.Module):
     "A tiny language model whose blocks route each sample to one of two equal experts, or skip a block."
     _no_split_modules = ["BranchBlock"]
@@ -64,6 +65,7 @@ def branch_lora_model(drop_odd:bool=False, # skip the last block on batches of o
     torch.manual_seed(0)
     return add_lora(BranchLM(drop_odd=drop_odd), r=r, alpha=2*r, target_modules=("up", "down"))
 
+# %% ../../nbs/95a_toys.ipynb #094c9218
 SWITCH_CONFIG = dict(model_type="switch_transformers", architectures=["SwitchTransformersForConditionalGeneration"],
                      vocab_size=128, d_model=32, d_kv=8, d_ff=32, num_layers=1,
                      num_decoder_layers=1, num_heads=2, num_experts=4, expert_capacity=64, router_jitter_noise=0.0,
@@ -75,7 +77,7 @@ def switch_lora_model(r:int=2)->nn.Module:
     m = model_from_config(dict(SWITCH_CONFIG), device="cpu", dtype=torch.float32)
     return add_lora(m, r=r, alpha=2*r, target_modules=("wi", "wo"))
 
-# %% ../../nbs/95a_toys.ipynb #e6767e35
+# %% ../../nbs/95a_toys.ipynb #75a0df8b
 class BareRoutedBlock(nn.Module):
     "A top-1 MoE whose experts sit in `ffns` (no 'expert' in any name), routed by a bare parameter, not a module."
     def __init__(self, d:int, hidden:int, n:int=4):
@@ -93,6 +95,7 @@ class BareRoutedBlock(nn.Module):
             out = out.index_add(0, rows, self.ffns[e](x[rows]))
         return h + out.reshape(h.shape)
 
+# %% ../../nbs/95a_toys.ipynb #77d2d16d
 class BareRoutedLM(nn.Module):
     "A tiny language model of `BareRoutedBlock`s (a custom MoE the kit's name rules could not see)."
     _no_split_modules = ["BareRoutedBlock"]
@@ -109,8 +112,7 @@ class BareRoutedLM(nn.Module):
         from transformers.modeling_outputs import CausalLMOutput
         return CausalLMOutput(loss=loss, logits=logits)
 
-
-# %% ../../nbs/95a_toys.ipynb #hzx00002
+# %% ../../nbs/95a_toys.ipynb #f68f1939
 def hazard_batch(model:str,        # "branch", "switch" or "llama"
                  rank:int,         # whose batch
                  same:bool=False,  # every rank the same batch (rank 0's)
@@ -138,12 +140,13 @@ def _build(name:str)->nn.Module:
 
 def _data_kind(name:str)->str: return "branch" if name.startswith("branch") else name
 
+# %% ../../nbs/95a_toys.ipynb #5ae37ec2
 def hazard_loss(model:nn.Module, name:str, ids:torch.Tensor)->torch.Tensor:
     "The model's language-modelling loss on `ids` (the encoder-decoder MoE reads them on both sides)."
     if name == "switch": return model(input_ids=ids, decoder_input_ids=ids, labels=ids).loss
     return model(input_ids=ids, labels=ids).loss
 
-# %% ../../nbs/95a_toys.ipynb #c3510b71
+# %% ../../nbs/95a_toys.ipynb #7d9db86f
 EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")   # transformers 5's fused expert weights
 
 MOE_LORA: dict[str, dict] = {   # name -> how the MoE case model is built: tiny model, LoRA targets, fused targets
@@ -172,6 +175,7 @@ def moe_lora_model(name:str,   # a key of `MOE_LORA`
     else: m = tiny_model(c["model"])
     return add_lora(m, r=r, alpha=2*r, target_modules=c["targets"], target_parameters=c.get("params"))
 
+# %% ../../nbs/95a_toys.ipynb #4b5f3870
 def moe_batch(name:str, rank:int, vocab:int=64)->torch.Tensor:
     "Rank 0: two random sequences; other ranks: one short sequence of one repeated token (it reaches few experts)."
     g = torch.Generator().manual_seed(100 + rank)

@@ -198,7 +198,7 @@ def trainer_suite(root:str, cases:list[tuple[str, str]])->dict:
     "Inside a rank: `resume_runs` and `unit_cases` in one launch (tests/test_trainer.py)."
     return dict(resume=resume_runs(root), units=unit_cases(root, cases))
 
-# %% ../../nbs/95g_trainer_runs.ipynb #1b2a6f83
+# %% ../../nbs/95g_trainer_runs.ipynb #5a804342
 class StepPeak(TrainerCallback):
     "Profiles each optimizer step in `at` of a Trainer apart (the steps before prime the optimizer's state)."
     window = "lfk_step_1"   # the profiled window's name, as `steppeak.measure_step` names it
@@ -213,6 +213,7 @@ class StepPeak(TrainerCallback):
         prof, rf = self._open
         rf.__exit__(None, None, None); prof.__exit__(None, None, None); self.profs.append(prof); self._open = None
 
+# %% ../../nbs/95g_trainer_runs.ipynb #fe6823e3
 def step_peaks(root:str,           # a folder every rank can reach
                cases:list[dict],   # `trainer_args` keywords each: flavour, fsdp (fsdp_config keys), bf16, optim, ...
                seq:int=64,         # tokens per sequence
@@ -272,7 +273,7 @@ def accelerator_on_cpu(config:dict,   # an `accelerate_config`
     return acc
 
 
-# %% ../../nbs/95g_trainer_runs.ipynb #1b3e6283
+# %% ../../nbs/95g_trainer_runs.ipynb #62d12043
 def accelerate_step_peaks(root:str,          # a folder every rank can reach
                           cases:list[dict],  # each: `accelerate_config` keywords, and accum (micro-batches per step)
                           seq:int=64,        # tokens per sequence
@@ -314,6 +315,7 @@ def accelerate_step_peaks(root:str,          # a folder every rank can reach
             out.append(res)
     return out
 
+# %% ../../nbs/95g_trainer_runs.ipynb #ba6c2edb
 def peak_suite(root:str, cases:list[dict], accelerate_cases:list[dict], seq:int=64)->dict:
     "Inside a rank: `step_peaks` and `accelerate_step_peaks` in one launch (tests/test_trainer_fits.py)."
     return dict(trainer=step_peaks(root, cases, seq), accelerate=accelerate_step_peaks(root, accelerate_cases, seq))
