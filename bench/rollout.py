@@ -99,7 +99,7 @@ def engine_side(llm, res:dict, peft_config, runs:int)->tuple[float, float]:
     for _ in range(runs + 1):
         t0 = time.perf_counter(); R.push_lora(llm, res["adapter"], peft_config, name="bench")
         times.append(time.perf_counter() - t0)
-    load = llm.collective_rpc(_engine_load, args=(R.pack(res["adapter"]), R._config_dict(peft_config), runs))[0]
+    load = llm.collective_rpc(_engine_load, args=(R.pack(res["adapter"]), R.lora_config_dict(peft_config), runs))[0]
     return statistics.median(times[1:]), load
 
 def main(models:list[str], flavours:list[str], runs:int):
@@ -154,7 +154,7 @@ def llama8b(layers:int, runs:int):
         d = tempfile.mkdtemp()
         def save():
             save_file({k: v.contiguous() for k, v in sd.items()}, f"{d}/adapter_model.safetensors")
-            with open(f"{d}/adapter_config.json", "w") as f: json.dump(R._config_dict(peft_config), f)
+            with open(f"{d}/adapter_config.json", "w") as f: json.dump(R.lora_config_dict(peft_config), f)
         save_s, _ = _timed(save)
         load_s, _ = _timed(lambda: llm.llm_engine.add_lora(LoRARequest(f"trl{i}", 1000 + i, d)))
         llm.llm_engine.remove_lora(1000 + i)

@@ -9,7 +9,7 @@ import argparse, contextlib, functools, json, os, signal, sys, threading, time
 from pathlib import Path
 from typing import Any
 
-from .cli_input import (_Parser, _Version, _from_transformers, _input_problem, _prog, _seconds, _whole,
+from .cli_input import (Parser, VersionAction, raised_in_transformers, input_problem, prog_name, parse_seconds, whole_number,
                                      did_you_mean, unknown_input)
 
 # %% auto #0
@@ -142,9 +142,9 @@ def _job_flags(p:argparse.ArgumentParser):
 
 def _typed(a:argparse.Namespace)->set[str]:
     "The destinations of the flags typed on the command line (a default is not typed)."
-    from lora_fsdp_kit.cli_input import _commands
+    from lora_fsdp_kit.cli_input import commands_of
     words = {t.split("=", 1)[0] for t in getattr(a, "argv", [])}
-    acts = _commands(parser())[a.cmd]._actions
+    acts = commands_of(parser())[a.cmd]._actions
     return {x.dest for x in acts if any(o in words for o in x.option_strings)}
 
 def job_of_args(a:argparse.Namespace)->"Job":
@@ -326,7 +326,7 @@ def _plan_parser(sub):
                                "--use-orig-params --align-lora-dtype. exit codes: 0 no ✖ error finding; 1 at least "
                                "one (FSDP would refuse, crash or hang, or ranks would diverge); 2 bad input")
     _model_flags(pl)
-    pl.add_argument("--lora-r", type=_whole(1), default=8, help="LoRA rank (default 8; alpha is twice the rank)")
+    pl.add_argument("--lora-r", type=whole_number(1), default=8, help="LoRA rank (default 8; alpha is twice the rank)")
     pl.add_argument("--lora-targets", default=PLAN_TARGETS, help=f"comma-separated LoRA target modules (default "
                     f"{PLAN_TARGETS}, as demo and fits)")
     pl.add_argument("--world", type=int, default=None, help="ranks of the job: adds the refusals that depend on it "
@@ -397,7 +397,7 @@ def _fits_parser(sub):
     f.add_argument("--autocast", default=None, nargs="?", const="on", metavar="on|off", help="the forward under "
                    "torch.autocast in the compute dtype (--mixed-precision), as accelerate and the Trainer run it "
                    "(default off; a --job file's mixed precision sets it)")
-    f.add_argument("--grad-accum", type=_whole(1), default=None, metavar="N", help="micro-batches per optimizer "
+    f.add_argument("--grad-accum", type=whole_number(1), default=None, metavar="N", help="micro-batches per optimizer "
                    "step, the gradients reduced after the last (default 1)")
     f.add_argument("--use-cache", default=None, metavar="on|off", help="the forward's KV cache (default: "
                    "config.json's; off under --activation-checkpointing hf)")
@@ -496,18 +496,18 @@ def fits_job_of_args(a:argparse.Namespace)->tuple["Job", list]:
 # %% ../nbs/90_cli.ipynb #442db780
 def parser()->argparse.ArgumentParser:
     "The argument parser of `python -m lora_fsdp_kit`."
-    p = _Parser(prog=_prog(),
+    p = Parser(prog=prog_name(),
                                 description="See which FSDP units a LoRA model gets, what per-unit gathers cost, "
                                             "and which known failure a configuration would hit.",
                                 epilog="exit codes: 0 done; 1 a rank failed or a result is wrong; 2 bad input "
                                        "(one line on stderr); 130 Ctrl-C; 128+N stopped by signal N (143: SIGTERM)")
-    p.add_argument("--version", action=_Version)
+    p.add_argument("--version", action=VersionAction)
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")   # a parser without help= is not listed
     d = sub.add_parser("detect", help="print the platform detection report")
-    d.add_argument("--smi-timeout", type=_seconds, default=10.0, help="seconds each SMI probe may take")
+    d.add_argument("--smi-timeout", type=parse_seconds, default=10.0, help="seconds each SMI probe may take")
     d.set_defaults(fn=_cmd_detect)
     s = sub.add_parser("smoke", help="a 2-rank all_reduce through the kit's launcher")
-    s.add_argument("--nprocs", type=_whole(1), default=2, help="ranks to launch (default 2)")
+    s.add_argument("--nprocs", type=whole_number(1), default=2, help="ranks to launch (default 2)")
     s.add_argument("-v", "--verbose", action="store_true", help="show the ranks' own output")
     s.set_defaults(fn=_cmd_smoke)
     _plan_parser(sub)
@@ -515,9 +515,9 @@ def parser()->argparse.ArgumentParser:
     about = "the plan explorer and its 'will it fit?' tab as a web app (Voilà), at the URL it prints; Ctrl-C stops it"
     ex = sub.add_parser("explore", help=about, description=about + " (pip install 'lora_fsdp_kit[explore]')")
     _model_flags(ex)
-    ex.add_argument("--lora-r", type=_whole(1), default=8, help="LoRA rank of the models it builds (default 8)")
+    ex.add_argument("--lora-r", type=whole_number(1), default=8, help="LoRA rank of the models it builds (default 8)")
     ex.add_argument("--lora-targets", default=PLAN_TARGETS, help=f"their LoRA target modules (default {PLAN_TARGETS})")
-    ex.add_argument("--port", type=_whole(1, 65535), default=None, help="the port (default 8866, or the next free one)")
+    ex.add_argument("--port", type=whole_number(1, 65535), default=None, help="the port (default 8866, or the next free one)")
     _job_flags(ex)   # --job FILE (repeatable): the panel starts on that job (its wrapping, LoRA and step)
     ex.set_defaults(fn=_cmd_explore)
     de = sub.add_parser("demo", help="the end-to-end tour: strip, LoRA, plan, FSDP1/FSDP2 gathers, plots, report")
@@ -525,7 +525,7 @@ def parser()->argparse.ArgumentParser:
                     "files in it are replaced at the end; other files stay)")
     _model_flags(de, model_help="a tiny model shipped with the kit (default: qwen3_omni; see plan --help for the "
                  "names)", config_help="a transformers config.json (meta: plan + strip only)")
-    de.add_argument("--nprocs", type=_whole(1), default=2, help="ranks to launch (default 2)")
+    de.add_argument("--nprocs", type=whole_number(1), default=2, help="ranks to launch (default 2)")
     de.set_defaults(fn=_cmd_demo)
     dr = sub.add_parser("doctor", help="versions found, and every private torch/transformers/peft object the kit "
                                        "uses, checked (exit 1 on a problem)")
@@ -565,7 +565,7 @@ def _run_command(argv:list[str])->int:
     a = p.parse_args(argv)
     a.argv = argv   # which flags were typed: beside a --job file, they win (`job_of_args`)
     if (check := getattr(a, "precheck", None)) and (code := check(a)) is not None: return code   # before imports
-    if why := _input_problem(a): print(f"error: {why}", file=sys.stderr); return 2
+    if why := input_problem(a): print(f"error: {why}", file=sys.stderr); return 2
     from lora_fsdp_kit.platform import PLATFORM_ENV, PlatformError, detect_platform, load_plugins
     from lora_fsdp_kit.launch import LaunchError
     try:
@@ -581,7 +581,7 @@ def _run_command(argv:list[str])->int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except Exception as e:
-        if not (getattr(a, "config", None) and _from_transformers(e)): raise   # a bug: its traceback is the report
+        if not (getattr(a, "config", None) and raised_in_transformers(e)): raise   # a bug: its traceback is the report
         why = " ".join(l.strip() for l in str(e).splitlines()[:2])   # a validation error's field, then its reason
         print(f"error: {a.config}: transformers cannot build it: {type(e).__name__}: {why}", file=sys.stderr)
         return 2

@@ -9,7 +9,8 @@ import argparse, difflib, os, re, sys
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['did_you_mean', 'unknown_input']
+__all__ = ['did_you_mean', 'prog_name', 'Parser', 'commands_of', 'unknown_input', 'whole_number', 'parse_seconds',
+           'VersionAction', 'input_problem', 'raised_in_transformers']
 
 # %% ../nbs/90a_cli_input.ipynb #8a55f2c0
 def did_you_mean(word:str, choices)->str:
@@ -17,18 +18,18 @@ def did_you_mean(word:str, choices)->str:
     near = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"; did you mean {near[0]}?" if near else ""
 
-def _prog()->str:
+def prog_name()->str:
     "How the user called the kit: `lfk` (the installed script) or `python -m lora_fsdp_kit`."
     return "lfk" if Path(sys.argv[0]).name.startswith("lfk") else "python -m lora_fsdp_kit"
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     "argparse, in one line that names the nearest choice when a value is not one of them (`--backend glo`)."
     def error(self, message:str):
         m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if m: message += did_you_mean(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")   # one line, not the usage
 
-def _commands(p:argparse.ArgumentParser)->dict[str, argparse.ArgumentParser]:
+def commands_of(p:argparse.ArgumentParser)->dict[str, argparse.ArgumentParser]:
     "The sub-commands' parsers, by name (the developers' `readme` is not offered)."
     return next(a.choices for a in p._actions if isinstance(a, argparse._SubParsersAction))
 
@@ -37,7 +38,7 @@ def unknown_input(p:argparse.ArgumentParser,  # the whole parser
                   argv:list[str],             # the arguments as typed
                  )->str|None:                 # one line naming the first unknown command or flag, or None
     "A mistyped command or flag, with the nearest one it knows (argparse says only 'unrecognized arguments')."
-    subs = _commands(p)
+    subs = commands_of(p)
     cmd = next((t for t in argv if t in subs), None) or next((t for t in argv if not t.startswith("-")), None)
     if cmd is None: return None                                   # --help, or nothing: argparse answers
     first = argv[0].split("=", 1)[0]
@@ -59,7 +60,7 @@ def unknown_input(p:argparse.ArgumentParser,  # the whole parser
     return None
 
 # %% ../nbs/90a_cli_input.ipynb #1837f798
-def _whole(lo:int, hi:int|None=None):
+def whole_number(lo:int, hi:int|None=None):
     "An argparse `type`: a whole number from `lo` (to `hi`), refused in one line otherwise."
     def read(text:str)->int:
         try: v = int(text)
@@ -69,7 +70,7 @@ def _whole(lo:int, hi:int|None=None):
         return v
     return read
 
-def _seconds(text:str)->float:
+def parse_seconds(text:str)->float:
     "An argparse `type`: a time in seconds, more than 0."
     try: v = float(text)
     except ValueError: raise argparse.ArgumentTypeError(f"takes seconds, got {text!r}") from None
@@ -83,7 +84,7 @@ def _version()->str:
     try: return version("lora_fsdp_kit")
     except PackageNotFoundError: return "(not installed)"
 
-class _Version(argparse.Action):
+class VersionAction(argparse.Action):
     "`--version`, read when asked: its metadata look-up (~90 ms) would cost every command building its parser."
     def __init__(self, option_strings, dest, **kw):
         super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
@@ -91,7 +92,7 @@ class _Version(argparse.Action):
         print(f"{parser.prog} {_version()}"); parser.exit()
 
 # %% ../nbs/90a_cli_input.ipynb #1df168a0
-def _input_problem(a:argparse.Namespace)->str|None:
+def input_problem(a:argparse.Namespace)->str|None:
     "What the arguments alone refuse, before any import: an unknown model name, an unusable --config."
     from lora_fsdp_kit.config_files import config_problem, read_config, shipped_names, unknown_keys_problem
     names = shipped_names()
@@ -106,7 +107,7 @@ def _input_problem(a:argparse.Namespace)->str|None:
             print(f"warning: {why.split('; transformers would')[0]} (accepted: --lenient)", file=sys.stderr)
     return None
 
-def _from_transformers(e:BaseException)->bool:
+def raised_in_transformers(e:BaseException)->bool:
     "An error of transformers or huggingface_hub reading a config (no ValueError), or one raised in their code."
     import traceback
     frames = traceback.extract_tb(e.__traceback__)   # a bad value transformers' model code trips on (a KeyError...)

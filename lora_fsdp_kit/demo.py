@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from .platform import detect_platform, get_platform
-from .launch import launch, _SignalsToExit
+from .launch import launch, SignalsToExit
 from .models import tiny_model, model_from_config, add_lora, model_names, summarize_model
 from .families import text_model_of
 from .units import fmt_bytes, fmt_count
@@ -145,7 +145,7 @@ def run_demo(out:str|Path="demo_out",  # folder for the figures and report.md (o
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        with _SignalsToExit():
+        with SignalsToExit():
             summary = _demo_steps(work, model, config, cfg, nprocs, r, started if started is not None else t_call,
                                   ranks)
             _swap_in(work, out)

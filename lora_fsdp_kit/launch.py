@@ -19,7 +19,7 @@ from .results import dumps
 
 # %% auto #0
 __all__ = ['STATUS_ENV', 'NOTEBOOK_ENV', 'START_ENV', 'PRELOAD', 'LaunchError', 'check_importable', 'check_main_guard',
-           'report_status', 'launched_from_notebook', 'rank_context', 'launch', 'smoke']
+           'report_status', 'launched_from_notebook', 'SignalsToExit', 'rank_context', 'launch', 'smoke']
 
 # %% ../nbs/01_launch.ipynb #06879aa3
 class LaunchError(RuntimeError):
@@ -243,7 +243,7 @@ class _SignalExit(SystemExit):
     "SIGTERM/SIGHUP in the launcher, as an exception: `finally` blocks (the launcher's, the caller's) clean up first."
     def __init__(self, signum:int): super().__init__(128 + signum); self.signum = signum
 
-class _SignalsToExit:
+class SignalsToExit:
     "In a launch in the main thread, SIGTERM and SIGHUP (when nobody else handles them) raise `_SignalExit`."
     SIGNALS = (signal.SIGTERM, signal.SIGHUP)
     def __enter__(self):
@@ -482,7 +482,7 @@ def launch(fn:Callable,             # an importable function (defined in a modul
     logdir = tempfile.mkdtemp(prefix="lfk_launch_")   # rank logs and status files
     procs, conns, tails, janitor = [], {}, [], None
     results, errors, pending = {}, {}, set(range(nprocs))
-    with _SignalsToExit():
+    with SignalsToExit():
         try:
             janitor = _Janitor(logdir)
             env = child_env()   # the platform and plugins of this process, for every rank

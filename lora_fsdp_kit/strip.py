@@ -19,7 +19,7 @@ from .units import fmt_bytes, fmt_count
 
 # %% auto #0
 __all__ = ['DEFAULT_STRIP_MODULES', 'STRIP_ATTRIBUTES', 'strip_names_for', 'time_bound', 'RemovedModule', 'StripReport',
-           'strip_submodules', 'route_forward']
+           'strip_submodules', 'route_forward', 'layer_classes_of']
 
 # %% ../nbs/07_strip.ipynb #5049bf0f
 DEFAULT_STRIP_MODULES: dict[str, tuple[str, ...]] = {   # class name -> sub-modules that thinker training does not use
@@ -231,7 +231,7 @@ def route_forward(model:nn.Module,    # a multi-stage model (a peft wrapper is l
     inner.forward = submodule(inner, to, what="route_forward to=").forward
     return model
 
-def _layer_classes(model:nn.Module)->set[type]:
+def layer_classes_of(model:nn.Module)->set[type]:
     "Decoder-layer classes of `model` present in it (`families.layer_class_names`, the one rule)."
     names = set(layer_class_names(model))
     return {type(m) for m in model.modules() if type(m).__name__ in names}

@@ -156,8 +156,8 @@ def one(folder:str, setting:str)->dict:
                             all(torch.equal(t, now[k]) for b in b0 for k, t in b)) if rank == 0 else b0 == []
     # LoRA buckets: none over the limit, concatenated equal to the stream and to gather_lora
     lb, ls = list(E.iter_lora_buckets(fm, bucket_bytes=1536)), list(E.iter_lora(fm))
-    res["lora_buckets"] = [sum(E._nbytes(t) for _, t in b) for b in lb]
-    res["lora_bucket_single_over"] = all(len(b) == 1 for b in lb if sum(E._nbytes(t) for _, t in b) > 1536)
+    res["lora_buckets"] = [sum(E.tensor_nbytes(t) for _, t in b) for b in lb]
+    res["lora_bucket_single_over"] = all(len(b) == 1 for b in lb if sum(E.tensor_nbytes(t) for _, t in b) > 1536)
     res["lora_concat_equal"] = (_equal(dict(kv for b in lb for kv in b), dict(ls))
                                 and [k for b in lb for k, _ in b] == [k for k, _ in ls]
                                 and _equal(dict(sorted(dict(ls).items())), dict(sorted(now.items()))))
@@ -165,13 +165,13 @@ def one(folder:str, setting:str)->dict:
     with AllGatherCounter() as c: list(E.iter_lora_buckets(fm, bucket_bytes=1536))
     with AllGatherCounter() as c2: gather_lora(fm, progress=False)
     res["bucket_moved"], res["gather_moved"] = c.bytes, c2.bytes
-    res["lora_bytes"] = sum(E._nbytes(t) for t in now.values())
+    res["lora_bytes"] = sum(E.tensor_nbytes(t) for t in now.values())
     res["peft_variants"] = load_variants(fm, setting, d, trained)
     # merged buckets
     mb = list(E.buckets(iter_merged_weights(fm, progress=False), 65_536))
     ms = list(iter_merged_weights(fm, progress=False))
-    res["merged_buckets"] = [sum(E._nbytes(t) for _, t in b) for b in mb]
-    res["merged_bucket_single_over"] = all(len(b) == 1 for b in mb if sum(E._nbytes(t) for _, t in b) > 65_536)
+    res["merged_buckets"] = [sum(E.tensor_nbytes(t) for _, t in b) for b in mb]
+    res["merged_bucket_single_over"] = all(len(b) == 1 for b in mb if sum(E.tensor_nbytes(t) for _, t in b) > 65_536)
     res["merged_concat_equal"] = [k for b in mb for k, _ in b] == [k for k, _ in ms] and \
         all(torch.equal(a, b) for (_, a), (_, b) in zip([kv for b in mb for kv in b], ms))
     del mb, ms

@@ -98,7 +98,7 @@ def _naive_add(w, lid, tensors, cfg):
 
 def _listed(w): return sorted(w.model_runner.lora_manager.list_adapters())
 
-def cfg(ref)->dict: return R._config_dict(ref.peft_config["default"])
+def cfg(ref)->dict: return R.lora_config_dict(ref.peft_config["default"])
 
 def test_callers_tensors_are_never_changed(engine):
     llm, ref, _ = engine

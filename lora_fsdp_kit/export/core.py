@@ -24,12 +24,12 @@ from ..gather.core import (GatherEngine, MissingLoraError, check_collected, fsdp
                                   gather_lora)
 from ..publish import clean_leftovers, fsync_tree, new_tmp, publish, save_target
 from ..gather.votes import (CallMismatch, RankFailure, RankVote, bounded_wait, mismatches,
-                                  sigint_held, _device)
+                                  sigint_held, collective_device)
 
 # %% auto #0
 __all__ = ['ADAPTER_CONFIG', 'ADAPTER_WEIGHTS', 'CONFIG_FIELDS', 'is_sharded', 'peft_model_of', 'adapter_config', 'lora_keys',
            'SaveError', 'write_adapter', 'save_lora', 'config_differences', 'ShardWriter', 'LoadError', 'load_lora',
-           'buckets', 'StreamClosed', 'iter_lora', 'iter_lora_buckets']
+           'tensor_nbytes', 'buckets', 'StreamClosed', 'iter_lora', 'iter_lora_buckets']
 
 # %% ../../nbs/09_export.ipynb #3083927b
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"   # peft's own file names
@@ -361,7 +361,7 @@ def load_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
     return n
 
 # %% ../../nbs/09_export.ipynb #2f46e676
-def _nbytes(t:torch.Tensor)->int: return t.numel() * t.element_size()
+def tensor_nbytes(t:torch.Tensor)->int: return t.numel() * t.element_size()
 
 def buckets(stream:Iterable[tuple[str, torch.Tensor]],  # (name, tensor) pairs, e.g. `iter_merged_weights(model)`
             bucket_bytes:int,                           # the most bytes one bucket may hold
@@ -371,7 +371,7 @@ def buckets(stream:Iterable[tuple[str, torch.Tensor]],  # (name, tensor) pairs, 
         raise ValueError(f"bucket_bytes must be a positive number of bytes, got {bucket_bytes!r}")
     cur, size, any_ = [], 0, False
     for name, t in stream:
-        any_, n = True, _nbytes(t)
+        any_, n = True, tensor_nbytes(t)
         if cur and size + n > bucket_bytes:
             yield cur
             cur, size = [], 0      # the consumer's bucket is now the only reference to it
@@ -414,7 +414,7 @@ def _smallest(engine:GatherEngine, n:int)->int:
     # a size of each rank's own (`rollout.bucket_bytes` reads its free memory) cut the stream apart: the ranks then
     # met in packed gathers of other sizes, and gloo aborted the process
     if not dist.is_initialized() or dist.get_world_size() == 1: return n
-    t = torch.tensor([n], dtype=torch.int64, device=_device())
+    t = torch.tensor([n], dtype=torch.int64, device=collective_device())
     dist.all_reduce(t, op=dist.ReduceOp.MIN, group=engine.vote_group)   # the ranks its gathers' checks are among
     return int(t.item())
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from torch import nn
 
-from .core import ADAPTER_WEIGHTS, _nbytes, buckets, iter_lora, save_lora
+from .core import ADAPTER_WEIGHTS, tensor_nbytes, buckets, iter_lora, save_lora
 from ..gather.core import GatherEngine, gather_engine
 from ..gather.merged import iter_merged_weights
 from ..memory.core import MemoryMeter
@@ -116,11 +116,11 @@ def _consume(stream, bucket_bytes:int|None, meter:MemoryMeter)->tuple[list[int],
     sizes, n, big = [], 0, 0
     if bucket_bytes is None:
         held = list(stream)
-        n, big = len(held), max(_nbytes(t) for _, t in held)
-        sizes.append(sum(_nbytes(t) for _, t in held)); meter.note(); del held
+        n, big = len(held), max(tensor_nbytes(t) for _, t in held)
+        sizes.append(sum(tensor_nbytes(t) for _, t in held)); meter.note(); del held
     else:
         for b in buckets(stream, bucket_bytes):
-            sizes.append(sum(_nbytes(t) for _, t in b)); n += len(b); big = max(big, *(_nbytes(t) for _, t in b))
+            sizes.append(sum(tensor_nbytes(t) for _, t in b)); n += len(b); big = max(big, *(tensor_nbytes(t) for _, t in b))
             meter.note(); del b       # handed over: the consumer keeps nothing
     return sizes, n, big
 

@@ -27,8 +27,9 @@ from .packing import (PackPlan, TensorShards, output_buffer, output_views, pack,
                                    unpack)
 
 # %% auto #0
-__all__ = ['unwrapped_name', 'MissingLoraError', 'GatherEngine', 'Fsdp1GatherEngine', 'Fsdp2GatherEngine', 'packed_jobs',
-           'run_packed', 'gather_packed', 'fsdp_flavour', 'gather_engine', 'gather_lora', 'check_collected']
+__all__ = ['unwrapped_name', 'MissingLoraError', 'GatherEngine', 'own_cpu_copy', 'progress_bar', 'Fsdp1GatherEngine',
+           'Fsdp2GatherEngine', 'packed_jobs', 'run_packed', 'gather_packed', 'fsdp_flavour', 'gather_engine',
+           'gather_lora', 'check_collected']
 
 # %% ../../nbs/05_gather.ipynb #175d535a
 def unwrapped_name(*parts:str)->str:
@@ -175,7 +176,7 @@ def collect_per_unit(self, names, *, rank0_only:bool=False, progress:bool=False,
     "Gather the units that own `names`, one at a time (the per-unit path `measure_gather` compares with)."
     keep = not rank0_only or dist.get_rank() == 0
     todo, got = self.lora_units(names), {}
-    for u, ns in _progress_bar(todo, progress, f"gather LoRA per unit ({self.flavour})"):
+    for u, ns in progress_bar(todo, progress, f"gather LoRA per unit ({self.flavour})"):
         with (on_unit(u) if on_unit else contextlib.nullcontext()):
             for n, t in self.full_lora(u, ns, rank0_only):
                 if keep: got[n] = t
@@ -203,7 +204,7 @@ def vote_group(self):
     return gs[0] if len(gs) == 1 else None
 
 # %% ../../nbs/05_gather.ipynb #95516102
-def _own_cpu_copy(t:torch.Tensor)->torch.Tensor:
+def own_cpu_copy(t:torch.Tensor)->torch.Tensor:
     "A detached CPU tensor with its own storage holding exactly `t` (on the CPU, `.cpu()` does not copy)."
     t = t.detach()
     if t.device.type != "cpu": return t.cpu()
@@ -214,9 +215,9 @@ def _fresh_or_copy(t:torch.Tensor, src:torch.Tensor)->torch.Tensor:
     own = (t.device.type == "cpu" and t.is_contiguous() and t.storage_offset() == 0
            and t.untyped_storage().nbytes() == t.numel() * t.element_size()
            and t.untyped_storage().data_ptr() != src.untyped_storage().data_ptr())   # one rank: the shard itself
-    return t.detach() if own else _own_cpu_copy(t)
+    return t.detach() if own else own_cpu_copy(t)
 
-def _progress_bar(items, show:bool, desc:str, unit:str="unit"):
+def progress_bar(items, show:bool, desc:str, unit:str="unit"):
     if not show: return items
     from tqdm.auto import tqdm  # notebook-aware
     return tqdm(items, desc=desc, unit=unit, leave=False)
@@ -253,7 +254,7 @@ class Fsdp2GatherEngine(GatherEngine):
                 t = p.sharded_param()
                 # full_tensor() returns a fresh tensor: copying it again would only double the transient memory
                 yield n, (_fresh_or_copy(t.full_tensor(), t.to_local()) if t is not None
-                          else _own_cpu_copy(p.local().view(p.shape)))
+                          else own_cpu_copy(p.local().view(p.shape)))
 
     @contextlib.contextmanager
     def unsharded(self, unit, rank0_only=False):
@@ -349,10 +350,10 @@ def run_packed(jobs:tuple,                 # from `packed_jobs`
     (whole, plans), out, err = jobs, {}, error
     with torch.no_grad():
         if err is None and keep:
-            try: out = {t.name: _own_cpu_copy(t.local.view(t.shape)) for t in whole}
+            try: out = {t.name: own_cpu_copy(t.local.view(t.shape)) for t in whole}
             except Exception as e: err = e
         # no plan (nothing sharded here, or a failure before planning): the ranks still check in once
-        for k, (g, plan) in enumerate(_progress_bar(plans or [(None, None)], progress and bool(plans), desc,
+        for k, (g, plan) in enumerate(progress_bar(plans or [(None, None)], progress and bool(plans), desc,
                                                     "collective")):
             if err is None and plan is not None:
                 try: send, recv, dst, src = _buffers(plan, rank0_only, keep)   # all that can fail, before the check

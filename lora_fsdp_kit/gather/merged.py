@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..doctor import internal
-from .core import GatherEngine, _own_cpu_copy, _progress_bar, gather_engine, unwrapped_name
+from .core import GatherEngine, own_cpu_copy, progress_bar, gather_engine, unwrapped_name
 from ..launch import launched_from_notebook
 # private torch/peft objects: imported when first used, checked by `python -m lora_fsdp_kit doctor`
 _swap_tensor = internal("torch.nn.utils._named_member_accessor:swap_tensor")
@@ -106,7 +106,7 @@ def iter_merged_weights(model:nn.Module,            # an FSDP1- or FSDP2-wrapped
     for a, (_, prim) in engine.aliases.items(): second.setdefault(prim, []).append(a)
     seen = set()
     walk = [u for u in engine.units if any(n not in drop for n in u.param_names)]
-    for u in _progress_bar(walk, show, f"merged weights ({engine.flavour})"):
+    for u in progress_bar(walk, show, f"merged weights ({engine.flavour})"):
         with engine.masters(u) as full:
             full = dict(full)
             for prim in list(full):
@@ -125,4 +125,4 @@ def iter_merged_weights(model:nn.Module,            # an FSDP1- or FSDP2-wrapped
                 pn = plain_name(n, adapter_name)
                 if pn in seen: continue
                 seen.add(pn)
-                yield pn, (merged[n] if n in merged else _own_cpu_copy(full[n]))
+                yield pn, (merged[n] if n in merged else own_cpu_copy(full[n]))

@@ -27,8 +27,8 @@ _FlatParameter = internal("torch.distributed.fsdp._flat_param:FlatParameter")
 _lazy_init = internal("torch.distributed.fsdp._runtime_utils:_lazy_init")
 
 # %% auto #0
-__all__ = ['ShardedParam', 'ShardedUnit', 'ShardedView', 'sharded_view', 'view_rows', 'unit_compute_dtype', 'reshard_units',
-           'intercept_collectives', 'collective_ranks']
+__all__ = ['FSDP_COLLECTIVES', 'ShardedParam', 'ShardedUnit', 'ShardedView', 'sharded_view', 'view_rows', 'unit_compute_dtype',
+           'reshard_units', 'intercept_collectives', 'collective_ranks']
 
 # %% ../../nbs/04a_sharded.ipynb #5371eb09
 @dataclass(frozen=True, eq=False)
@@ -286,7 +286,7 @@ def reshard_units(view:ShardedView)->int:
     return n
 
 # %% ../../nbs/04a_sharded.ipynb #56e3b68f
-_COLLECTIVES = ("torch.distributed.fsdp._flat_param:FlatParamHandle._all_gather_flat_param",   # FSDP1 unshard
+FSDP_COLLECTIVES = ("torch.distributed.fsdp._flat_param:FlatParamHandle._all_gather_flat_param",   # FSDP1 unshard
                 "torch.distributed.fsdp._runtime_utils:_reduce_grad",                          # FSDP1 gradients
                 "torch.distributed.fsdp._fully_shard._fsdp_param_group:foreach_all_gather",    # FSDP2 unshard
                 "torch.distributed.fsdp._fully_shard._fsdp_param_group:foreach_reduce")        # FSDP2 gradients
@@ -309,7 +309,7 @@ def intercept_collectives(view:ShardedView,  # the wrapped model's `sharded_view
                           issue:Callable=lambda fn, *a, **k: fn(*a, **k),  # how the collective is then called
                           ):
     "For the block: call `before` ahead of every FSDP1/FSDP2 all-gather and reduce-scatter, then `issue` it."
-    require(*_COLLECTIVES)   # each checked by `doctor`: a renamed one fails here, by name, not in a step
+    require(*FSDP_COLLECTIVES)   # each checked by `doctor`: a renamed one fails here, by name, not in a step
     from torch.distributed.fsdp import _flat_param as fp1, _runtime_utils as ru
     from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg2
     fsdp1, fsdp2 = _collective_units(view)

@@ -17,8 +17,8 @@ from ..methods import patch_to
 
 # %% auto #0
 __all__ = ['CHECK_BYTES', 'CALLS', 'ARRIVAL_ENV', 'COLLECTIVES', 'cause', 'RankVote', 'Heartbeat', 'pulse_key', 'heartbeat',
-           'RankFailure', 'failure_message', 'sigint_held', 'bounded_wait', 'CallMismatch', 'mismatches',
-           'arrival_timeout', 'PartialCall']
+           'RankFailure', 'failure_message', 'sigint_held', 'collective_device', 'bounded_wait', 'CallMismatch',
+           'mismatches', 'arrival_timeout', 'PartialCall']
 
 # %% ../../nbs/04b_votes.ipynb #vt000006
 # private torch object: imported when first used, checked by `python -m lora_fsdp_kit doctor`
@@ -309,12 +309,12 @@ def __exit__(self:RankVote, typ, exc, tb):
 _set_pg_timeout = internal("torch.distributed.distributed_c10d:_set_pg_timeout",
                            feature="the bounded wait in save_lora's and the gathers' collectives (votes.bounded_wait)")
 
-def _device()->torch.device:
+def collective_device()->torch.device:
     from lora_fsdp_kit.platform import get_platform   # imported late: platform imports more than a vote needs
     return get_platform().torch_device()
 
 def _pg_timeout(group)->datetime.timedelta|None:
-    try: return group._get_backend(_device()).options._timeout
+    try: return group._get_backend(collective_device()).options._timeout
     except Exception: return None   # a backend without options: its timeout stays as it is
 
 @contextlib.contextmanager
@@ -364,8 +364,8 @@ def mismatch(self:RankVote, tag:list[int],
     "Ranks' tags differ: learn every rank's (one all-gather; every rank is here) and raise `CallMismatch` naming them."
     _MISMATCHES[0] += 1
     if rows is None:
-        got = torch.empty(self.world * len(tag), dtype=torch.int64, device=_device())
-        dist.all_gather_into_tensor(got, torch.tensor(tag, dtype=torch.int64, device=_device()), group=self.group)
+        got = torch.empty(self.world * len(tag), dtype=torch.int64, device=collective_device())
+        dist.all_gather_into_tensor(got, torch.tensor(tag, dtype=torch.int64, device=collective_device()), group=self.group)
         rows = got.view(self.world, -1).tolist()
     at = {}
     for r, row in enumerate(rows): at.setdefault(_tag_text(row), []).append(r)
@@ -395,7 +395,7 @@ def check_async(self:RankVote, stage:str, err:BaseException|None=None, **agree_k
         if self.checks == 1: told = self.arrive(stale=stale, tag=[int(err is not None), *tag])
         if told is None:   # a later check, or a call inside another: the peers meet it in an all-reduce
             # one all-reduce (MAX) of the flag, the tag and the tag negated: max == -max(-tag) iff every rank's is equal
-            v = torch.tensor([int(err is not None), *tag, *(-x for x in tag)], dtype=torch.int64, device=_device())
+            v = torch.tensor([int(err is not None), *tag, *(-x for x in tag)], dtype=torch.int64, device=collective_device())
             work = dist.all_reduce(v, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
         for k in stale: self.store.delete_key(k)   # the earlier calls' arrivals (rank 0), while any all-reduce travels
     def finish():

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from ..methods import patch_to
 from ..gather.sharded import ShardedUnit
-from ..gather.core import GatherEngine, _own_cpu_copy, check_collected, gather_engine
+from ..gather.core import GatherEngine, own_cpu_copy, check_collected, gather_engine
 from ..gather.packing import evenly
 from .core import AllGatherCounter, MemoryMeter
 from ..gather.votes import CHECK_BYTES
@@ -125,14 +125,14 @@ def gather_whole(engine:GatherEngine, names:list[str], on_unit)->dict[str, torch
     whole = ShardedUnit("<whole model>", None, tuple(engine.by_name.values()),
                         sum(u.gather_bytes for u in engine.units))
     with on_unit(whole), engine.all_unsharded() as full:
-        return {n: _own_cpu_copy(full[n]) for n in names}
+        return {n: own_cpu_copy(full[n]) for n in names}
 
 def gather_per_unit(engine:GatherEngine, names:list[str], on_unit)->dict[str, torch.Tensor]:
     "Unshard each unit that owns LoRA on its own (never its children), copy its LoRA tensors out."
     out = {}
     for u, ns in engine.lora_units(names):
         with on_unit(u), engine.unsharded(u) as full:
-            for n in ns: out[n] = _own_cpu_copy(full[n])
+            for n in ns: out[n] = own_cpu_copy(full[n])
     return out
 
 def gather_lora_only(engine:GatherEngine, names:list[str], on_unit)->dict[str, torch.Tensor]:

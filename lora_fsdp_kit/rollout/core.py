@@ -13,9 +13,9 @@ import torch
 from torch import nn
 
 # %% auto #0
-__all__ = ['ENGINES', 'pack', 'unpack', 'register_engine', 'engine_of', 'Engine', 'push_lora', 'fused_buckets', 'push_merged',
-           'bucket_problem', 'reference_logprobs', 'CertifyError', 'Certificate', 'certify', 'bucket_bytes',
-           'PeftEngine']
+__all__ = ['ENGINES', 'pack', 'unpack', 'register_engine', 'engine_of', 'Engine', 'lora_config_dict', 'push_lora',
+           'fused_buckets', 'push_merged', 'bucket_problem', 'reference_logprobs', 'CertifyError', 'Certificate',
+           'certify', 'bucket_bytes', 'PeftEngine']
 
 # %% ../../nbs/13_rollout.ipynb #503ad127
 def pack(tensors:Mapping[str, torch.Tensor]|Iterable)->bytes:
@@ -107,7 +107,7 @@ class Engine:
 def _state(llm)->_EngineState: return engine_of(llm).state
 
 # %% ../../nbs/13_rollout.ipynb #4ddcd0e7
-def _config_dict(peft_config)->dict:
+def lora_config_dict(peft_config)->dict:
     "A peft `LoraConfig` (or its dict) as the plain dict vLLM's `PEFTHelper` reads."
     d = peft_config.to_dict() if hasattr(peft_config, "to_dict") else dict(peft_config)
     return json.loads(json.dumps(d, default=lambda o: sorted(o) if isinstance(o, (set, frozenset)) else str(o)))
@@ -132,7 +132,7 @@ def push_lora(llm,                   # an engine object: a `vllm.LLM` built with
               name:str,              # the adapter's name; a new push under it replaces the old version
              ):                      # what serves this version (vLLM: its `LoRARequest`)
     "Push a LoRA adapter from memory into the engine; return the request that serves exactly these weights."
-    cfg = _config_dict(peft_config)
+    cfg = lora_config_dict(peft_config)
     own = {n: t.detach().to("cpu", copy=True) for n, t in
            (tensors.items() if isinstance(tensors, Mapping) else _pairs(tensors))}   # vLLM scales lora_B in place
     _refuse_moe(list(own), cfg)

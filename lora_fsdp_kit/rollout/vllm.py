@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import torch
 
-from .core import Engine, _config_dict, pack, unpack
+from .core import Engine, lora_config_dict, pack, unpack
 
 WORKER_EXTENSION = "lora_fsdp_kit.rollout.vllm.RolloutWorker"   # what `engine_args` names as vLLM's worker extension
 
@@ -256,7 +256,7 @@ def expected_copy(llm, tensors:Mapping[str, torch.Tensor], peft_config)->tuple[d
     "What `engine_copy` must hold for these tensors, and which peft key each entry comes from."
     from vllm.lora.peft_helper import PEFTHelper
     from vllm.lora.utils import is_base_embedding_weights, parse_fine_tuned_lora_name
-    helper = PEFTHelper.from_dict(_config_dict(peft_config))
+    helper = PEFTHelper.from_dict(lora_config_dict(peft_config))
     slot = {s: (m, i) for m, subs in _rpc(llm, "lfk_packing").items() for i, s in enumerate(subs)}
     want, source = {}, {}
     for key, t in tensors.items():

@@ -29,7 +29,7 @@ from ..plan.lora_dtype import align_lora_dtype
 from ..models import tiny_lora_model
 from ..plan.core import plan_fsdp1, plan_fsdp2
 from ..plan.policies import layer_wrap_policy, lora_wrap_policy, resolve_layer_classes
-from ..strip import _layer_classes, route_forward, strip_submodules
+from ..strip import layer_classes_of, route_forward, strip_submodules
 from ..plan.wrap import WrapConfig, wrap_fsdp1, wrap_fsdp2
 
 # %% auto #0
@@ -312,12 +312,12 @@ def _wrap_stripped(model:nn.Module, fl:str)->tuple[nn.Module, int]:
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
     from torch.distributed.device_mesh import init_device_mesh
     if fl == "fsdp1":
-        policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=_layer_classes(model))
+        policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=layer_classes_of(model))
         wrapped = FSDP(model, auto_wrap_policy=policy, device_id=torch.device("cpu"), use_orig_params=True)
         return wrapped, sum(isinstance(x, FSDP) for x in wrapped.modules())
     if fl == "fsdp2":
         mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-        layer_cls = tuple(_layer_classes(model))
+        layer_cls = tuple(layer_classes_of(model))
         layers = [x for x in model.modules() if isinstance(x, layer_cls)]
         for x in reversed(layers): fully_shard(x, mesh=mesh)   # children first: the tower holds its layers
         return fully_shard(model, mesh=mesh), len(layers) + 1
@@ -383,7 +383,7 @@ def sharded_example()->dict:
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, fully_shard
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
     from torch.distributed.tensor import Shard
-    from lora_fsdp_kit.gather.sharded import _COLLECTIVES, intercept_collectives, sharded_view, view_rows
+    from lora_fsdp_kit.gather.sharded import FSDP_COLLECTIVES, intercept_collectives, sharded_view, view_rows
     make = lambda: (torch.manual_seed(0), nn.Sequential(nn.Linear(6, 8), nn.Linear(8, 3)))[1]
     m = make()
     full = {n: p.detach().clone() for n, p in m.named_parameters()}
@@ -394,12 +394,12 @@ def sharded_example()->dict:
     m1 = FSDP(make(), auto_wrap_policy=ModuleWrapPolicy({nn.Linear}), device_id=torch.device("cpu"))
     v1 = sharded_view(m1)
     m3 = FSDP(m1.module, device_id=torch.device("cpu"))   # wrapped again: a new object, a new view
-    seen, originals = {}, list(map(_torch_fn, _COLLECTIVES))
+    seen, originals = {}, list(map(_torch_fn, FSDP_COLLECTIVES))
     for name, model in (("fsdp2", m), ("fsdp1", m1)):
         events = seen[name] = []
         with intercept_collectives(sharded_view(model), lambda *e: events.append(e)):
             model(torch.ones(2, 6)).sum().backward()
-    restored = list(map(_torch_fn, _COLLECTIVES)) == originals and originals[0].__qualname__.endswith("_flat_param")
+    restored = list(map(_torch_fn, FSDP_COLLECTIVES)) == originals and originals[0].__qualname__.endswith("_flat_param")
     return dict(rank=dist.get_rank(), repr=repr(view), rows=view_rows(view), pieces_equal=ok, collectives=seen,
                 restored=restored,
                 cached=sharded_view(m) is view and sharded_view(m1) is v1,

@@ -19,7 +19,7 @@ from .. import hazards as H
 from ..gather.core import gather_lora
 from ..hazards import check_collective_order
 from ..platform import get_platform
-from .toys import HAZARD_MODELS, _build, _data_kind, hazard_batch, hazard_loss
+from .toys import HAZARD_MODELS, _build, data_kind, hazard_batch, hazard_loss
 from ..plan.wrap import WrapConfig
 
 # decoder layers (blocks) as FSDP1 units: right; FSDP2 layer groups: divergent with other data
@@ -64,7 +64,7 @@ def hazard_case(name:str,                 # "branch", "branch_drop", "switch" or
               if cfg.flavour == "fsdp2" else dict(process_group=pg))
         model = cfg.wrap(model, **kw)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
-    ids = hazard_batch(_data_kind(name), rank, same)
+    ids = hazard_batch(data_kind(name), rank, same)
     g = check_collective_order(model, compare=guard is True, timeout=wait)
     try:
         t0 = time.perf_counter()
@@ -91,7 +91,7 @@ def hazard_reference(name:str,            # the hazard model
     "The same step in one process without FSDP: each rank's loss and the LoRA after averaging their gradients."
     model = _build(name)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
-    losses = [hazard_loss(model, name, b) for b in (hazard_batch(_data_kind(name), r, same) for r in range(world))]
+    losses = [hazard_loss(model, name, b) for b in (hazard_batch(data_kind(name), r, same) for r in range(world))]
     torch.stack(losses).mean().backward()   # FSDP averages the ranks' gradients
     opt.step()
     return dict(losses=[l.item() for l in losses], lora={k: v.detach().clone()
@@ -121,7 +121,7 @@ def guard_overhead(name:str="switch",   # a hazard model
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = cfg.wrap(_build(name))
-    ids = hazard_batch(_data_kind(name), 0, same=True)
+    ids = hazard_batch(data_kind(name), 0, same=True)
     def step(guard):
         with (check_collective_order(model, step=i) if guard else contextlib.nullcontext()) as g:
             hazard_loss(model, name, ids).backward()

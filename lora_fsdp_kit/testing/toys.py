@@ -14,8 +14,8 @@ from ..models import add_lora, model_from_config, tiny_model
 
 # %% auto #0
 __all__ = ['SWITCH_CONFIG', 'HAZARD_MODELS', 'EXPERTS', 'MOE_LORA', 'BranchExpert', 'BranchBlock', 'BranchLM',
-           'branch_lora_model', 'switch_lora_model', 'BareRoutedBlock', 'BareRoutedLM', 'hazard_batch', 'hazard_loss',
-           'moe_lora_model', 'moe_batch', 'moe_loss', 'own_and_child_params_model']
+           'branch_lora_model', 'switch_lora_model', 'BareRoutedBlock', 'BareRoutedLM', 'hazard_batch', 'data_kind',
+           'hazard_loss', 'moe_lora_model', 'moe_batch', 'moe_loss', 'own_and_child_params_model']
 
 # %% ../../nbs/95a_toys.ipynb #6be3d7a9
 class BranchExpert(nn.Module):
@@ -138,7 +138,7 @@ def _build(name:str)->nn.Module:
         return tiny_lora_model("llama")
     raise ValueError(f"unknown hazard model {name!r}; use one of {sorted(HAZARD_MODELS) + ['llama']}")
 
-def _data_kind(name:str)->str: return "branch" if name.startswith("branch") else name
+def data_kind(name:str)->str: return "branch" if name.startswith("branch") else name
 
 # %% ../../nbs/95a_toys.ipynb #5ae37ec2
 def hazard_loss(model:nn.Module, name:str, ids:torch.Tensor)->torch.Tensor:
