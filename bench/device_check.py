@@ -117,7 +117,7 @@ MEMORY_CASES = [   # (name, tiny model, config overrides, WrapConfig fields, par
     ("llama fsdp2 fp32", "llama", {}, dict(flavour="fsdp2"), "config"),
     ("llama fsdp2 bf16 ac", "llama", {}, dict(flavour="fsdp2", mixed_precision="bf16", activation_checkpointing=True),
      "config"),
-    ("llama fsdp1 lora fp32", "llama", {}, dict(flavour="fsdp1"), "config"),
+    ("llama fsdp1 lora fp32", "llama", {}, dict(flavour="fsdp1", policy="lora"), "config"),
     ("qwen2 fsdp1 layer orig bf16", "qwen2", {}, dict(flavour="fsdp1", policy="layer", use_orig_params=True,
                                                       mixed_precision="bf16"), "config"),
     ("qwen3_moe fsdp2 bf16", "qwen3_moe", MOE_BF16, dict(flavour="fsdp2", mixed_precision="bf16"), "config"),

@@ -35,7 +35,7 @@ def main(argv=None):
     rss_built = rss_mib()
 
     t0 = time.perf_counter()
-    cfg1 = WrapConfig(flavour="fsdp1", min_num_params=a.min_num_params, use_orig_params=a.min_num_params > 0)
+    cfg1 = WrapConfig(flavour="fsdp1", policy="lora", min_num_params=a.min_num_params, use_orig_params=a.min_num_params > 0)
     plan1 = cfg1.plan(model)
     findings1 = plan1.check()
     t_plan1 = time.perf_counter() - t0

@@ -250,7 +250,7 @@ def test_max_batch_the_peak_at_n_fits_and_at_n_plus_1_does_not():
 
 def test_gate_exit_1_when_one_does_not_fit_or_cannot_be_predicted():
     "A setting over the device, and one FSDP refuses: exit 1, the row says NO, the refusal is one line naming a flag."
-    refused = WrapConfig(flavour="fsdp1", mixed_precision="bf16")   # LoRA leaves as units, bf16: fails for real
+    refused = WrapConfig(flavour="fsdp1", policy="lora", mixed_precision="bf16")   # LoRA leaves, bf16: fails
     from lora_fsdp_kit.__main__ import flag_language as speak   # the command line's words for the fixes
     rc, out, err = _report(config="llama", world=2, device_memory="64KiB", reserve="0B", seq="16",
                            wraps=[WrapConfig(), refused], speak=speak)

@@ -29,10 +29,10 @@ MOE = dict(experts_implementation="batched_mm")
 WRAPS = {"fsdp2 ac bf16": WrapConfig(flavour="fsdp2", activation_checkpointing=True, mixed_precision="bf16"),
          "fsdp2 no-reshard fp16": WrapConfig(flavour="fsdp2", reshard_after_forward=False, mixed_precision="fp16"),
          "fsdp2 hybrid": WrapConfig(flavour="fsdp2", sharding="HYBRID", shard_size=2),
-         "fsdp1 lora": WrapConfig(flavour="fsdp1"),
+         "fsdp1 lora": WrapConfig(flavour="fsdp1", policy="lora"),
          "fsdp1 layer orig bf16 ac": WrapConfig(flavour="fsdp1", policy="layer", use_orig_params=True,
                                                 mixed_precision="bf16", activation_checkpointing=True),
-         "fsdp1 sgo orig": WrapConfig(flavour="fsdp1", sharding="SHARD_GRAD_OP", use_orig_params=True)}
+         "fsdp1 sgo orig": WrapConfig(flavour="fsdp1", policy="lora", sharding="SHARD_GRAD_OP", use_orig_params=True)}
 ROWS = covering_array(dict(wrap=list(WRAPS), model=["llama", "qwen3_moe"], world=[2, 4], backend=["gloo", "nccl"]),
                       allowed=lambda r: "hybrid" not in r["wrap"] or r["world"] == 4)
 

@@ -26,7 +26,7 @@ GPT2_LORA = dict(config=GPT2, targets=("c_attn", "c_proj"), train=True)
 MISTRAL = dict(model_type="mistral", architectures=["MistralForCausalLM"], vocab_size=256, hidden_size=64,
                intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                sliding_window=32)
-FSDP2, FSDP1 = dict(flavour="fsdp2"), dict(flavour="fsdp1")   # FSDP1: the kit's LoRA-leaf policy
+FSDP2, FSDP1 = dict(flavour="fsdp2"), dict(flavour="fsdp1", policy="lora")   # FSDP1: the kit's LoRA-leaf policy
 FSDP1_ORIG = dict(flavour="fsdp1", policy="layer", use_orig_params=True)
 CASES = {   # name: (world, steppeak case fields, WrapConfig fields)
     "gpt2 conv1d tied dropout fsdp2": (4, GPT2_LORA, FSDP2),

@@ -24,7 +24,7 @@ GROUP_WRAPS = {"fsdp2": WrapConfig(flavour="fsdp2"),
                "fsdp2 hybrid bf16": WrapConfig(flavour="fsdp2", sharding="HYBRID", shard_size=4, mixed_precision="bf16"),
                "fsdp1 layer orig bf16 ac": WRAPS["fsdp1 layer orig bf16 ac"],
                "fsdp1 sgo orig": WRAPS["fsdp1 sgo orig"],
-               "fsdp1 lora orig": WrapConfig(flavour="fsdp1", use_orig_params=True)}
+               "fsdp1 lora orig": WrapConfig(flavour="fsdp1", policy="lora", use_orig_params=True)}
 GROUP_ROWS = covering_array(dict(wrap=list(GROUP_WRAPS), model=["llama", "qwen3_moe", "qwen2"], world=[3, 8],
                                  backend=["gloo", "nccl"]),
                             allowed=lambda r: "hybrid" not in r["wrap"] or r["world"] == 8)

@@ -134,7 +134,8 @@ def results():
     cases += [(fused, c, dict(model="qwen3_moe_fused", forward=True)) for c in (
         fsdp1(policy="peft", use_orig_params=True), fsdp1(policy="peft"),             # split / flat view
         fsdp2(targets=["**.lora_A.*", "**.lora_B.*", "**.layers.*"]),                 # adapters sharded apart
-        fsdp1(policy="layer", use_orig_params=True), fsdp1(policy="layer"), LAYERS)]  # view / refused / trains
+        fsdp1(policy="layer", use_orig_params=True), fsdp1(policy="layer", use_orig_params=False),   # view / refused
+        LAYERS)]   # trains
     # LoRA on the router's 2-D weight (a ParamWrapper too: peft's "all-linear" adds it on transformers 5's MoE models):
     # with its adapters in units apart FSDP1 fails otherwise than on the 3-D experts
     router = functools.partial(tiny_lora_model, "qwen3_moe", lora_kwargs=dict(target_parameters=["mlp.gate.weight"]))
@@ -145,12 +146,13 @@ def results():
     llama = functools.partial(tiny_lora_model, "llama")
     cases += [(llama, c, dict(model="llama_wrap", forward=True)) for c in (
         fsdp2(shard_dim=1), fsdp2(activation_checkpointing=True, wrap_lm_head=True, reshard_after_forward=False),
-        fsdp1(use_orig_params=True, activation_checkpointing=True, wrap_lm_head=True),
+        fsdp1(policy="lora", use_orig_params=True, activation_checkpointing=True, wrap_lm_head=True),
         fsdp1(policy="layer", use_orig_params=True, sharding="SHARD_GRAD_OP", mixed_precision="bf16"))]
     cases += [(bf16, c, dict(model="llama_bf16_aligned", forward=True)) for c in (
         fsdp1(policy="layer", use_orig_params=True, align_lora_dtype=True), fsdp2(align_lora_dtype=True))]
     # a unit with its own parameter beside its child modules (CLIP's embeddings): FSDP2 orders it as this torch walks
-    cases += [(own_and_child_params_model, c, dict(model="own_and_child")) for c in (LAYERS, fsdp1(policy="layer"))]
+    cases += [(own_and_child_params_model, c, dict(model="own_and_child"))
+              for c in (LAYERS, fsdp1(policy="layer", use_orig_params=False))]
     t0 = time.perf_counter()
     res = {2: launch(F.fidelity_check, cases, quiet=True, timeout=300)}
     t1 = time.perf_counter()

@@ -54,6 +54,7 @@ class Check:
             out.append(Finding(sev[0] if sev else self.severity, self.id, unit, message, self.fix))
         return out
 
+# %% ../../nbs/03b_checks.ipynb #d3436f13
 CHECKS: dict[str, Check] = {}   # id -> check, in registration order (the order findings come in)
 
 def plan_check(id:str,                        # the check's id (unique)
@@ -94,6 +95,7 @@ def nested_lambda_units(plan:Plan):
                            "gather (summon_full_params with recurse=True on the parent) all-gathers the leaf again "
                            "inside its parent")
 
+# %% ../../nbs/03b_checks.ipynb #2f65578c
 @plan_check("lora-name-hidden", "warning",
             "a LoRA leaf unit's own names are just `weight`: the RL framework's collector skips every unit and "
             "returns nothing",
@@ -130,6 +132,7 @@ def mixed_requires_grad(plan:Plan):
             yield u.name, ("frozen and trainable tensors share a flat parameter: FSDP1 accepts it with "
                            "use_orig_params=True but keeps gradient memory for the whole flat parameter"), "info"
 
+# %% ../../nbs/03b_checks.ipynb #203f1fe9
 @plan_check("mixed-dtype", "error",
             "FSDP1 refuses a flat group of two dtypes; FSDP2 refuses trainable tensors of two dtypes in one group",
             "cast the adapters to the base dtype (peft autocast_adapter_dtype=False, WrapConfig(align_lora_dtype="
@@ -174,6 +177,7 @@ def tied_param_split(plan:Plan):
                           "(e.g. a reference-model forward under peft's disable_adapter())"), "warning"
         else: yield owner, msg
 
+# %% ../../nbs/03b_checks.ipynb #409343ec
 @plan_check("tied-param-copied", "warning",
             "FSDP1 with `use_orig_params=False` flattens a tied parameter again in the second unit: a separate copy, "
             "the tie broken",
@@ -203,6 +207,7 @@ def rank_divergent_unit(plan:Plan):
                            "all-gather different units in different orders (a collective mismatch, a hang, or "
                            "same-sized units paired and silently wrong training)")
 
+# %% ../../nbs/03b_checks.ipynb #83b36b6a
 @plan_check("rank-divergent-grads", "error",
             "FSDP2: trainable parameters inside such a module, in a larger unit: ranks reduce-scatter different "
             "parameter sets",
@@ -241,6 +246,7 @@ def fused_experts_info(plan:Plan):
     for n, why in plan.fused:
         yield next((unit_of[p] for p in unit_of if p.startswith(n + ".")), ""), f"{n}: {why}"
 
+# %% ../../nbs/03b_checks.ipynb #0fb67080
 # what the first forward says, where peft adds the delta of a 3-D fused experts' weight (per expert) or of a 2-D one
 # (a router's weight): measured on 2 gloo ranks (tests/test_plan_fidelity.py)
 _SPLIT_SAYS = {("fsdp2", 3): "aten.baddbmm.default got mixed torch.Tensor and DTensor",
@@ -269,12 +275,13 @@ def fused_lora_split(plan:Plan):
         says, what = _SPLIT_SAYS[plan.flavour, 3 if fused else 2], _wrapped_param(base, fused)
         if plan.flavour == "fsdp2":
             yield home, (f"peft's ParamWrapper adds its LoRA delta to {what} inside {home or '<root>'!r}, but its "
-                         f"lora_A/lora_B are units of their own ({away[0]!r}…), still sharded there: the first forward "
-                         f"fails (\"{says}\")")
+                         f"lora_A/lora_B are units of their own ({away[0]!r}…), still sharded there: "
+                         f"the first forward fails (\"{says}\")")
         else:
             yield home, (f"peft's ParamWrapper reads lora_A/lora_B of {wn!r} outside their own unit ({away[0]!r}), "
                          f"where FSDP1 shows them as flat shards: the first forward fails (\"{says}\")")
 
+# %% ../../nbs/03b_checks.ipynb #7329af4e
 @plan_check("fused-lora-fsdp1", "error",
             "FSDP1 and LoRA through peft's ParamWrapper (fused experts, a router's weight): it parametrizes a weight "
             "FSDP1 holds as a view of its flat parameter, the first forward fails",
@@ -311,6 +318,7 @@ def mixed_precision_lora_leaf(plan:Plan, autocast:str|None=None):
                            f"peft casts the layer input to lora_A's dtype before that, from the sharded {dts[0]} "
                            "weight: the first forward fails (\"expected m1 and m2 to have the same dtype\")")
 
+# %% ../../nbs/03b_checks.ipynb #93dd31a6
 @plan_check("dora-lora-leaf", "error",
             "DoRA + FSDP1 `use_orig_params=True` + LoRA leaves as units: DoRA reads the sharded weights, the first "
             "forward fails",

@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 
 from ..units import fmt_bytes, fmt_count
+from ..dtypes import canonical, itemsize
 from ..methods import patch_to
 from ..shards import clean_name, join_name   # the kit's one name function
 from .policies import (WrapPolicy, is_lora_name, fsdp1_unit_modules, resolve_targets, _name_pattern,
@@ -23,17 +24,18 @@ from ..doctor import internal
 _managed_modules = internal("torch.distributed.fsdp._fully_shard._fsdp_init:_get_managed_modules")
 
 # %% auto #0
-__all__ = ['dtype_itemsize', 'ParamInfo', 'param_info', 'Unit', 'Plan', 'conditional_modules', 'mixed_precision_dtype',
-           'idle_modules', 'plan_fsdp1', 'plan_fsdp2', 'plan_summary', 'plan_text', 'plan_html']
+__all__ = ['MARKS', 'dtype_itemsize', 'ParamInfo', 'param_info', 'Unit', 'Plan', 'conditional_modules', 'mixed_precision_dtype',
+           'idle_modules', 'plan_fsdp1', 'plan_fsdp2', 'plan_summary', 'policy_line', 'plan_text', 'plan_html']
 
 # %% ../../nbs/03_plan.ipynb #a34cc58f
 def _dtype_name(dt:torch.dtype)->str: return str(dt).removeprefix("torch.")
 
-@functools.cache
 def dtype_itemsize(dtype:str)->int:
-    "Bytes per element of a dtype given by name (\"bfloat16\" -> 2)."
-    return getattr(torch, dtype).itemsize
+    "Bytes per element of a dtype given by name (\"bfloat16\" -> 2): `dtypes`' table, else torch's."
+    try: return itemsize(dtype)
+    except ValueError: return getattr(torch, dtype).itemsize   # a dtype the table does not list
 
+# %% ../../nbs/03_plan.ipynb #c6152ea8
 @dataclass(frozen=True)
 class ParamInfo:
     "One parameter as a plan sees it."
@@ -95,19 +97,24 @@ class Unit:
     def is_root(self)->bool: return self.parent is None
     @property
     def modules(self)->tuple[str, ...]: return self.members or (self.name,)   # the module(s) of its fully_shard call
-    def local_names(self)->tuple[str, ...]:
-        "Own parameter names relative to the unit's module holding them (what a collector sees from the unit)."
-        def local(n):
-            m = max((m for m in self.modules if not m or n.startswith(m + ".")), key=len, default="")
-            return n[len(m) + 1:] if m else n
-        return tuple(map(local, self.param_names))
-    def to_dict(self)->dict:
-        d = dict(name=self.name, module_class=self.module_class, parent=self.parent, children=list(self.children),
-                 depth=self.depth, claimed_by=self.claimed_by, numel=self.numel, nbytes=self.nbytes,
-                 bytes_by_dtype=self.bytes_by_dtype, n_params=len(self.params), n_lora=self.n_lora,
-                 n_trainable=self.n_trainable, lora_numel=self.lora_numel, params=[p.to_dict() for p in self.params])
-        if self.members: d["members"] = list(self.members)   # a group only: one-module units read as before
-        return d
+
+# %% ../../nbs/03_plan.ipynb #becf78e9
+@patch_to(Unit)
+def local_names(self:Unit)->tuple[str, ...]:
+    "Own parameter names relative to the unit's module holding them (what a collector sees from the unit)."
+    def local(n):
+        m = max((m for m in self.modules if not m or n.startswith(m + ".")), key=len, default="")
+        return n[len(m) + 1:] if m else n
+    return tuple(map(local, self.param_names))
+
+@patch_to(Unit)
+def to_dict(self:Unit)->dict:
+    d = dict(name=self.name, module_class=self.module_class, parent=self.parent, children=list(self.children),
+             depth=self.depth, claimed_by=self.claimed_by, numel=self.numel, nbytes=self.nbytes,
+             bytes_by_dtype=self.bytes_by_dtype, n_params=len(self.params), n_lora=self.n_lora,
+             n_trainable=self.n_trainable, lora_numel=self.lora_numel, params=[p.to_dict() for p in self.params])
+    if self.members: d["members"] = list(self.members)   # a group only: one-module units read as before
+    return d
 
 # %% ../../nbs/03_plan.ipynb #41e70d63
 @dataclass(frozen=True, kw_only=True)   # 14 fields: built by name, never by position
@@ -133,28 +140,53 @@ class Plan:
             if u.name == name or name in u.members: return u   # a group: by any of its modules
         raise KeyError(f"no unit named {name!r}; units: {[u.name for u in self.units]}")
     def __len__(self): return len(self.units)
-    @property
-    def root(self)->Unit: return self.units[-1]
-    @property
-    def numel(self)->int: return sum(u.numel for u in self.units)
-    @property
-    def nbytes(self)->int: return sum(u.nbytes for u in self.units)
-    @property
-    def lora_numel(self)->int: return sum(u.lora_numel for u in self.units)
-    @property
-    def lora_bytes(self)->int: return sum(u.lora_bytes for u in self.units)
-    @property
-    def n_lora(self)->int: return sum(u.n_lora for u in self.units)
-    @property
-    def largest_unit(self)->Unit: return max(self.units, key=lambda u: u.nbytes)
-    @property
-    def lora_units(self)->tuple[Unit, ...]: return tuple(u for u in self.units if u.n_lora)
-    def children_of(self, u:Unit)->list[Unit]: return [self[c] for c in u.children]
-    def check(self)->list[Finding]:
-        "Findings: the known failures this configuration will hit (every check of `checks.CHECKS`)."
-        return check_plan(self)
-    def __repr__(self)->str: return plan_text(self, max_units=60 if len(self.units) > 80 else None)
-    def _repr_html_(self)->str: return plan_html(self)
+
+# %% ../../nbs/03_plan.ipynb #1ae5e2e6
+@patch_to(Plan)
+@property
+def root(self:Plan)->Unit: return self.units[-1]
+
+@patch_to(Plan)
+@property
+def numel(self:Plan)->int: return sum(u.numel for u in self.units)
+
+@patch_to(Plan)
+@property
+def nbytes(self:Plan)->int: return sum(u.nbytes for u in self.units)
+
+@patch_to(Plan)
+@property
+def lora_numel(self:Plan)->int: return sum(u.lora_numel for u in self.units)
+
+@patch_to(Plan)
+@property
+def lora_bytes(self:Plan)->int: return sum(u.lora_bytes for u in self.units)
+
+@patch_to(Plan)
+@property
+def n_lora(self:Plan)->int: return sum(u.n_lora for u in self.units)
+
+@patch_to(Plan)
+@property
+def largest_unit(self:Plan)->Unit: return max(self.units, key=lambda u: u.nbytes)
+
+@patch_to(Plan)
+@property
+def lora_units(self:Plan)->tuple[Unit, ...]: return tuple(u for u in self.units if u.n_lora)
+
+@patch_to(Plan)
+def children_of(self:Plan, u:Unit)->list[Unit]: return [self[c] for c in u.children]
+
+@patch_to(Plan)
+def check(self:Plan)->list[Finding]:
+    "Findings: the known failures this configuration will hit (every check of `checks.CHECKS`)."
+    return check_plan(self)
+
+@patch_to(Plan)
+def __repr__(self:Plan)->str: return plan_text(self, max_units=60 if len(self.units) > 80 else None)
+
+@patch_to(Plan)
+def _repr_html_(self:Plan)->str: return plan_html(self)
 
 # %% ../../nbs/03_plan.ipynb #3d4be19e
 @patch_to(Plan)
@@ -175,6 +207,7 @@ def gather_total_bytes(self:Plan)->int:
     "Bytes moved by a per-unit LoRA gather over all units (each unit once, children not again)."
     return sum(self.gather_bytes(u) for u in self.units)
 
+# %% ../../nbs/03_plan.ipynb #36c76894
 @patch_to(Plan)
 def to_dict(self:Plan)->dict:
     "A JSON-safe summary (units, totals, findings) for scripts."
@@ -211,13 +244,16 @@ def conditional_modules(model:nn.Module,                           # the model t
         for h in hits: out.setdefault(h, "marked conditional")
     return tuple(sorted(out.items()))
 
+# %% ../../nbs/03_plan.ipynb #12df77cf
 def mixed_precision_dtype(mp)->str|None:
     "The compute dtype name of FSDP1 `MixedPrecision`, FSDP2 `MixedPrecisionPolicy`, a dtype or a dtype name."
     if mp is None: return None
     if hasattr(mp, "param_dtype"): mp = mp.param_dtype
     if mp is None: return None
     if isinstance(mp, torch.dtype): return _dtype_name(mp)
-    if isinstance(mp, str) and isinstance(getattr(torch, mp, None), torch.dtype): return mp
+    if isinstance(mp, str):
+        try: return canonical(mp)   # any word `dtypes` reads ('bf16' too)
+        except ValueError: pass
     raise ValueError(f"mixed_precision must be a MixedPrecision / MixedPrecisionPolicy, a torch dtype or its name "
                      f"(e.g. 'bfloat16'), got {mp!r}")
 
@@ -264,7 +300,8 @@ def _owned_params(unit_mods:list[nn.Module], names:dict, flavour:str, use_orig_p
                     if flavour == "fsdp1" and not use_orig_params:
                         # the first unit replaced the parameter only in its own modules: this unit still holds the
                         # original nn.Parameter and flattens it again, as a copy (measured: the head gets its own)
-                        if (id(p), um) not in copies: copies[(id(p), um)] = full; ps.append(param_info(full, p, shard_dim))
+                        if (id(p), um) not in copies:
+                            copies[(id(p), um)] = full; ps.append(param_info(full, p, shard_dim))
                     elif full not in holders[id(p)]:
                         holders[id(p)].append(full)   # FSDP1: used here, but it lives in another unit's flat param
                     continue
@@ -306,9 +343,14 @@ def _nesting(model:nn.Module, unit_mods:list[nn.Module], members:dict|None=None)
 
 # %% ../../nbs/03_plan.ipynb #bf08962d
 def _build_plan(model:nn.Module, unit_claims:dict[nn.Module, str], flavour:str, policy:str, use_orig_params:bool,
-                ignored_params:set, mixed_precision:str|None=None, conditional:tuple=(), shard_dim:int=0,
-                groups:dict[nn.Module, tuple[nn.Module, ...]]|None=None)->Plan:
+                ignored_params:set, mixed_precision:str|None=None, conditional=None, shard_dim:int=0,
+                groups:dict[nn.Module, tuple[nn.Module, ...]]|None=None, allow_root_only:bool=True,
+                detect_experts:bool=True)->Plan:
     "The `Plan` of `unit_claims` (module -> claiming part, in creation order, the root last; a group by its first)."
+    if len(unit_claims) == 1 and not allow_root_only:
+        raise ValueError(f"the policy wraps nothing in {type(model).__name__}: only the root unit would exist "
+                         f"(policy: {policy}); lower min_num_params, add layer classes or LoRA leaves, or pass "
+                         f"allow_root_only=True")
     names = {}
     for n, m in model.named_modules(remove_duplicate=True): names.setdefault(m, clean_name(n))
     unit_mods = list(unit_claims)
@@ -328,10 +370,11 @@ def _build_plan(model:nn.Module, unit_claims:dict[nn.Module, str], flavour:str, 
     model_class = (f"{type(base).__name__} (peft)" if isinstance(base, nn.Module) and base is not model
                    else type(model).__name__)
     return Plan(flavour=flavour, model_class=model_class, policy=policy, use_orig_params=use_orig_params, units=units,
-                ignored=ign, tied=tied, mixed_precision=mixed_precision, conditional=tuple(conditional), copied=copied,
-                idle=idle_modules(model), fused=tuple(fused_experts(model)),
-                param_wrappers=tuple(param_wrappers(model)))
+                ignored=ign, tied=tied, mixed_precision=mixed_precision, copied=copied,
+                conditional=conditional_modules(model, conditional, detect_experts), idle=idle_modules(model),
+                fused=tuple(fused_experts(model)), param_wrappers=tuple(param_wrappers(model)))
 
+# %% ../../nbs/03_plan.ipynb #3ba7186e
 def _refuse_wrapped(model:nn.Module, fn:str):
     "A plan is of the model *before* FSDP: planning an already wrapped one would describe wrappers, not units."
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, FSDPModule
@@ -359,13 +402,11 @@ def plan_fsdp1(model:nn.Module,                  # the model as it will be passe
     ign_mods, ign_params = _ignored_sets(model, ignored_modules)
     claims = fsdp1_unit_modules(model, policy, ignored_modules, use_orig_params=use_orig_params,
                                 world_size=world_size, rank=rank)
-    if len(claims) == 1 and not allow_root_only:
-        raise ValueError(f"the policy wraps nothing in {type(model).__name__}: only the root unit would exist "
-                         f"(policy: {policy!r}); lower min_num_params, add layer classes or LoRA leaves, or pass "
-                         f"allow_root_only=True")
     return _build_plan(model, claims, "fsdp1", repr(policy), use_orig_params, ign_params,
-                       mixed_precision_dtype(mixed_precision), conditional_modules(model, conditional, detect_experts))
+                       mixed_precision_dtype(mixed_precision), conditional, allow_root_only=allow_root_only,
+                       detect_experts=detect_experts)
 
+# %% ../../nbs/03_plan.ipynb #06a4f73f
 def plan_fsdp2(model:nn.Module,                        # the model as it will be sharded (meta or real)
                targets:type|str|Sequence[type|str],    # module classes and/or dotted-name globs
                *,
@@ -379,10 +420,10 @@ def plan_fsdp2(model:nn.Module,                        # the model as it will be
     claims = {m: "target" for _, m in resolve_targets(model, targets)}
     claims[model] = "root"
     return _build_plan(model, claims, "fsdp2", _targets_repr(targets), True, set(), mixed_precision_dtype(mp_policy),
-                       conditional_modules(model, conditional, detect_experts), shard_dim)
+                       conditional, shard_dim, detect_experts=detect_experts)
 
 # %% ../../nbs/03_plan.ipynb #c11ac0b1
-_MARK = {"error": "✖", "warning": "▲", "info": "·"}
+MARKS = {"error": "✖", "warning": "▲", "info": "·"}   # a finding's marker, in every view of a plan
 
 def _tree_rows(plan:Plan)->list[tuple[Unit, str, str]]:
     "(unit, indent prefix, short name) in tree order, children after their parent."
@@ -397,6 +438,7 @@ def _tree_rows(plan:Plan)->list[tuple[Unit, str, str]]:
     visit(plan.root, "", True, True)
     return rows
 
+# %% ../../nbs/03_plan.ipynb #580e7ade
 def plan_summary(plan:Plan)->str:
     "One line: flavour, model, units, size, LoRA share, gather figures."
     share = plan.lora_numel / plan.numel if plan.numel else 0
@@ -404,18 +446,24 @@ def plan_summary(plan:Plan)->str:
             f"({fmt_bytes(plan.nbytes)}), LoRA {plan.n_lora} tensors ({share:.2%}) in {len(plan.lora_units)} units; "
             f"per-unit gather peak {fmt_bytes(plan.gather_peak_bytes)}, total {fmt_bytes(plan.gather_total_bytes)}")
 
+def policy_line(plan:Plan)->str:
+    "The plan's second line: what made its units (and, for FSDP1, whether it keeps the original parameters)."
+    uop = f" (use_orig_params={plan.use_orig_params})" if plan.flavour == "fsdp1" else ""
+    return f"policy{uop}: {plan.policy}"
+
+# %% ../../nbs/03_plan.ipynb #4546a9bd
 def plan_text(plan:Plan, findings:list[Finding]|None=None, max_units:int|None=None)->str:
     "The plan as an indented text tree with sizes, LoRA counts and finding markers."
     findings = plan.check() if findings is None else findings
     marks: dict[str, str] = {}
-    for f in findings: marks[f.unit] = marks.get(f.unit, "") + _MARK.get(f.severity, "?")
+    for f in findings: marks[f.unit] = marks.get(f.unit, "") + MARKS.get(f.severity, "?")
     rows = _tree_rows(plan)
     w = min(max(len(p + s) for _, p, s in rows), 72)
-    uop = f" (use_orig_params={plan.use_orig_params})" if plan.flavour == "fsdp1" else ""
-    lines = [plan_summary(plan), f"policy{uop}: {plan.policy}"]
+    lines = [plan_summary(plan), policy_line(plan)]
     for i, (u, pre, short) in enumerate(rows):
         if max_units is not None and i >= max_units:
-            lines.append(f"... {len(rows) - max_units} more units (lora_fsdp_kit.plan.viz.plan_text_grouped merges repeats)")
+            lines.append(f"... {len(rows) - max_units} more units "
+                         "(lora_fsdp_kit.plan.viz.plan_text_grouped merges repeats)")
             break
         label = (pre + short)
         if len(label) > w: label = label[:w-1] + "…"
@@ -428,7 +476,7 @@ def plan_text(plan:Plan, findings:list[Finding]|None=None, max_units:int|None=No
         seen = {}
         for f in findings: seen.setdefault((f.severity, f.check), []).append(f)
         for (sev, chk), fs in seen.items():
-            lines.append(f"  {_MARK.get(sev, '?')} {sev} [{chk}] ×{len(fs)}, e.g. {fs[0].unit or '<root>'}: "
+            lines.append(f"  {MARKS.get(sev, '?')} {sev} [{chk}] ×{len(fs)}, e.g. {fs[0].unit or '<root>'}: "
                          f"{fs[0].message}")
     else: lines.append("findings: none")
     return "\n".join(lines)
@@ -446,7 +494,7 @@ def plan_html(plan:Plan, findings:list[Finding]|None=None)->str:
         bar = f'<div style="background:#90caf9;height:8px;width:{max(1, int(120*u.nbytes/big))}px"></div>'
         fs = by_unit.get(u.name, [])
         marks = "".join(f'<span title="{html.escape(str(f))}" style="color:{colour.get(f.severity)}">'
-                        f'{_MARK.get(f.severity)}</span>' for f in fs)
+                        f'{MARKS.get(f.severity)}</span>' for f in fs)
         tree = f"<td style='text-align:left;font-family:monospace;white-space:pre'>{html.escape(pre + short)}</td>"
         rows.append(f"<tr>{tree}<td>{html.escape(u.module_class)}</td><td>{u.claimed_by}</td>"
                     f"<td>{fmt_bytes(u.nbytes)}{bar}</td><td>{', '.join(sorted(u.bytes_by_dtype))}</td>"

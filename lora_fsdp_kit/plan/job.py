@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import torch.nn as nn
 
+from ..dtypes import SHORT, short
 from ..methods import patch_to
 from ..families import PLAN_TARGETS, text_model_of
 from .checks import Finding, check_plan
@@ -22,29 +23,26 @@ __all__ = ['FLAVOUR_DEFAULTS', 'OPTIMIZERS', 'PREFETCH', 'STEP_KEYWORDS', 'READE
            'file_kind', 'read_job_file']
 
 # %% ../../nbs/03e_job.ipynb #29a25af3
-# what a flavour name means, in `lfk plan`, `lfk fits`, the Job and its files: decoder-layer units (the root holds
-# the rest), FSDP1 keeping the original parameters (frozen and trained tensors in one unit, any dtypes). The LoRA-leaf
-# policies stay one flag away (--policy lora / peft); read by the CLI from this source (no torch import)
+# `wrap.FLAVOUR_DEFAULTS`, which `WrapConfig` reads, spelled here as a literal for the CLI, which reads it from this
+# source (no torch import); the two are equal by test, until the CLI reads wrap's
 FLAVOUR_DEFAULTS = {"fsdp1": {"policy": "layer", "use_orig_params": True}, "fsdp2": {"policy": "layer"}}
 
 def default_wrap(flavour:str="fsdp2",  # "fsdp1" or "fsdp2"
                  **fields,             # WrapConfig fields that differ from the flavour's default
                 )->WrapConfig:
-    "The one `WrapConfig` a flavour name means (`FLAVOUR_DEFAULTS`), with `fields` on top."
+    "The one `WrapConfig` a flavour name means (`FLAVOUR_DEFAULTS`, as `WrapConfig` reads it), with `fields` on top."
     if flavour not in FLAVOUR_DEFAULTS:
         raise ValueError(f"flavour must be 'fsdp1' or 'fsdp2', got {flavour!r}"
                          + "".join(f"; did you mean {n}?" for n in difflib.get_close_matches(str(flavour),
                                                                                              FLAVOUR_DEFAULTS, 1)))
-    kw = dict(FLAVOUR_DEFAULTS[flavour], **fields)
-    if "targets" in fields and fields["targets"] is not None and "policy" not in fields: kw.pop("policy")
-    if flavour == "fsdp2": kw.pop("use_orig_params", None)   # FSDP2 always keeps them: one spelling of one job
-    return WrapConfig(flavour=flavour, **kw)
+    if flavour == "fsdp2": fields.pop("use_orig_params", None)   # FSDP2 always keeps them: one spelling of one job
+    return WrapConfig(flavour=flavour, **fields)
 
 # %% ../../nbs/03e_job.ipynb #00c390a6
 OPTIMIZERS = ("adamw", "adamw_torch", "adamw_torch_fused", "adamw_hf", "adam", "sgd", "adafactor", "adamw_8bit",
               "paged_adamw_8bit", "adamw_bnb_8bit")   # transformers' `optim` names the kit reads (fits traces AdamW)
 PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH")   # FSDP1's backward prefetch (torch: BACKWARD_PRE)
-_DTYPES = ("config", "base", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
+_DTYPES = ("config", "base") + tuple(w for n in ("float32", "bfloat16", "float16") for w in (SHORT[n], n))
 _LORA_FIELDS = ("lora_r", "lora_alpha", "lora_targets", "lora_dropout", "dora", "modules_to_save", "target_parameters")
 
 # %% ../../nbs/03e_job.ipynb #361397f1
@@ -159,6 +157,7 @@ def _one_of(name:str, v, ok:tuple)->None:
         raise ValueError(f"Job {name}={v!r}: use one of {', '.join(ok)}"
                          + (f"; did you mean {near[0]}?" if near else ""))
 
+# %% ../../nbs/03e_job.ipynb #3c0b45f4
 def _validate_job(job:Job):
     "Normalise spellings (comma lists to tuples, the default wrapping) and refuse what no job can be, naming the fix."
     whole = lambda v: isinstance(v, int) and not isinstance(v, bool)
@@ -328,15 +327,8 @@ def _precision(f:JobFile, mp, key:str):
     f.set("autocast", True, key)   # accelerate runs the forward under torch.autocast(compute dtype)
 
 # %% ../../nbs/03e_job.ipynb #77d8fef3
-def _read_accelerate(f:JobFile, d:dict):
-    "An accelerate config (`accelerate config`'s YAML): the world, the precision, and `fsdp_config`."
-    fc = {k if k.startswith("fsdp_") else "fsdp_" + k: v for k, v in (d.get("fsdp_config") or {}).items()}
-    if str(d.get("distributed_type", "FSDP")).upper() != "FSDP":
-        f.note(f"distributed_type {d['distributed_type']!r}: not FSDP (accelerate runs no fsdp_config)")
-    if "num_processes" in d: f.set("world", int(d["num_processes"]), "num_processes")
-    _precision(f, d.get("mixed_precision"), "mixed_precision")
-    v = int(fc.get("fsdp_version", 1))
-    f.set("flavour", f"fsdp{v}", "fsdp_config.fsdp_version", "fsdp_version" not in fc)
+def _accelerate_policy(f:JobFile, fc:dict):
+    "accelerate's `fsdp_auto_wrap_policy` as the kit's policy: layers (of the named classes), size, or the root only."
     pol = str(fc.get("fsdp_auto_wrap_policy", "NO_WRAP")).upper()
     src = "fsdp_config.fsdp_auto_wrap_policy"
     if pol == "TRANSFORMER_BASED_WRAP":
@@ -347,6 +339,18 @@ def _read_accelerate(f:JobFile, d:dict):
         f.set("policy", "size", src); f.set("min_num_params", int(fc.get("fsdp_min_num_params", 0)), src)
     elif pol == "NO_WRAP": f.set("policy", "root", src, "fsdp_auto_wrap_policy" not in fc)
     else: f.note(f"fsdp_auto_wrap_policy {pol!r} is none of TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP")
+
+# %% ../../nbs/03e_job.ipynb #6e60acc8
+def _read_accelerate(f:JobFile, d:dict):
+    "An accelerate config (`accelerate config`'s YAML): the world, the precision, and `fsdp_config`."
+    fc = {k if k.startswith("fsdp_") else "fsdp_" + k: v for k, v in (d.get("fsdp_config") or {}).items()}
+    if str(d.get("distributed_type", "FSDP")).upper() != "FSDP":
+        f.note(f"distributed_type {d['distributed_type']!r}: not FSDP (accelerate runs no fsdp_config)")
+    if "num_processes" in d: f.set("world", int(d["num_processes"]), "num_processes")
+    _precision(f, d.get("mixed_precision"), "mixed_precision")
+    v = int(fc.get("fsdp_version", 1))
+    f.set("flavour", f"fsdp{v}", "fsdp_config.fsdp_version", "fsdp_version" not in fc)
+    _accelerate_policy(f, fc)
     if v == 1:
         if "fsdp_sharding_strategy" in fc:
             s = _sharding(fc["fsdp_sharding_strategy"])
@@ -393,8 +397,8 @@ def _ac(impl:str):
     return impl if "str" in str(hint) else True
 
 # %% ../../nbs/03e_job.ipynb #1da2139a
-def _read_trainer(f:JobFile, d:dict):
-    "The Trainer's arguments (`TrainingArguments.to_json_string()`): the step, and `fsdp_config` as it reads it."
+def _trainer_step(f:JobFile, d:dict):
+    "The step the Trainer's arguments say: batch, accumulation, precision, cache, checkpointing, optimizer, clipping."
     f.set("batch", int(d.get("per_device_train_batch_size", 8)), "per_device_train_batch_size",
           "per_device_train_batch_size" not in d)
     if "gradient_accumulation_steps" in d:
@@ -406,6 +410,11 @@ def _read_trainer(f:JobFile, d:dict):
         if d.get(k) is True: f.set("activation_checkpointing", _ac("hf"), k); break
     if d.get("optim"): f.set("optimizer", str(d["optim"]).lower(), "optim")
     if d.get("max_grad_norm") is not None: f.set("max_grad_norm", float(d["max_grad_norm"]), "max_grad_norm")
+
+# %% ../../nbs/03e_job.ipynb #fab82ec9
+def _read_trainer(f:JobFile, d:dict):
+    "The Trainer's arguments (`TrainingArguments.to_json_string()`): the step, and `fsdp_config` as it reads it."
+    _trainer_step(f, d)
     if not d.get("fsdp"): f.note("fsdp is off: the Trainer runs DDP, not FSDP"); return
     fc = {k.removeprefix("fsdp_"): v for k, v in (d.get("fsdp_config") or {}).items()}
     v = int(fc.get("version", 2)); f.set("flavour", f"fsdp{v}", "fsdp_config.version", "version" not in fc)
@@ -436,6 +445,7 @@ def _read_trainer(f:JobFile, d:dict):
     if v == 1 and int(fc.get("min_num_params", 0) or 0) > 0:
         f.note("fsdp_config.min_num_params: the Trainer installs peft's policy over it")
 
+# %% ../../nbs/03e_job.ipynb #5fb895c6
 def _read_peft(f:JobFile, d:dict):
     "A peft `adapter_config.json` (`LoraConfig`): the rank, alpha, targets, dropout, DoRA and what is trained whole."
     if str(d.get("peft_type", "LORA")).upper() != "LORA": f.note(f"peft_type {d['peft_type']!r}: the kit plans LoRA")
@@ -459,6 +469,17 @@ def _at(d:dict, path:str, default=None):
         d = d[k]
     return d
 
+# %% ../../nbs/03e_job.ipynb #e82c0697
+def _verl_lora(f:JobFile, d:dict, m:str):
+    "verl's LoRA, under `actor_rollout_ref.model` (`m`): rank (0: no LoRA), alpha, target modules."
+    if r := int(_at(d, m + "lora_rank", 0) or 0): f.set("lora_r", r, m + "lora_rank")
+    else: f.note(f"{m}lora_rank is 0: verl trains the whole model, not LoRA")
+    if (al := _at(d, m + "lora_alpha")) is not None: f.set("lora_alpha", al, m + "lora_alpha")
+    tm = _at(d, m + "target_modules")
+    if tm == "all-linear": f.note(f"{m}target_modules 'all-linear': name the modules with --lora-targets")
+    elif tm: f.set("lora_targets", tuple(_words(tm)), m + "target_modules")
+
+# %% ../../nbs/03e_job.ipynb #86b55e9d
 def _read_verl(f:JobFile, d:dict):
     "verl's trainer config: `actor_rollout_ref.actor` and `.model`, `data`'s lengths, `trainer`'s GPUs."
     a, m = "actor_rollout_ref.actor.", "actor_rollout_ref.model."
@@ -478,15 +499,11 @@ def _read_verl(f:JobFile, d:dict):
     else: f.set("policy", "layer", a + "strategy (verl's fully_shard on the layer classes)")
     # verl's actor: fp32 master weights, bf16 compute, its forward under torch.autocast(bfloat16)
     mp = str(_at(d, a + "fsdp_config.mixed_precision.param_dtype", "bf16"))
-    mp = mp.replace("bfloat16", "bf16").replace("float16", "fp16")
+    try: mp = short(mp)
+    except ValueError: pass   # a word no dtype has: no mixed precision, below
     f.set("param_dtype", "fp32", a + "fsdp_config (verl loads the actor in fp32)", True)
     _precision(f, mp if mp in ("bf16", "fp16") else None, a + "fsdp_config.mixed_precision.param_dtype")
-    if r := int(_at(d, m + "lora_rank", 0) or 0): f.set("lora_r", r, m + "lora_rank")
-    else: f.note(f"{m}lora_rank is 0: verl trains the whole model, not LoRA")
-    if (al := _at(d, m + "lora_alpha")) is not None: f.set("lora_alpha", al, m + "lora_alpha")
-    tm = _at(d, m + "target_modules")
-    if tm == "all-linear": f.note(f"{m}target_modules 'all-linear': name the modules with --lora-targets")
-    elif tm: f.set("lora_targets", tuple(_words(tm)), m + "target_modules")
+    _verl_lora(f, d, m)
     if _bool(_at(d, m + "enable_gradient_checkpointing", False)):
         f.set("activation_checkpointing", _ac("hf"), m + "enable_gradient_checkpointing")
     if (b := _at(d, a + "ppo_micro_batch_size_per_gpu")) is not None:

@@ -53,6 +53,29 @@ def _adapter_tensors(model:nn.Module)->list[tuple[str, nn.Parameter, torch.dtype
     return out
 
 # %% ../../nbs/03d_lora_dtype.ipynb #29d20770
+def _unit_params(model:nn.Module, policy:Callable|None, use_orig_params:bool)->tuple[list, str]:
+    "(unit name, its parameters) for each FSDP1 unit `policy` makes (one unit without a policy), and the policy's name."
+    if policy is None: return [("<root, no auto-wrap>", list(model.parameters()))], "no auto-wrap policy (one unit)"
+    plan = plan_fsdp1(model, policy, use_orig_params=use_orig_params, allow_root_only=True)
+    by_name = {clean_name(n): p for n, p in model.named_parameters()}
+    groups = [(u.name or "<root>", [by_name[q.name] for q in u.params]) for u in plan.units]
+    return groups, getattr(policy, "name", None) or repr(policy)
+
+def _check_uniform(groups:list, want:dict):
+    "Refuse a unit that would still mix dtypes: two base dtypes, or adapters cast to another than its base's."
+    dn = lambda dt: str(dt).removeprefix("torch.")
+    for unit, params in groups:
+        base = sorted({dn(p.dtype) for p in params if id(p) not in want})
+        adapters = sorted({dn(want[id(p)]) for p in params if id(p) in want})
+        if len(base) > 1:
+            raise ValueError(f"FSDP1 unit {unit} mixes base parameter dtypes {base}: casting the adapters cannot make "
+                             f"its flat parameter uniform; cast the base (e.g. model.to(dtype)), make those parts "
+                             f"units of their own, or strip them")
+        if base and adapters and set(adapters) != set(base):
+            raise ValueError(f"FSDP1 unit {unit} would hold adapters in {adapters} next to base weights in {base}; "
+                             f"pass dtype=None (each adapter to its base dtype) or give adapters units of their own")
+
+# %% ../../nbs/03d_lora_dtype.ipynb #95e999b3
 def align_lora_dtype(model:nn.Module,                       # a peft model (real or meta)
                      dtype:torch.dtype|None=None,           # None: each adapter to its base layer's dtype
                      policy:Callable|None=None,             # the FSDP1 auto_wrap_policy you will use; None: none
@@ -67,27 +90,9 @@ def align_lora_dtype(model:nn.Module,                       # a peft model (real
         w = dtype or base_dtype
         if w is None: raise ValueError(f"{name}: its base layer has no weight to take the dtype from; pass dtype=")
         want[id(p)] = w
-    # check first, cast after: a refused model is left as it was
+    groups, pol = _unit_params(model, policy, use_orig_params)
+    _check_uniform(groups, want)   # check first, cast after: a refused model is left as it was
     dn = lambda dt: str(dt).removeprefix("torch.")
-    if policy is None:
-        groups = [("<root, no auto-wrap>", list(model.parameters()))]
-        pol = "no auto-wrap policy (one unit)"
-    else:
-        plan = plan_fsdp1(model, policy, use_orig_params=use_orig_params, allow_root_only=True)
-        by_name = {clean_name(n): p for n, p in model.named_parameters()}
-        groups = [(u.name or "<root>", [by_name[q.name] for q in u.params]) for u in plan.units]
-        pol = getattr(policy, "name", None) or repr(policy)
-    for unit, params in groups:
-        base = sorted({dn(p.dtype) for p in params if id(p) not in want})
-        adapters = sorted({dn(want[id(p)]) for p in params if id(p) in want})
-        if len(base) > 1:
-            raise ValueError(f"FSDP1 unit {unit} mixes base parameter dtypes {base}: casting the adapters cannot make "
-                             f"its flat parameter uniform; cast the base (e.g. model.to(dtype)), make those parts "
-                             f"units "
-                             f"of their own, or strip them")
-        if base and adapters and set(adapters) != set(base):
-            raise ValueError(f"FSDP1 unit {unit} would hold adapters in {adapters} next to base weights in {base}; "
-                             f"pass dtype=None (each adapter to its base dtype) or give adapters units of their own")
     casts, unchanged = {}, 0
     for name, p, _ in tensors:
         w = want[id(p)]

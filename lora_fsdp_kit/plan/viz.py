@@ -12,7 +12,7 @@ import torch.nn as nn
 
 from ..methods import patch_to
 from ..units import fmt_bytes
-from .core import Plan, Unit, plan_summary
+from .core import MARKS, Plan, Unit, plan_summary, policy_line
 from .checks import Finding
 from .policies import resolve_layer_classes
 from .wrap import WrapConfig
@@ -24,7 +24,6 @@ __all__ = ['PART_COLOURS', 'LINE_WIDTH', 'UnitGroup', 'group_units', 'shorten_mi
 
 # %% ../../nbs/04_viz.ipynb #d7149cc7
 _SEV_RANK = {"error": 3, "warning": 2, "info": 1}
-_MARK = {"error": "✖", "warning": "▲", "info": "·"}
 
 @dataclass(frozen=True)
 class UnitGroup:
@@ -51,6 +50,7 @@ class UnitGroup:
     def severity(self)->str|None:
         return max((f.severity for f in self.findings), key=lambda s: _SEV_RANK.get(s, 0), default=None)
 
+# %% ../../nbs/04_viz.ipynb #66692a44
 def _pattern(short:str)->str: return re.sub(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)", "*", short)
 
 def group_units(plan:Plan, findings:list[Finding]|None=None, collapse:bool=True)->list[UnitGroup]:
@@ -82,6 +82,7 @@ def shorten_middle(s:str,       # the text to shorten
     head = n // 3 if head is None else max(0, min(head, n - 2))
     return s[:head] + "…" + s[len(s) - (n - head - 1):]
 
+# %% ../../nbs/04_viz.ipynb #fb4ad8b5
 def distinct_labels(labels:list[str],  # full row labels
                     n:int,             # the width to fit
                    )->list[str]:       # shortened labels, pairwise distinct where the full ones are
@@ -105,6 +106,7 @@ def distinct_labels(labels:list[str],  # full row labels
     for s in out: seen[s] = seen.get(s, 0) + 1
     return [s if seen[s] == 1 else l for s, l in zip(out, labels)]   # at worst, the whole label
 
+# %% ../../nbs/04_viz.ipynb #9cfc1f5b
 def _fit_text_right(fig, ax, texts, lo:float):
     "Widen the log x range until every annotation ends inside the axes (none runs off the figure)."
     import math
@@ -138,10 +140,40 @@ def _plan_legend(fig, ax, shown:list[UnitGroup], norm, cmap):
     cb.set_ticks([0, 0.1, 0.25, 0.5, 1], labels=["0", "10%", "25%", "50%", "100%"])   # spaced on the sqrt scale
     cb.set_label("LoRA share of the unit's numel", fontsize=7.5); cb.ax.tick_params(labelsize=7)
     order = list(PART_COLOURS)   # known parts in their order, then any other claim (a policy of the user's) by name
-    parts = sorted({g.claimed_by.split("+")[0] for g in shown}, key=lambda p: (order.index(p) if p in order else len(order), p))
+    parts = sorted({g.claimed_by.split("+")[0] for g in shown},
+                   key=lambda p: (order.index(p) if p in order else len(order), p))
     fig.legend(handles=[Patch(facecolor="white", edgecolor=PART_COLOURS.get(p, "#000"), linewidth=1.6,
                               label=f"claimed by {p}") for p in parts] + [Patch(facecolor="#b0bec5", label="no LoRA")],
                loc="outside lower left", ncol=5, fontsize=7.5, frameon=False)
+
+# %% ../../nbs/04_viz.ipynb #8c091ab1
+def _bar_text(g:UnitGroup)->str:
+    "The words at a bar's end: bytes, the claiming part, the LoRA share, the findings (the worst one's marker first)."
+    txt = f"{fmt_bytes(g.nbytes)}" + (" each" if g.count > 1 else "") + f"  {g.claimed_by}"
+    if g.n_lora: txt += f"  LoRA {g.lora_share:.0%}" if g.lora_share >= 0.1 else f"  LoRA {g.lora_share:.2%}"
+    fs = {f.check for f in g.findings if f.severity != "info"}
+    if fs: txt += "  (" + ", ".join(sorted(fs)) + ")"
+    return MARKS[g.severity] + " " + txt if g.severity else txt
+
+def _row_labels(ax, shown:list[UnitGroup], ys:list[int], label_chars:int):
+    "Tree labels, left-aligned so that indentation shows the nesting; cut from the middle, so rows stay distinct."
+    full = ["  " * max(g.depth - 1, 0) + ("└ " if g.depth else "") + g.label
+            + (f"  ×{g.count}" if g.count > 1 else "") for g in shown]
+    labels = distinct_labels(full, label_chars)
+    ax.set_yticks(ys, labels, fontsize=7.5, fontfamily="monospace")
+    ax.tick_params(axis="y", length=0, pad=4 + 0.6 * 7.5 * max(len(l) for l in labels))
+    for t, g in zip(ax.get_yticklabels(), shown):
+        t.set_horizontalalignment("left")
+        if g.severity == "error": t.set_color(_SEV_COLOUR["error"])
+
+def _chart_title(plan:Plan, findings:list[Finding], rows:int, shown:int)->str:
+    "Three lines over the chart: what is drawn, the plan's totals and findings, and the policy (its first line)."
+    more = f" (first {shown} of {rows} rows)" if rows > shown else ""
+    counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning")}
+    return (f"{plan.flavour.upper()} units of {plan.model_class}: {len(plan)} units in {rows} rows{more}\n"
+            f"{fmt_bytes(plan.nbytes)}; LoRA {plan.n_lora} tensors in {len(plan.lora_units)} units; per-unit "
+            f"gather peak {fmt_bytes(plan.gather_peak_bytes)};  ✖ {counts['error']} errors  "
+            f"▲ {counts['warning']} warnings\n" + shorten_middle(plan.policy.splitlines()[0], 125))
 
 # %% ../../nbs/04_viz.ipynb #5ef24d3c
 def plot_plan(plan:Plan,                 # the plan to draw
@@ -172,34 +204,15 @@ def plot_plan(plan:Plan,                 # the plan to draw
         ax.barh(y, max(g.nbytes, lo), left=0, color=face, height=0.72, linewidth=1.6,
                 edgecolor=PART_COLOURS.get(g.claimed_by.split("+")[0], "#000"))
         end = max(g.nbytes, lo) * 1.12
-        txt = f"{fmt_bytes(g.nbytes)}" + (" each" if g.count > 1 else "") + f"  {g.claimed_by}"
-        if g.n_lora: txt += f"  LoRA {share:.0%}" if share >= 0.1 else f"  LoRA {share:.2%}"
-        fs = {f.check for f in g.findings if f.severity != "info"}
-        if fs: txt += "  (" + ", ".join(sorted(fs)) + ")"
-        if g.severity: txt = _MARK[g.severity] + " " + txt    # the worst finding's marker first, in its colour
-        texts.append(ax.annotate(txt, (end, y), va="center", fontsize=7.5, annotation_clip=False,
+        texts.append(ax.annotate(_bar_text(g), (end, y), va="center", fontsize=7.5, annotation_clip=False,
                                  color=_SEV_COLOUR.get(g.severity, "#263238") if g.severity != "info" else "#263238"))
     ax.set_xscale("log"); ax.set_xlim(lo * 0.5, hi); ax.set_ylim(-0.6, n - 0.4)
     byte_axis(ax.xaxis)                  # ticks in KiB and MiB, as the annotations
-    # tree labels, left-aligned so that indentation shows the nesting; cut from the middle, so rows stay distinct
-    full = ["  " * max(g.depth - 1, 0) + ("└ " if g.depth else "") + g.label
-            + (f"  ×{g.count}" if g.count > 1 else "") for g in shown]
-    labels = distinct_labels(full, label_chars)
-    ax.set_yticks(ys, labels, fontsize=7.5, fontfamily="monospace")
-    ax.tick_params(axis="y", length=0, pad=4 + 0.6 * 7.5 * max(len(l) for l in labels))
-    for t, g in zip(ax.get_yticklabels(), shown):
-        t.set_horizontalalignment("left")
-        if g.severity == "error": t.set_color(_SEV_COLOUR["error"])
+    _row_labels(ax, shown, ys, label_chars)
     ax.set_xlabel("own bytes per unit (unsharded, log scale)", fontsize=8)
     ax.tick_params(axis="x", labelsize=7.5); ax.grid(axis="x", alpha=0.3, which="major")
     for s in ("top", "right"): ax.spines[s].set_visible(False)
-    more = f" (first {n} of {len(groups)} rows)" if len(groups) > n else ""
-    counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning")}
-    fig.suptitle(f"{plan.flavour.upper()} units of {plan.model_class}: {len(plan)} units in {len(groups)} rows{more}\n"
-                 f"{fmt_bytes(plan.nbytes)}; LoRA {plan.n_lora} tensors in {len(plan.lora_units)} units; per-unit "
-                 f"gather peak {fmt_bytes(plan.gather_peak_bytes)};  ✖ {counts['error']} errors  "
-                 f"▲ {counts['warning']} warnings\n" + shorten_middle(plan.policy.splitlines()[0], 125),
-                 fontsize=8.5, x=0.01, ha="left")
+    fig.suptitle(_chart_title(plan, findings, len(groups), n), fontsize=8.5, x=0.01, ha="left")
     _plan_legend(fig, ax, shown, norm, cmap)
     _fit_text_right(fig, ax, texts, lo)
     return fig
@@ -223,7 +236,7 @@ def findings_html(findings:list[Finding],  # a plan's findings
         units = "".join(f"<li><code>{H.escape(f.unit or '<root>')}</code></li>" for f in fs[:max_units])
         more = f"<li>… and {len(fs) - max_units} more</li>" if len(fs) > max_units else ""
         fix = f"<br>fix: {H.escape(fs[0].fix)}" if fs[0].fix else ""
-        out.append(f"<details class='lfk-kind'><summary><b style='color:{_SEV_COLOUR[sev]}'>{_MARK[sev]} {sev}</b> "
+        out.append(f"<details class='lfk-kind'><summary><b style='color:{_SEV_COLOUR[sev]}'>{MARKS[sev]} {sev}</b> "
                    f"[{H.escape(chk)}] on {len(fs)} unit(s)</summary>{H.escape(fs[0].message)}{fix}"
                    f"<ul>{units}{more}</ul></details>")
     return "".join(out)
@@ -266,6 +279,7 @@ def _wrap(text:str, indent:str="", first:str="")->list[str]:
     return textwrap.wrap(text, LINE_WIDTH, initial_indent=first, subsequent_indent=indent, break_on_hyphens=False,
                          break_long_words=True) or [first]
 
+# %% ../../nbs/04_viz.ipynb #ff7b2114
 def plan_text_grouped(plan:Plan,                          # the plan to report
                       findings:list[Finding]|None=None,   # default: plan.check()
                       speak=None,                         # rewrites the settings' spelling (the CLI: its flags)
@@ -274,16 +288,15 @@ def plan_text_grouped(plan:Plan,                          # the plan to report
     findings = plan.check() if findings is None else findings
     speak = speak or (lambda t: t)
     groups = group_units(plan, findings, collapse=True)
-    uop = f" (use_orig_params={plan.use_orig_params})" if plan.flavour == "fsdp1" else ""
     lines = _wrap(plan_summary(plan), indent="    ")
-    for i, pl in enumerate(speak(f"policy{uop}: {plan.policy}").splitlines()):
+    for i, pl in enumerate(speak(policy_line(plan)).splitlines()):
         lines += _wrap(pl.strip(), indent="    ", first="" if i == 0 else "  ")
     full = ["  " * g.depth + g.label + (f" ×{g.count}" if g.count > 1 else "") for g in groups]
     w = min(max(map(len, full)), 40)      # with a 35-character class name the row is 120 wide
     for label, g in zip(distinct_labels(full, w), groups):
         n_params = len(g.units[0].params)
         lora = f"LoRA {g.n_lora // g.count}/{n_params}" if g.n_lora else f"{n_params} tensors"
-        marks = "".join(sorted({_MARK[f.severity] for f in g.findings}))
+        marks = "".join(sorted({MARKS[f.severity] for f in g.findings}))
         row = f"{label:<{w}}  {fmt_bytes(g.nbytes):>10} each  {g.claimed_by:<8} {lora:<12} {marks:<3} "
         if len(row) + len(g.module_class) <= LINE_WIDTH: lines.append(row + g.module_class)
         else: lines += [row.rstrip(), " " * (LINE_WIDTH - len(g.module_class)) + g.module_class]  # class names whole
@@ -295,7 +308,7 @@ def plan_text_grouped(plan:Plan,                          # the plan to report
                  f"in {len(set((f.severity, f.check) for f in findings))} kind(s) (one entry per kind; each unit's own "
                  "in plan.check())")
     for sev, chk, fs in group_findings(findings):
-        lines += _wrap(f"{_MARK[sev]} {sev} [{chk}] on {len(fs)} unit(s), e.g. {fs[0].unit or '<root>'}",
+        lines += _wrap(f"{MARKS[sev]} {sev} [{chk}] on {len(fs)} unit(s), e.g. {fs[0].unit or '<root>'}",
                        indent="      ", first="  ")
         lines += _wrap(speak(fs[0].message), indent="      ", first="      ")
         if fs[0].fix: lines += _wrap("fix: " + speak(fs[0].fix), indent="      ", first="      ")
@@ -320,13 +333,13 @@ def plan_command(model:str|None=None,        # a zoo name or a shipped full-size
     "Build, add LoRA, plan and report: what `python -m lora_fsdp_kit plan` prints (and writes)."
     if wrap is None:
         if fsdp not in (1, 2): raise ValueError(f"fsdp must be 1 or 2, got {fsdp}")
-        wrap = (WrapConfig(flavour="fsdp1", min_num_params=min_num_params, lora_leaves=lora_leaves,
+        wrap = (WrapConfig(flavour="fsdp1", policy="lora", min_num_params=min_num_params, lora_leaves=lora_leaves,
                            use_orig_params=use_orig_params) if fsdp == 1 else WrapConfig(flavour="fsdp2"))
     m = build_for_plan(model, config, lora_r, targets)
     plan = wrap.plan(m, world_size=world)
     findings = plan.check()
     text = plan_text_grouped(plan, findings, speak)
-    if targets == PLAN_TARGETS:   # the default list, partly absent (Phi-3 fuses q/k/v): said, where a user's list is refused
+    if targets == PLAN_TARGETS:   # the default list, partly absent (Phi-3 fuses q/k/v): said (a user's list is refused)
         got = {n.rsplit(".", 1)[-1] for n, mod in m.named_modules() if hasattr(mod, "lora_A")}   # peft's LoRA layers
         if idle := [t for t in targets.split(",") if t not in got]:
             text += (f"\nLoRA: the default targets {', '.join(idle)} match nothing in {plan.model_class}: LoRA on "

@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 from torch.distributed.fsdp import wrap as fsdp_wrap
 
+from ..dtypes import WORDS, canonical, short, torch_dtype
 from ..methods import patch_to
 from ..platform import get_platform
 from .policies import (WrapPolicy, lora_wrap_policy, peft_wrap_policy, layer_wrap_policy,
@@ -20,17 +21,21 @@ from .policies import (WrapPolicy, lora_wrap_policy, peft_wrap_policy, layer_wra
                                     module_classes_in, _lambda_part, _size_part, _post_order)
 from ..shards import clean_name, shard_group_size
 from .lora_dtype import _adapter_tensors, align_lora_dtype
-from .core import (Plan, _build_plan, _refuse_wrapped, conditional_modules, mixed_precision_dtype,
-                                plan_fsdp1)
+from .core import Plan, _build_plan, _refuse_wrapped
 
 # %% auto #0
-__all__ = ['POLICIES', 'FSDP1_SHARDING', 'WrapConfig', 'wrap_fsdp1', 'wrap_fsdp2', 'wrap_fsdp2_like']
+__all__ = ['POLICIES', 'FSDP1_SHARDING', 'FLAVOUR_DEFAULTS', 'WrapConfig', 'wrap_fsdp1', 'wrap_fsdp2', 'wrap_fsdp2_like']
 
 # %% ../../nbs/03c_wrap.ipynb #f32726c6
 POLICIES = ("lora", "peft", "layer", "size", "leaves+size", "root")
 FSDP1_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2", "HYBRID")
-_MP = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16"}
-_MP_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# what a flavour name means, in Python, `lfk plan`, `lfk fits`, the Job and its files: decoder-layer units (the root
+# holds the rest), FSDP1 keeping the original parameters (frozen and trained tensors in one unit, any dtypes). The
+# LoRA-leaf policies stay one word away (policy='lora' / 'peft'); the CLI reads this table from source (no torch)
+FLAVOUR_DEFAULTS = {"fsdp1": {"policy": "layer", "use_orig_params": True}, "fsdp2": {"policy": "layer"}}
+_APART = ("lora", "peft", "leaves+size")   # policies that make each LoRA leaf a unit: no flat param mixes them
+_MP = {w: short(n) for w, n in WORDS.items() if n in ("bfloat16", "float16")}   # compute dtype words -> 'bf16'/'fp16'
+_MP_DTYPE = {s: torch_dtype(s) for s in set(_MP.values())}
 _AC = {False: False, None: False, "off": False, True: "wrapper", "on": "wrapper", "wrapper": "wrapper", "hf": "hf"}
 
 # %% ../../nbs/03c_wrap.ipynb #e89142ba
@@ -41,15 +46,16 @@ class WrapConfig:
     "`'fsdp2'` (`fully_shard`) or `'fsdp1'` (`FullyShardedDataParallel`)."
     policy: str|None = None
     ("Which modules become units: 'lora' (LoRA leaves | layers | size, guarded), 'peft' (peft's preset), 'layer', "
-     "'size', 'leaves+size' (the unguarded mix), 'root'; None: 'lora' for FSDP1, 'layer' for FSDP2.")
+     "'size', 'leaves+size' (the unguarded mix), 'root'; None: the flavour's (`FLAVOUR_DEFAULTS`: 'layer').")
     min_num_params: int = 0
     "Size part threshold ('lora', 'size', 'leaves+size'); > 0 leaves the LoRA-leaf part out of 'lora' (the guard)."
     lora_leaves: bool = True
     "'lora': make each LoRA A/B leaf its own unit."
     layer_cls: str|tuple[str, ...]|None = "auto"
     "Layer class names for 'lora', 'layer', 'peft' and checkpointing; 'auto': the model's `_no_split_modules`."
-    use_orig_params: bool = False
-    "FSDP1's `use_orig_params` (FSDP2 always keeps the original parameters)."
+    use_orig_params: bool|None = None
+    ("FSDP1's `use_orig_params`; None: True where a unit holds frozen and trained tensors together ('layer', 'size', "
+     "'root'), False where the LoRA leaves are units of their own ('lora', 'peft', 'leaves+size'). FSDP2 keeps them.")
     mixed_precision: str|None = None
     "Compute dtype: None, 'bf16' or 'fp16' ('bfloat16'/'float16' accepted); gradients are reduced in float32."
     sharding: str|None = None
@@ -96,7 +102,8 @@ def hybrid(self:WrapConfig)->bool: return self.sharding is not None and "HYBRID"
 
 @patch_to(WrapConfig)
 @property
-def compute_dtype(self:WrapConfig)->torch.dtype|None: return _MP_DTYPE.get(self.mixed_precision)
+def compute_dtype(self:WrapConfig)->torch.dtype|None:
+    return None if self.mixed_precision is None else torch_dtype(self.mixed_precision)
 
 # %% ../../nbs/03c_wrap.ipynb #3fa265a1
 def _set(cfg, **kw):
@@ -105,10 +112,21 @@ def _set(cfg, **kw):
 def _names(v): return tuple(c if isinstance(c, str) else c.__name__ for c in ([v] if isinstance(v, type) else v))
 
 def _validate(cfg:WrapConfig):
-    "Normalise spellings (lists to tuples, 'bfloat16' to 'bf16', the policy default) and refuse contradictions."
-    if cfg.flavour not in ("fsdp1", "fsdp2"):
+    "Normalise spellings (lists to tuples, 'bfloat16' to 'bf16', the flavour's defaults) and refuse contradictions."
+    if cfg.flavour not in FLAVOUR_DEFAULTS:
         raise ValueError(f"flavour must be 'fsdp1' or 'fsdp2', got {cfg.flavour!r}")
     _validate_groups(cfg)
+    _validate_policy(cfg)
+    _validate_sharding(cfg)
+    _validate_checkpointing(cfg)
+
+# %% ../../nbs/03c_wrap.ipynb #71c8ee99
+def _default_orig(flavour:str, policy:str)->bool:
+    "`use_orig_params` where none is given: the flavour's, unless the policy keeps the LoRA leaves units of their own."
+    return policy not in _APART and FLAVOUR_DEFAULTS[flavour].get("use_orig_params", False)
+
+def _validate_policy(cfg:WrapConfig):
+    "Names as tuples; the policy, and `use_orig_params` from it, where none is given; the size threshold."
     for f in ("layer_cls", "targets"):
         v = getattr(cfg, f)
         if isinstance(v, str) and v != "auto": v = (v,)   # one class name or glob
@@ -118,11 +136,16 @@ def _validate(cfg:WrapConfig):
         if cfg.policy not in (None, "targets"):
             raise ValueError(f"give either targets or a policy, not both (policy={cfg.policy!r})")
         _set(cfg, policy="targets")
-    elif cfg.policy is None: _set(cfg, policy="lora" if cfg.flavour == "fsdp1" else "layer")
+    elif cfg.policy is None: _set(cfg, policy=FLAVOUR_DEFAULTS[cfg.flavour]["policy"])
     elif cfg.policy not in POLICIES: raise ValueError(f"unknown policy {cfg.policy!r}; use one of {POLICIES}")
+    if cfg.use_orig_params is None: _set(cfg, use_orig_params=_default_orig(cfg.flavour, cfg.policy))
     if cfg.min_num_params < 0: raise ValueError(f"min_num_params must be >= 0, got {cfg.min_num_params}")
     if cfg.policy in ("size", "leaves+size") and cfg.min_num_params <= 0:
         raise ValueError(f"policy {cfg.policy!r} needs min_num_params > 0")
+
+# %% ../../nbs/03c_wrap.ipynb #c51a3ddd
+def _validate_sharding(cfg:WrapConfig):
+    "The compute dtype as 'bf16'/'fp16'; the sharding strategy, its group size and dim for this flavour."
     if cfg.mixed_precision is not None:
         if cfg.mixed_precision not in _MP:
             raise ValueError(f"mixed_precision must be None, 'bf16' or 'fp16', got {cfg.mixed_precision!r}")
@@ -133,6 +156,14 @@ def _validate(cfg:WrapConfig):
     if cfg.shard_size is not None and (not cfg.hybrid or cfg.shard_size < 1):
         raise ValueError("shard_size is the shard group size of hybrid sharding (sharding='HYBRID' / 'HYBRID_SHARD')")
     if cfg.shard_dim < 0: raise ValueError(f"shard_dim must be >= 0, got {cfg.shard_dim}")
+    if cfg.flavour == "fsdp1":
+        if cfg.shard_dim != 0: raise ValueError("FSDP1 flattens parameters: shard_dim != 0 needs flavour='fsdp2'")
+        if not cfg.reshard_after_forward:
+            raise ValueError("FSDP1 spells reshard_after_forward=False as sharding='SHARD_GRAD_OP'")
+
+# %% ../../nbs/03c_wrap.ipynb #795c9de7
+def _validate_checkpointing(cfg:WrapConfig):
+    "Checkpointing's one spelling per meaning ('wrapper', 'hf', False), what it wraps, the prefetch."
     ac = _AC.get(cfg.activation_checkpointing) if isinstance(cfg.activation_checkpointing, (bool, str, type(None))) \
         else None
     if ac is None:
@@ -152,10 +183,6 @@ def _validate(cfg:WrapConfig):
         raise ValueError("backward_prefetch is FSDP1's (FSDP2 prefetches the next unit's all-gather itself): "
                          "leave it at 'BACKWARD_PRE' with flavour='fsdp2'")
     _set(cfg, backward_prefetch=bp)
-    if cfg.flavour == "fsdp1":
-        if cfg.shard_dim != 0: raise ValueError("FSDP1 flattens parameters: shard_dim != 0 needs flavour='fsdp2'")
-        if not cfg.reshard_after_forward:
-            raise ValueError("FSDP1 spells reshard_after_forward=False as sharding='SHARD_GRAD_OP'")
 
 # %% ../../nbs/03c_wrap.ipynb #5a7919f2
 def _validate_groups(cfg:WrapConfig):
@@ -219,12 +246,10 @@ def auto_wrap_policy(self:WrapConfig, model:nn.Module)->WrapPolicy:
             pol = dataclasses.replace(pol, parts=pol.parts + ((name, part),))
     return pol
 
-def _unit_claims(self:WrapConfig, model:nn.Module)->dict[nn.Module, str]:
-    "Module -> the part that made it a unit, children first, the root last (FSDP2: `fully_shard` in this order)."
-    return _grouped_claims(self, model)[0]
-
-def _single_claims(self:WrapConfig, model:nn.Module)->dict[nn.Module, str]:
-    "`_unit_claims` before `groups`: one module per unit."
+# %% ../../nbs/03c_wrap.ipynb #f38676a8
+def _single_claims(self:WrapConfig, model:nn.Module, pol:WrapPolicy|None=None, world_size:int=1,
+                   rank:int=0)->dict[nn.Module, str]:
+    "Module -> the part that made it a unit, children first, the root last, before `groups`: one module per unit."
     if self.policy == "targets":
         classes = module_classes_in(model)   # a target naming a module class of the model is that class
         targets = [classes.get(t, t) for t in self.targets]
@@ -235,7 +260,9 @@ def _single_claims(self:WrapConfig, model:nn.Module)->dict[nn.Module, str]:
         claims = dict(sorted(claims.items(), key=lambda kv: order[kv[0]]))
         claims.pop(model, None); claims[model] = "root"
         return claims
-    return fsdp1_unit_modules(model, self.auto_wrap_policy(model))
+    pol = pol or self.auto_wrap_policy(model)
+    if self.flavour == "fsdp2": world_size, rank = 1, 0   # FSDP2 keeps whole parameters: no FSDP1 shard sizes
+    return fsdp1_unit_modules(model, pol, use_orig_params=self.use_orig_params, world_size=world_size, rank=rank)
 
 @patch_to(WrapConfig)
 def shard_modules(self:WrapConfig, model:nn.Module)->list[nn.Module]:
@@ -270,10 +297,12 @@ def _group_modules(cfg:WrapConfig, model:nn.Module)->list[tuple[tuple[nn.Module,
                                    f"fully_shard([{names[inner[0]]}]) holds it already; leave the inner one out")
     return out
 
-def _grouped_claims(cfg:WrapConfig, model:nn.Module)->tuple[dict[nn.Module, str], dict]:
-    "`_unit_claims` with each group one unit, keyed by its first module; and first module -> the group's modules."
-    claims = _single_claims(cfg, model)
-    groups = _group_modules(cfg, model) if cfg.flavour == "fsdp2" else []
+# %% ../../nbs/03c_wrap.ipynb #e1cb43ae
+def _grouped_claims(cfg:WrapConfig, model:nn.Module, pol:WrapPolicy|None=None, world_size:int=1,
+                    rank:int=0)->tuple[dict[nn.Module, str], dict]:
+    "The unit claims with each group one unit, keyed by its first module; and first module -> the group's modules."
+    claims = _single_claims(cfg, model, pol, world_size, rank)
+    groups = _group_modules(cfg, model) if cfg.groups or cfg.tie_group else []   # both FSDP2 only
     if not groups: return claims, {}
     order, grouped = {m: i for i, m in enumerate(_post_order(model))}, {m for g, _ in groups for m in g}
     items = [(order[m], m, c) for m, c in claims.items() if m is not model and m not in grouped]
@@ -307,6 +336,13 @@ def _aligned(plan:Plan, dtypes:dict[str, str])->Plan:
     fix = lambda ps: tuple(dataclasses.replace(p, dtype=dtypes.get(p.name, p.dtype)) for p in ps)
     return dataclasses.replace(plan, units=tuple(dataclasses.replace(u, params=fix(u.params)) for u in plan.units))
 
+# %% ../../nbs/03c_wrap.ipynb #06a38f51
+def _policy_words(cfg:WrapConfig, pol:WrapPolicy|None)->str:
+    "The plan's words for what made the units: FSDP1's policy; FSDP2's targets or policy units, groups, the root."
+    if cfg.flavour == "fsdp1": return repr(pol)
+    what = ", ".join(cfg.targets) if pol is None else f"the units of {pol!r}".replace("\n", "; ")
+    return f"fully_shard on {what}{_groups_text(cfg)}, then the root"
+
 def _shard_rank(cfg:WrapConfig, world_size:int|None, rank:int|None)->tuple[int, int]:
     "(shard group size, rank in it): given, else the current process group's, else (1, 0)."
     import torch.distributed as dist
@@ -316,6 +352,7 @@ def _shard_rank(cfg:WrapConfig, world_size:int|None, rank:int|None)->tuple[int, 
     if cfg.hybrid: k = shard_group_size(world_size, True, cfg.shard_size); return k, rank % k
     return world_size, rank
 
+# %% ../../nbs/03c_wrap.ipynb #35e8163b
 @patch_to(WrapConfig)
 def plan(self:WrapConfig,
           model:nn.Module,                 # the model before FSDP (meta or real)
@@ -327,18 +364,13 @@ def plan(self:WrapConfig,
     "The units this configuration gives `model`, with their checks (no process group needed)."
     import torch.distributed as dist
     _refuse_wrapped(model, "WrapConfig.plan")
-    mp = mixed_precision_dtype(self.compute_dtype)
-    if self.flavour == "fsdp1":
-        w, r = _shard_rank(self, world_size, rank)
-        plan = plan_fsdp1(model, self.auto_wrap_policy(model), use_orig_params=self.use_orig_params,
-                          mixed_precision=mp, allow_root_only=self.policy == "root", conditional=conditional,
-                          detect_experts=detect_experts, world_size=w, rank=r)
-    else:
-        claims, groups = _grouped_claims(self, model)
-        what = (", ".join(self.targets) if self.policy == "targets"
-                else f"the units of {self.auto_wrap_policy(model)!r}".replace("\n", "; "))
-        plan = _build_plan(model, claims, "fsdp2", f"fully_shard on {what}{_groups_text(self)}, then the root", True,
-                           set(), mp, conditional_modules(model, conditional, detect_experts), self.shard_dim, groups)
+    pol = None if self.policy == "targets" else self.auto_wrap_policy(model)
+    claims, groups = _grouped_claims(self, model, pol, *_shard_rank(self, world_size, rank))
+    fsdp1 = self.flavour == "fsdp1"
+    plan = _build_plan(model, claims, self.flavour, _policy_words(self, pol), self.use_orig_params or not fsdp1,
+                       set(), self.mixed_precision and canonical(self.mixed_precision), conditional, self.shard_dim,
+                       groups, detect_experts=detect_experts,
+                       allow_root_only=not fsdp1 or self.policy == "root")
     if world_size is not None or dist.is_initialized():   # the world is known: its checks run too (uneven-shard-dim)
         plan = dataclasses.replace(plan, shard_group=_shard_rank(self, world_size, rank)[0])
     return _aligned(plan, _adapter_dtypes(model)) if self.align_lora_dtype else plan
@@ -350,7 +382,7 @@ def to_dict(self:WrapConfig)->dict:
     d = dict(flavour=self.flavour, policy=self.policy)
     for f in dataclasses.fields(self):
         v = getattr(self, f.name)
-        if f.name not in d and v != f.default: d[f.name] = list(v) if isinstance(v, tuple) else v
+        if f.name not in d and v != _SAID.get(f.name, f.default): d[f.name] = list(v) if isinstance(v, tuple) else v
     return d
 
 @patch_to(WrapConfig)
@@ -361,6 +393,9 @@ def from_dict(cls, d:dict)->WrapConfig:
     unknown = sorted(set(d) - names)
     if unknown: raise ValueError(f"unknown WrapConfig keys {unknown}; the fields are {sorted(names)}")
     return cls(**d)
+
+# %% ../../nbs/03c_wrap.ipynb #7ab0722b
+_SAID = dict(use_orig_params=False)   # a dict (and a label: 'orig') spells use_orig_params wherever it is True
 
 _SHORT = dict(use_orig_params="orig", lora_leaves="leaves", wrap_lm_head="head",
               wrap_embedding="embedding", checkpoint_rng_state="rng", activation_checkpointing="ac",
@@ -407,6 +442,7 @@ def prepare(self:WrapConfig, model:nn.Module)->nn.Module:
         # transformers turns it off under its own checkpointing only ('hf'), which does not see torch's wrapper
     return model
 
+# %% ../../nbs/03c_wrap.ipynb #acfce320
 def _hf_checkpointing(model:nn.Module):
     "transformers' own checkpointing, enabled on the outermost transformers model in `model`, as the Trainer does."
     from transformers import PreTrainedModel
@@ -449,6 +485,7 @@ def _wrap_fsdp2(cfg:WrapConfig, model:nn.Module, modules:list[nn.Module], mesh, 
     fully_shard(model, mesh=mesh, **kw)
     return model
 
+# %% ../../nbs/03c_wrap.ipynb #91f92169
 def _wrap_fsdp1(cfg:WrapConfig, model:nn.Module, mesh, fsdp_kw:dict)->nn.Module:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import (BackwardPrefetch, FullyShardedDataParallel as FSDP, MixedPrecision,
@@ -466,6 +503,7 @@ def _wrap_fsdp1(cfg:WrapConfig, model:nn.Module, mesh, fsdp_kw:dict)->nn.Module:
     kw.update(fsdp_kw)
     return FSDP(model, **kw)
 
+# %% ../../nbs/03c_wrap.ipynb #af915846
 @patch_to(WrapConfig)
 def wrap(self:WrapConfig,
           model:nn.Module,     # the model before FSDP, inside a process group
