@@ -33,7 +33,7 @@ FUSED_SPECS: dict[str, WrapConfig] = {   # the six wrappings of LoRA on fused ex
     "peft policy, FSDP1": WrapConfig(flavour="fsdp1", policy="peft"),
     "peft policy, FSDP2": WrapConfig(flavour="fsdp2", targets=("**.lora_A.*", "**.lora_B.*", "**.layers.*")),
     "layers, FSDP1, use_orig_params": WrapConfig(flavour="fsdp1", policy="layer", use_orig_params=True),
-    "layers, FSDP1": WrapConfig(flavour="fsdp1", policy="layer"),
+    "layers, FSDP1": WrapConfig(flavour="fsdp1", policy="layer", use_orig_params=False),
     "layers, FSDP2": WrapConfig(flavour="fsdp2", targets="**.layers.*"),
 }
 
