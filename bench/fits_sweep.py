@@ -1,10 +1,13 @@
 """`fits` against real ranks on every causal-LM architecture the installed transformers ships (issue 46 item 3).
 
-Each architecture's small config comes from its config class alone (`fits_check.small_config`: 2 layers, width 64,
-4 heads, vocabulary 128, and what its family's validator asks), LoRA on every linear layer (peft's `all-linear`),
-in each setting of `fits_check.SETTINGS` at worlds 2 and 3: each real gloo rank's step peak (`steppeak`, the CPU
-allocator's running total, the lower of 2 readings) beside `predict_step_memory(..., backend="gloo")`. One launch per architecture and world
-runs its settings; the prediction is traced while the ranks run.
+Each architecture's small config comes from its config class alone (`fits.steppeak.small_config`: 2 layers, width
+64, 4 heads, vocabulary 128, and what its family's validator asks; where that cut cannot step, one whose sizes keep
+the defaults' ties, as MLA's heads and rope dims), LoRA on every linear layer (peft's `all-linear`, less the layers
+whose forward returns no tensor), in each setting of `fits.check.SETTINGS` at worlds 2 and 3: each real gloo rank's
+step peak (`steppeak`, the CPU allocator's running total, the lower of 2 readings) beside
+`predict_step_memory(..., backend="gloo")`. One launch per architecture and world runs its settings; the prediction
+is traced while the ranks run. A model whose class declares no layer classes is wrapped on its repeated blocks
+(`families.layer_class_names`, with a warning).
 
     python bench/fits_sweep.py [--arch llama gpt2] [--setting "fsdp2 layers"] [--world 2 3] [--sample N --seed S]
                                [--redo] [--out bench/fits_sweep.json]

@@ -5,6 +5,7 @@
 # %% ../nbs/00b_families.ipynb #e3447f95
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,8 +14,8 @@ PLAN_TARGETS = "q_proj,k_proj,v_proj,o_proj"   # the default LoRA targets: every
 
 # %% auto #0
 __all__ = ['PLAN_TARGETS', 'FAMILIES', 'GENERIC_QUIRKS', 'LORA_LAYERS', 'Family', 'family_of', 'text_model_of',
-           'layer_class_names', 'text_config', 'attention_heads', 'experts_implementation', 'lora_layer_names',
-           'ties_embeddings']
+           'layer_class_names', 'repeated_blocks', 'text_config', 'attention_heads', 'experts_implementation',
+           'lora_layer_names', 'ties_embeddings']
 
 # %% ../nbs/00b_families.ipynb #47162016
 @dataclass(frozen=True)
@@ -74,14 +75,31 @@ def text_model_of(model:Any)->str|None:
 
 # %% ../nbs/00b_families.ipynb #3094b936
 def layer_class_names(model:Any)->list[str]:
-    "Decoder-layer class names of `model`: every sub-model's `_no_split_modules` that occur in it, first seen first."
+    "Decoder-layer class names of `model`: its sub-models' `_no_split_modules` present in it, else its repeated blocks."
     mods = list(_inner(model).modules())
     present = {type(m).__name__ for m in mods}
     out = []
     for m in mods:
         for n in getattr(m, "_no_split_modules", None) or []:
             if n in present and n not in out: out.append(n)
-    return out
+    if out or not (found := repeated_blocks(model)): return out
+    warnings.warn(f"{type(_inner(model)).__name__} declares no layer classes (no _no_split_modules names a module "
+                  f"of it): using its repeated blocks {found}, the children of its outermost ModuleLists of one "
+                  f"class; name the classes (layer_cls) to choose others", stacklevel=2)
+    return found
+
+# %% ../nbs/00b_families.ipynb #aa857510
+def repeated_blocks(model:Any)->list[str]:
+    "Class names of the children of each outermost `ModuleList` of one class of block in `model`, first seen first."
+    found, lists = [], []
+    for name, m in _inner(model).named_modules():   # parents before children
+        if not any(c.__name__ == "ModuleList" for c in type(m).__mro__): continue   # by name: no torch import
+        kids = list(m.children())
+        if not kids or len({type(k) for k in kids}) > 1 or next(kids[0].children(), None) is None: continue
+        if any(name.startswith(p + ".") for p in lists): continue   # inside a block: its experts, its heads
+        lists.append(name)
+        if (n := type(kids[0]).__name__) not in found: found.append(n)
+    return found
 
 # %% ../nbs/00b_families.ipynb #20e58e01
 def text_config(config_or_model:Any,   # a config, a transformers model, or a peft model

@@ -342,6 +342,29 @@ _MEASURED_MISS = {   # model_type: its miss on real ranks where the cause is not
     # `_grad_free_hook`); a family measured off and not explained goes here, with its measured range
 }
 
+# %% ../../nbs/11_fits.ipynb #d30f0fa7
+def _kept_cache(model:nn.Module,           # the (peft) model on meta
+                cfg:WrapConfig,            # the wrap: its `activation_checkpointing`, its layer classes
+                use_cache:bool|None=None,  # the forward's (None: config.json's)
+               )->str:                     # one line; '' where the step leaves nothing behind
+    "Why a real rank's peak grows step after step: a KV cache kept by checkpoint_wrapper nested in checkpoint_wrapper."
+    if cfg.activation_checkpointing != "wrapper" or cfg.checkpoint_targets == "units": return ""
+    if not kv_cache(model, use_cache, "wrapper"): return ""
+    from lora_fsdp_kit.plan.policies import resolve_layer_classes
+    try: classes = resolve_layer_classes(model, "auto" if cfg.layer_cls is None else cfg.layer_cls)
+    except ValueError: return ""
+    inner = set()
+    def walk(m:nn.Module, inside:bool):
+        hit = isinstance(m, classes)
+        if hit and inside: inner.add(type(m).__name__)
+        for c in m.children(): walk(c, inside or hit)
+    walk(model, False)
+    if not inner: return ""
+    return (f"not exact with use_cache on under nested checkpoint_wrapper ({', '.join(sorted(inner))} checkpointed "
+            f"inside checkpointed layers): each step's KV cache, and the graph it holds, stays alive after the step, "
+            f"so a real rank's peak grows every step (mBART, 2 layers, 32 tokens: +81,984 B a step); the trace is one "
+            f"step's. Fix: use_cache=False")
+
 # %% ../../nbs/11_fits.ipynb #016fd9f5
 BACKENDS = ("nccl", "hccl", "gloo")   # the collectives' backends a trace knows (`fits --backend` offers these)
 
@@ -399,7 +422,8 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
              + (f", autocast {step.autocast}" if step.autocast else ""))
     closed = {t.rank: closed_form(model, cfg, world, t.rank, plan) for t in traces}
     return StepMemory(label, world, tuple(ranks), tuple(traces), tuple(trace_of), closed, words,
-                      inexact_families(model), forward, _reduced_check(model, cfg, world, step) if check else None)
+                      "; ".join(t for t in (inexact_families(model), _kept_cache(model, cfg, use_cache)) if t),
+                      forward, _reduced_check(model, cfg, world, step) if check else None)
 
 # %% ../../nbs/11_fits.ipynb #766b890b
 def predict_case(case:dict)->StepMemory:

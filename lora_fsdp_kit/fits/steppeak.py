@@ -5,7 +5,7 @@
 # %% ../../nbs/11f_steppeak.ipynb #4f8992c4
 from __future__ import annotations
 
-import contextlib, dataclasses, gc, multiprocessing, os, re, threading, time, traceback, warnings
+import contextlib, dataclasses, gc, inspect, json, multiprocessing, os, re, threading, time, traceback, warnings
 
 import torch
 import torch.distributed as dist
@@ -13,9 +13,10 @@ import torch.distributed as dist
 from ..methods import patch_to
 
 # %% auto #0
-__all__ = ['SMALL', 'NONE_TOO', 'FAMILY_NEEDS', 'EXACT', 'allocator_peak', 'counting_every_thread', 'allocator_total',
-           'case_model', 'measure_step', 'measure_steps', 'small_sizes', 'causal_lm_types', 'small_config',
-           'all_linear', 'check_case', 'measure_beside', 'FitsCheck', 'fresh', 'check_world', 'check_cases']
+__all__ = ['SMALL', 'NONE_TOO', 'FAMILY_NEEDS', 'KEEP', 'EXACT', 'allocator_peak', 'counting_every_thread', 'allocator_total',
+           'case_model', 'measure_step', 'measure_steps', 'small_sizes', 'consistent_sizes', 'causal_lm_types',
+           'small_config', 'all_linear', 'check_case', 'measure_beside', 'FitsCheck', 'fresh', 'check_world',
+           'check_cases']
 
 # %% ../../nbs/11f_steppeak.ipynb #c19d8a27
 def _events(prof)->list:
@@ -174,7 +175,7 @@ SMALL = {   # what: (value, names: the standard one first, then the spellings fa
     "head dim": (16, ("head_dim", "attention_head_dim", "v_head_dim", "qk_head_dim", "d_head")),
     "rope dims": (8, ("qk_rope_head_dim", "qk_nope_head_dim", "rotary_dim")),
     "low ranks": (16, ("kv_lora_rank", "q_lora_rank")),
-    "vocab": (128, ("vocab_size",)),
+    "vocab": (128, ("vocab_size", "decoder_vocab_size")),   # Marian: its decoder's own vocabulary
     "ffn": (128, ("intermediate_size", "n_inner", "ffn_dim", "decoder_ffn_dim", "d_ff", "ffn_hidden_size", "mlp_dim",
                   "dense_intermediate_size")),
     "expert ffn": (32, ("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size")),
@@ -190,8 +191,11 @@ FAMILY_NEEDS = {   # model_type: what a family's validator asks beyond the sizes
                                                                 # head_dim"
     "zaya": dict(num_experts_per_tok=1),                        # "supports num_experts_per_tok=1 only"
     "gemma4_assistant": dict(hidden_size_per_layer_input=0),    # "hidden_size_per_layer_input must be 0"
-    "bamba": dict(mamba_n_heads=8, mamba_d_head=16),            # "Mamba head state ... intermediate_size"
-    "granitemoehybrid": dict(mamba_n_heads=8, mamba_d_head=16),
+    # bamba, granitemoehybrid: "Mamba head state ... intermediate_size"; and their defaults hold no attention layer,
+    # which transformers' mask code cannot run ("`get_mask_sizes` can only be called on Attention layers"): one here,
+    # as their released checkpoints have
+    "bamba": dict(mamba_n_heads=8, mamba_d_head=16, attn_layer_indices=[1]),
+    "granitemoehybrid": dict(mamba_n_heads=8, mamba_d_head=16, layer_types=["linear_attention", "full_attention"]),
     "reformer": dict(is_decoder=True, axial_pos_shape=[4, 8], axial_pos_embds_dim=[32, 32]),   # "sum to hidden_size",
                                                                 # "multiply to sequence length" (32)
 }
@@ -227,6 +231,44 @@ def small_sizes(d:dict,         # a config's `to_dict()`
         elif k.endswith("token_id") and isinstance(v, list): out[k] = [min(x, vocab - 1) for x in v if type(x) is int]
     return out
 
+# %% ../../nbs/11f_steppeak.ipynb #d1d2f3eb
+KEEP = (("heads", "kv heads"), ("head dim", "rope dims"))   # sizes scaled together: the defaults' ties among them hold
+
+def _scaled(d:dict, kw:dict, amap:dict)->dict:
+    "`kw` with every size the defaults leave None set, and each group of `KEEP` scaled by its first size's factor."
+    out, real = dict(kw), lambda n: amap.get(n, n)
+    for v, names in SMALL.values():   # DeepSeek-V2's experts per token: None in its defaults
+        out.update({real(n): v for n in names if real(n) in d and d[real(n)] is None})
+    for group in KEEP:
+        names = [n for n in dict.fromkeys(real(n) for w in group for n in SMALL[w][1])
+                 if type(d.get(n)) is int and d[n] > 0 and n in out]
+        if names: out.update({n: max(1, round(d[n] * out[names[0]] / d[names[0]])) for n in names})
+    return out
+
+def _layered(d:dict, kw:dict, layers:int)->dict:
+    "`kw` with every kind of layer in `layers`: a period cut to them (its offset inside), a pattern's kinds first."
+    out = dict(kw)
+    for k, v in d.items():
+        if k.endswith("_period") and type(v) is int and v > layers:   # Jamba: attention every 8th layer, from the 4th
+            out[k] = layers
+            if type(d.get(off := k.removesuffix("_period") + "_offset")) is int: out[off] = min(d[off], layers - 1)
+        elif k.endswith("_types") and k not in out and isinstance(v, list) and v and all(type(x) is str for x in v):
+            out[k] = _kinds(v, len(v))   # a repeating pattern (RecurrentGemma's block_types): each kind first
+    return out
+
+def consistent_sizes(d:dict,    # a config's `to_dict()`
+                     kw:dict,   # its `small_sizes`
+                     amap:dict, # its class's `attribute_map`
+                    )->dict:    # `kw`, its ties kept
+    "Small sizes that keep the config's ties: scaled together, Nones set, every kind of layer kept."
+    return _layered(d, _scaled(d, kw, amap), SMALL["layers"][0])
+
+def _own(d:dict, ccls:type)->dict:
+    "The keys of `d` the config class `ccls` takes: what it derives itself it derives again."
+    ps = inspect.signature(ccls).parameters
+    if any(p.kind == p.VAR_KEYWORD for p in ps.values()): return d   # takes anything: nothing to tell apart
+    return {k: v for k, v in d.items() if k in ps}
+
 # %% ../../nbs/11f_steppeak.ipynb #84997f08
 def causal_lm_types()->list[str]:
     "Every model type with a causal-LM class in the installed transformers."
@@ -243,22 +285,54 @@ def _defaults(model_type:str):
     return cls, (ccls() if isinstance(ccls, type) else _as_config(dict(model_type=model_type)))
 
 # %% ../../nbs/11f_steppeak.ipynb #3c61f514
-def small_config(config,   # a model type ("llama": its causal-LM class's defaults), or a config (dict, path, object)
-                ):         # a `PretrainedConfig` of the same classes: 2 layers, width 64, 4 heads, vocabulary 128
-    "A small config of the same architecture: layers, widths and vocabulary cut, every sub-config (text, vision) too."
+def _cut(base, cls, consistent:bool):
+    "`base` cut small: each size on its own (plain), or `consistent_sizes` with derived keys left to the class."
     from transformers import PretrainedConfig
-    from lora_fsdp_kit.models import _as_config, _model_class
-    if isinstance(config, str) and config in causal_lm_types(): cls, base = _defaults(config)
-    else: base = _as_config(config); cls = _model_class(base)
-    d = base.to_dict()
-    kw = small_sizes(d, getattr(base, "attribute_map", {}) or {})
+    def sizes(c)->tuple[dict, dict]:
+        d, amap = c.to_dict(), getattr(c, "attribute_map", {}) or {}
+        kw = small_sizes(d, amap)
+        return d, consistent_sizes(d, kw, amap) if consistent else kw
+    d, kw = sizes(base)
     for k in d:   # the text config (get_text_config's), a vision tower's, an audio encoder's
         if isinstance(sub := getattr(base, k, None), PretrainedConfig):
-            sd = sub.to_dict(); kw[k] = dict(sd, **small_sizes(sd, getattr(sub, "attribute_map", {}) or {}))
+            sd, skw = sizes(sub); kw[k] = _own(dict(sd, **skw), type(sub)) if consistent else dict(sd, **skw)
     kw.update(FAMILY_NEEDS.get(d.get("model_type"), {}), architectures=[cls.__name__])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return type(base).from_dict(dict(d, **kw))
+        return type(base).from_dict(_own(dict(d, **kw), type(base)) if consistent else dict(d, **kw))
+
+_STEPS: dict[str, bool] = {}
+def _steps(config, seq:int=32)->bool:
+    "Does a model of `config` run a forward and backward of `seq` tokens on CPU? (once per config per process)"
+    from lora_fsdp_kit.fits.trace import train_kwargs
+    from lora_fsdp_kit.models import model_from_config
+    from lora_fsdp_kit.routing import input_vocab
+    from transformers.utils import logging as hf_logging
+    key = json.dumps(config.to_dict(), sort_keys=True, default=str) + str(seq)
+    if key not in _STEPS:
+        was = hf_logging.get_verbosity(); hf_logging.set_verbosity_error()   # its kernel fallbacks: said elsewhere
+        try:
+            with warnings.catch_warnings(), torch.random.fork_rng():   # the caller's random stream untouched
+                warnings.simplefilter("ignore")
+                m = model_from_config(config.to_dict(), device="cpu")
+                ids = torch.randint(0, input_vocab(m) or 64, (1, seq))
+                m(input_ids=ids, labels=ids, **train_kwargs(m, None)).loss.backward()
+            _STEPS[key] = True
+        except Exception: _STEPS[key] = False
+        finally: hf_logging.set_verbosity(was)
+    return _STEPS[key]
+
+def small_config(config,   # a model type ("llama": its causal-LM class's defaults), or a config (dict, path, object)
+                ):         # a `PretrainedConfig` of the same classes: 2 layers, width 64, 4 heads, vocabulary 128
+    "A small config of the same architecture: the plain cut where it steps, else one whose sizes hang together."
+    from lora_fsdp_kit.models import _as_config, _model_class
+    if isinstance(config, str) and config in causal_lm_types(): cls, base = _defaults(config)
+    else: base = _as_config(config); cls = _model_class(base)
+    plain = _cut(base, cls, False)
+    try: kept = _cut(base, cls, True)
+    except Exception: return plain   # a validator refuses it: the plain cut, as it is
+    if kept.to_dict() == plain.to_dict() or _steps(plain) or not _steps(kept): return plain
+    return kept
 
 # %% ../../nbs/11f_steppeak.ipynb #66c9696b
 def all_linear(model)->tuple[str, ...]:
@@ -289,6 +363,25 @@ def _placed(model, targets:tuple)->tuple[tuple, tuple]:
     hit = lambda t: any(n == t or n.endswith("." + t) for n in got)   # peft's rule: a name or a suffix
     return tuple(t for t in targets if hit(t)), tuple(t for t in targets if not hit(t))
 
+def _no_tensor(cfg:dict, targets:tuple)->tuple:
+    "The targets whose forward returns no tensor (Llama 4's, PhiMoE's router: a Linear returning scores and logits)."
+    # peft adapts them (they are Linear), and its LoRA layer then fails on the tuple: `'tuple' object has no
+    # attribute 'dtype'`, in the real step of any job that targets them
+    from lora_fsdp_kit.models import model_from_config
+    from lora_fsdp_kit.routing import input_vocab
+    m, odd = model_from_config(cfg, device="cpu"), set()
+    mods = {n: m.get_submodule(n) for n in targets}
+    hooks = [mod.register_forward_hook(lambda _, i, o, n=n: None if torch.is_tensor(o) else odd.add(n))
+             for n, mod in mods.items()]
+    try:
+        with torch.no_grad(), torch.random.fork_rng(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m(input_ids=torch.randint(0, input_vocab(m) or 64, (1, 8)))
+    except Exception: pass   # a model that cannot run here fails in its check, with its own error
+    finally:
+        for h in hooks: h.remove()
+    return tuple(t for t in targets if t in odd)
+
 # %% ../../nbs/11f_steppeak.ipynb #1f6384db
 def check_case(config,               # a model type or a config (see `small_config`)
                wrap,                 # a `WrapConfig`
@@ -311,6 +404,12 @@ def check_case(config,               # a model type or a config (see `small_conf
         if moved: note = (f"peft leaves {len(moved)} of the all-linear targets ({leaves}) where named (its "
                           f"transformers-5 MoE conversion moves them onto the fused experts, or it refuses them on "
                           f"this family); LoRA on the other {len(targets)}")
+        if odd := _no_tensor(cfg, targets):
+            targets = tuple(t for t in targets if t not in odd)
+            leaves = ", ".join(sorted({o.rsplit(".", 1)[-1] for o in odd}))
+            why = (f"left out {len(odd)} all-linear targets whose forward returns no tensor ({leaves}: peft's LoRA "
+                   f"layer fails on it); LoRA on the other {len(targets)}")
+            note = "; ".join(t for t in (note, why) if t)
     fused = experts and any(type(m).__name__.endswith("Experts") for m in model_from_config(cfg).modules())
     if fused: note = "; ".join(t for t in (note, f"experts_implementation={experts!r}") if t)
     if param_dtype == "config": param_dtype = _SHORT.get(str(cfg.get("dtype") or "float32"), "fp32")

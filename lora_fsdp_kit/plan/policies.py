@@ -63,7 +63,7 @@ def module_classes_in(model:nn.Module)->dict[str, type]:
     return {type(m).__name__: type(m) for m in model.modules()}
 
 def resolve_layer_classes(model:nn.Module, layer_cls:str|Iterable[type|str]|None="auto")->tuple[type, ...]:
-    "Layer classes for the layer part: `'auto'` (the model's `_no_split_modules`), classes or class names."
+    "Layer classes for the layer part: `'auto'` (`_no_split_modules`, else repeated blocks), classes or names."
     if layer_cls is None: return ()
     present = module_classes_in(model)
     if isinstance(layer_cls, str) and layer_cls == "auto":
@@ -71,8 +71,8 @@ def resolve_layer_classes(model:nn.Module, layer_cls:str|Iterable[type|str]|None
         found = tuple(present[n] for n in names if n in present)
         if not found:
             raise ValueError(f"layer_cls='auto': {type(model).__name__} declares no layer classes present in it "
-                             f"(_no_split_modules={names!r}); pass layer classes explicitly, e.g. one of "
-                             f"{sorted(present)[:12]}")
+                             f"(_no_split_modules={names!r}) and has no repeated block (a ModuleList of one class "
+                             f"of block); pass layer classes explicitly, e.g. one of {sorted(present)[:12]}")
         return found
     if isinstance(layer_cls, (str, type)): layer_cls = [layer_cls]
     out = []
