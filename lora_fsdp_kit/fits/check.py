@@ -72,7 +72,7 @@ def check_report(config,            # the user's config (see `check_predictions`
 SETTINGS = {   # name: WrapConfig fields
     "fsdp2 layers": dict(flavour="fsdp2"),
     "fsdp1 layers orig": dict(flavour="fsdp1", policy="layer", use_orig_params=True),
-    "fsdp1 lora policy": dict(flavour="fsdp1"),
+    "fsdp1 lora policy": dict(flavour="fsdp1", policy="lora"),
     "fsdp2 bf16 wrapper": dict(flavour="fsdp2", mixed_precision="bf16", activation_checkpointing="wrapper"),
     "fsdp2 hf checkpointing": dict(flavour="fsdp2", activation_checkpointing="hf"),
 }
