@@ -35,7 +35,8 @@ import torch
 from lora_fsdp_kit.fits.trace import train_kwargs   # the step fits predicts: no KV cache
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.memory.measure import GATHER_STRATEGIES, measure_gather
-from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+from lora_fsdp_kit.models import add_lora, model_from_config
+from lora_fsdp_kit.config_files import shipped_config
 from lora_fsdp_kit.units import fmt_bytes
 from lora_fsdp_kit.platform import detect_platform, get_platform
 from lora_fsdp_kit.plan.core import plan_fsdp1, plan_fsdp2

@@ -13,7 +13,8 @@ import argparse, os, tempfile
 from lora_fsdp_kit.export.measure_streams import measure_save, measure_stream, plot_streams
 from lora_fsdp_kit.plan.wrap import WrapConfig
 from lora_fsdp_kit.launch import launch
-from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+from lora_fsdp_kit.models import add_lora, model_from_config
+from lora_fsdp_kit.config_files import shipped_config
 from lora_fsdp_kit.units import fmt_bytes
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")

@@ -137,7 +137,8 @@ def matrix(batch:int, seq:int)->list[dict]:
     from lora_fsdp_kit.launch import launch
     from lora_fsdp_kit.fits.steppeak import measure_steps
     from lora_fsdp_kit.fits.core import FitsError, predict_step_memory
-    from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+    from lora_fsdp_kit.models import add_lora, model_from_config
+    from lora_fsdp_kit.config_files import shipped_config
     from lora_fsdp_kit.plan.wrap import WrapConfig
     moe = dict(experts_implementation="batched_mm")   # grouped_mm has no fp32 meta kernel (fits says so)
     cases = []

@@ -43,7 +43,8 @@ import torch
 import torch.distributed as dist
 
 from lora_fsdp_kit.launch import launch
-from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+from lora_fsdp_kit.models import add_lora, model_from_config
+from lora_fsdp_kit.config_files import shipped_config
 from lora_fsdp_kit.units import fmt_bytes
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")

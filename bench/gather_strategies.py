@@ -19,7 +19,8 @@ import torch.distributed as dist
 from lora_fsdp_kit.gather.core import gather_engine
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.memory.measure import GATHER_STRATEGIES, measure_gather, plot_gather
-from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+from lora_fsdp_kit.models import add_lora, model_from_config
+from lora_fsdp_kit.config_files import shipped_config
 from lora_fsdp_kit.units import fmt_bytes
 from lora_fsdp_kit.plan.core import plan_fsdp1, plan_fsdp2
 from lora_fsdp_kit.plan.policies import layer_wrap_policy, peft_wrap_policy, resolve_layer_classes

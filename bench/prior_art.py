@@ -22,7 +22,8 @@ import argparse, json, os, sys, tempfile, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # spawned ranks inherit sys.path
 import prior_art_cases as C
 from lora_fsdp_kit.launch import launch
-from lora_fsdp_kit.models import model_from_config, shipped_config
+from lora_fsdp_kit.models import model_from_config
+from lora_fsdp_kit.config_files import shipped_config
 from lora_fsdp_kit.units import fmt_bytes
 from lora_fsdp_kit.strip import strip_submodules
 

@@ -38,7 +38,8 @@ MODELS = {"chapter": dict(RR.CHAPTER_CONFIG),
 
 def build(name:str, folder:str|None=None):
     "The model `name` with LoRA r=8 on q/k/v/o; with `folder`, its base saved there for the engine."
-    from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+    from lora_fsdp_kit.models import add_lora, model_from_config
+    from lora_fsdp_kit.config_files import shipped_config
     cfg = {**shipped_config("llama"), **MODELS[name]}
     if folder: model_from_config(cfg, device="cpu", seed=0).save_pretrained(folder)
     return add_lora(model_from_config(cfg, device="cpu", seed=0), r=8, alpha=16)
@@ -134,7 +135,8 @@ def llama8b(layers:int, runs:int):
     from peft import get_peft_model_state_dict
     from safetensors.torch import save_file
     from vllm.lora.request import LoRARequest
-    from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+    from lora_fsdp_kit.models import add_lora, model_from_config
+    from lora_fsdp_kit.config_files import shipped_config
     folder = tempfile.mkdtemp()
     cfg = {**shipped_config("llama"), **LLAMA3_8B, "num_hidden_layers": layers}
     base = model_from_config(cfg, device="cpu", seed=0)

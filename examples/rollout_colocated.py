@@ -26,7 +26,8 @@ def main(versions:int, steps:int, in_process:bool, per_rank:bool=False):
     from lora_fsdp_kit.rollout import core as R
     from lora_fsdp_kit.rollout.vllm import engine_args
     from lora_fsdp_kit.export.core import iter_lora_buckets
-    from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+    from lora_fsdp_kit.models import add_lora, model_from_config
+    from lora_fsdp_kit.config_files import shipped_config
     from lora_fsdp_kit.plan.wrap import WrapConfig
 
     if in_process: os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"

@@ -21,7 +21,8 @@ KEY = os.environ.get("LFK_ROLLOUT_KEY", "lfk-example").encode()   # the socket's
 
 def base_model():
     "The base model, the same on the trainer and the server (seeded): in a real job, one checkpoint both load."
-    from lora_fsdp_kit.models import model_from_config, shipped_config
+    from lora_fsdp_kit.models import model_from_config
+    from lora_fsdp_kit.config_files import shipped_config
     return model_from_config({**shipped_config("llama"), **CONFIG}, device="cpu", seed=0)
 
 

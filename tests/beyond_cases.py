@@ -15,7 +15,8 @@ from peft import LoraConfig, get_peft_model
 from lora_fsdp_kit.export import core as E
 from lora_fsdp_kit.gather.core import gather_lora, unwrapped_name
 from lora_fsdp_kit.gather.merged import iter_merged_weights
-from lora_fsdp_kit.models import model_from_config, shipped_config, tiny_model
+from lora_fsdp_kit.models import model_from_config, tiny_model
+from lora_fsdp_kit.config_files import shipped_config
 from lora_fsdp_kit.testing.core import case_model, case_wrap, training_batch
 from lora_fsdp_kit.plan.wrap import WrapConfig
 

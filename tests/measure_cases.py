@@ -7,7 +7,8 @@ import torch.distributed as dist
 
 from lora_fsdp_kit.plan import core as P
 from lora_fsdp_kit.memory.measure import measure_gather
-from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+from lora_fsdp_kit.models import add_lora, model_from_config
+from lora_fsdp_kit.config_files import shipped_config
 from lora_fsdp_kit.testing.core import case_config
 
 def build(hidden:int, r:int):

@@ -101,7 +101,7 @@ def test_memory_predictions_record_the_attention_kernel(monkeypatch):
     monkeypatch.setattr(DC, "get_platform", lambda: types.SimpleNamespace(dist_backend="nccl"))
     # the cases this transformers can build (4.57, the oldest supported, has no Qwen3-Omni thinker)
     from transformers import CONFIG_MAPPING
-    from lora_fsdp_kit.models import shipped_config
+    from lora_fsdp_kit.config_files import shipped_config
     monkeypatch.setattr(DC, "MEMORY_CASES", [c for c in DC.MEMORY_CASES
                                              if shipped_config(c[1])["model_type"] in CONFIG_MAPPING])
     pred, kernels = DC.predict_memory(1, 1, 8)

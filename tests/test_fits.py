@@ -14,7 +14,8 @@ import torch.distributed as dist
 from lora_fsdp_kit.__main__ import main
 from lora_fsdp_kit.fits.core import FitsError, closed_form, predict_step_memory
 from lora_fsdp_kit.launch import launch
-from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+from lora_fsdp_kit.models import add_lora, model_from_config
+from lora_fsdp_kit.config_files import shipped_config
 from lora_fsdp_kit.fits.steppeak import measure_steps
 from lora_fsdp_kit.plan.wrap import WrapConfig
 

@@ -9,7 +9,7 @@ fp32 LoRA, LoRA dropout in train mode, and models built in-process from small tr
 tied embeddings) and Phi-3 (fused qkv); at world 2 also within 1 % of the usual peak or of the worst one. Measured
 (2026-12-02): every rank of the 8 cases within 0.004 % of `peak`; `worst_peak` 4-10 % above. GPT-2 under FSDP1 with bf16 read -1.18 %
 (33,112 B: oneDNN's bf16 matmul buffers, taken from torch's CPU allocator inside the kernel) until the trace counted
-them (`kernel_bytes._cpu_gemm_bytes`). Known misses would be strict xfails."""
+them (`kernel_bytes.cpu_gemm_bytes`). Known misses would be strict xfails."""
 import functools
 
 import pytest
@@ -18,7 +18,8 @@ from lora_fsdp_kit.fits.core import predict_step_memory
 from lora_fsdp_kit.fits.trace import trace_rank
 from lora_fsdp_kit.fits.reduced import why_not_reduced
 from real_steps import assert_in_range, measure_while_predicting
-from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+from lora_fsdp_kit.models import add_lora, model_from_config
+from lora_fsdp_kit.config_files import shipped_config
 from lora_fsdp_kit.fits.steppeak import case_model
 from lora_fsdp_kit.testing.core import covering_array
 from lora_fsdp_kit.plan.wrap import WrapConfig

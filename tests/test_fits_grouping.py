@@ -7,7 +7,8 @@ import functools
 import pytest
 
 from lora_fsdp_kit.fits.trace import rank_signatures, trace_many
-from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+from lora_fsdp_kit.models import add_lora, model_from_config
+from lora_fsdp_kit.config_files import shipped_config
 from lora_fsdp_kit.testing.core import covering_array
 from lora_fsdp_kit.plan.wrap import WrapConfig
 from test_fits_accuracy import MOE, WRAPS   # the wrappings and the MoE kernel of the reduced-trace matrix

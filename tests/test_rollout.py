@@ -30,7 +30,8 @@ def test_a_moe_model_is_refused_in_one_line():
     layout its kernels do not read: the kit refuses both, naming the modules."""
     # first, and in this process: vLLM's parallel state is process-wide, so its engine goes, state and all, before
     # the module's engine starts (a child process for it cost a second import of vLLM: ~20 s of this job)
-    from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+    from lora_fsdp_kit.models import add_lora, model_from_config
+    from lora_fsdp_kit.config_files import shipped_config
     from peft import get_peft_model_state_dict
     cfg = {**shipped_config("qwen3_moe"), **RR.CHAPTER_CONFIG, "vocab_size": 512}
     folder = tempfile.mkdtemp(); model_from_config(cfg, device="cpu", seed=0).save_pretrained(folder)

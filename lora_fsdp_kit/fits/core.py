@@ -20,7 +20,7 @@ from ..plan.core import dtype_itemsize
 from ..shards import (chunk_spans, clean_name, flat_spans, fsdp1_align, fsdp1_flat_numels, fsdp2_padded_numel,
                                   piece_length, shard_group_size)
 from ..methods import patch_to
-from ..plan.wrap import _MP, _MP_DTYPE, WrapConfig
+from ..plan.wrap import MP_WORDS, MP_DTYPES, WrapConfig
 
 # %% auto #0
 __all__ = ['BACKENDS', 'RESERVE', 'RESERVE_WHY', 'StepMemory', 'closed_form', 'FitsError', 'position_table', 'inexact_families',
@@ -247,8 +247,8 @@ def _trace(model, cfg, world, ranks, batch, seq, backend, attention, plan, step:
 
 
 # %% ../../nbs/11_fits.ipynb #2f0019bc
-_DTYPES = {"fp32": torch.float32, "float32": torch.float32, **{k: _MP_DTYPE[v] for k, v in _MP.items()}}  # wrap's names
-_SHORT = {torch.float32: "fp32", **{v: k for k, v in _MP_DTYPE.items()}}
+_DTYPES = {"fp32": torch.float32, "float32": torch.float32, **{k: MP_DTYPES[v] for k, v in MP_WORDS.items()}}  # wrap's names
+_SHORT = {torch.float32: "fp32", **{v: k for k, v in MP_DTYPES.items()}}
 
 def _dtype_short(dt:torch.dtype)->str: return _SHORT.get(dt, str(dt).removeprefix("torch."))
 

@@ -12,19 +12,19 @@ import torch
 from .. import forks
 
 # %% auto #0
-__all__ = []
+__all__ = ['GATHER_OPS', 'cuda_temp_bytes', 'staging_bytes', 'cpu_gemm_bytes', 'cpu_promote_bytes']
 
 # %% ../../nbs/11d_kernel_bytes.ipynb #9ff0134f
-def _cuda_temp_bytes(func, args)->int:
+def cuda_temp_bytes(func, args)->int:
     "Bytes a CUDA kernel allocates inside itself where the CPU's does not (read from an H200's allocator history)."
     # softmax's backward on CUDA first computes `grad * output` into a temporary of the gradient's size; it matters
     # where the softmax is big: the math attention kernel's B x H x L x L scores
     if func is torch.ops.aten._softmax_backward_data.default: return args[0].numel() * args[0].element_size()
     return 0
 
-_GATHERS = (torch.ops.c10d._allgather_base_.default, torch.ops.c10d.allgather_.default)
+GATHER_OPS = (torch.ops.c10d._allgather_base_.default, torch.ops.c10d.allgather_.default)
 
-def _staging_bytes(func, args)->int:
+def staging_bytes(func, args)->int:
     "Bytes gloo copies a collective through: the output of an all-gather, the input of a reduce-scatter."
     c10d = torch.ops.c10d
     if func is c10d._allgather_base_.default: ts = [args[0]]
@@ -69,7 +69,7 @@ def _measured_gemm_bytes(func, metas:tuple, threads:int)->int:
     base = allocs[0].total_allocated - allocs[0].alloc_size
     return max(0, max(a.total_allocated for a in allocs) - base - out.numel() * out.element_size())
 
-def _cpu_gemm_bytes(func, args, threads:int)->int:
+def cpu_gemm_bytes(func, args, threads:int)->int:
     "Bytes a CPU matmul in bf16/fp16 allocates inside itself (oneDNN's packed blocks and fp32 accumulator), measured."
     i = _GEMMS.get(func)
     if i is None or args[i].dtype not in (torch.bfloat16, torch.float16): return 0
@@ -84,7 +84,7 @@ def _cpu_gemm_bytes(func, args, threads:int)->int:
 
 
 # %% ../../nbs/11d_kernel_bytes.ipynb #3993a784
-def _cpu_promote_bytes(func, args, kwargs=None)->int:
+def cpu_promote_bytes(func, args, kwargs=None)->int:
     "Bytes a CPU elementwise op copies its floating inputs into: each not of their common dtype, cast to it."
     # TensorIterator on the CPU casts an input whose dtype is not the op's common one into a temporary of it before the
     # op runs (a CUDA kernel casts as it reads); in place (`mul_`) it is another rule, not counted here

@@ -15,10 +15,10 @@ from ..shards import clean_name
 from ..plan.wrap import WrapConfig
 
 # %% auto #0
-__all__ = ['REDUCED_H', 'decoder_layers', 'why_not_reduced']
+__all__ = ['REDUCED_H', 'LayerSegments', 'decoder_layers', 'why_not_reduced', 'reduced_model', 'NotReduced', 'combine_reduced']
 
 # %% ../../nbs/11c_fits_reduced.ipynb #7e182517
-class _LayerSegments:
+class LayerSegments:
     "Mixin for the trace's tracker: each op keyed by where it runs (a segment of the step, its index in it)."
     def _key(self)->tuple:
         "Where the op runs: its segment of the step (which decoder layer's boundary came last) and its index in it."
@@ -102,7 +102,7 @@ def _why_not(model:nn.Module, cfg:WrapConfig, plan=None)->str|None:
 
 _REDUCED: dict = {}   # (id(model), n, its modules' train flags) -> (weakref to the model, its copy with n layers)
 
-def _reduced_model(model:nn.Module, n:int)->nn.Module:
+def reduced_model(model:nn.Module, n:int)->nn.Module:
     "A copy of `model` with its first `n` decoder layers (the config says n), kept while `model` lives."
     # the modes too: a copy made in eval mode traced a model put in training later (no dropout, no HF checkpointing:
     # 1,447,408 B where the full trace gave 1,637,240)
@@ -126,16 +126,16 @@ def _reduced_model(model:nn.Module, n:int)->nn.Module:
     return out
 
 # %% ../../nbs/11c_fits_reduced.ipynb #aabc115e
-class _NotReduced(Exception): "The reduced traces do not line up: `trace_rank` traces every layer instead."
+class NotReduced(Exception): "The reduced traces do not line up: `trace_rank` traces every layer instead."
 
-def _combine(small:tuple, large:tuple, n_layers:int, prefix:str, categories):   # -> fits_trace.RankTrace
+def combine_reduced(small:tuple, large:tuple, n_layers:int, prefix:str, categories):   # -> fits_trace.RankTrace
     "The full model's trace from traces of 2h and 2h+1 layers: every op's bytes extended along the layer count."
     # small, large: (layers, RankTrace, keyed ops); categories(snap, sharded bytes) -> {category: bytes}
     (n1, t1, k1), (n2, t2, k2) = small, large
     k2 = [r for r in k2 if not (len(r[0][0]) == 3 and r[0][0][1] == -REDUCED_H - 1)]   # the extra middle layer
     count = lambda keyed: {seg: c + 1 for (seg, c), _, _ in keyed}
     c1, c2 = count(k1), count(k2)
-    if set(c1) != set(c2): raise _NotReduced(f"segments differ: {sorted(set(c1) ^ set(c2), key=str)[:3]}")
+    if set(c1) != set(c2): raise NotReduced(f"segments differ: {sorted(set(c1) ^ set(c2), key=str)[:3]}")
     grows = {s for s in c1 if c1[s] != c2[s]}   # ops per layer outside any layer (AdamW's loop over parameters)
     def index(keyed):   # a segment that grows with the layers counts by its highest op
         d = {}
@@ -155,7 +155,7 @@ def _combine(small:tuple, large:tuple, n_layers:int, prefix:str, categories):   
     v, (sa, (mod, phase)), (sb, _) = best
     ca, cb = categories(sa, t1.sharded_bytes), categories(sb, t2.sharded_bytes)
     cats = {k: ext(ca[k], cb[k]) for k in ca}
-    if min(cats.values()) < 0 or sum(cats.values()) != v: raise _NotReduced("the categories do not extend")
+    if min(cats.values()) < 0 or sum(cats.values()) != v: raise NotReduced("the categories do not extend")
     if mod.startswith(prefix):   # a layer counted from the last keeps its place from the end
         j, dot, tail = mod[len(prefix):].partition(".")
         if j.isdigit() and int(j) >= REDUCED_H: mod = f"{prefix}{int(j) - n1 + n_layers}{dot}{tail}"

@@ -93,7 +93,8 @@ _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 def case_model(case:dict, device:str="cpu"):
     "The case's LoRA model on `device`: a zoo config (`model`) or any config dict (`config`), stored as it says."
-    from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+    from lora_fsdp_kit.models import add_lora, model_from_config
+    from lora_fsdp_kit.config_files import shipped_config
     cfg = dict(case["config"] if "config" in case else shipped_config(case["model"]), **case.get("overrides", {}))
     kw = {k: case[k] for k in ("dropout", "use_dora") if k in case}
     if "targets" in case: kw["target_modules"] = tuple(case["targets"])

@@ -15,7 +15,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from ..doctor import require
-from lora_fsdp_kit.fits.reduced import REDUCED_H, _LayerSegments, _NotReduced, _combine, _reduced_model, decoder_layers, \
+from lora_fsdp_kit.fits.reduced import REDUCED_H, LayerSegments, NotReduced, combine_reduced, reduced_model, decoder_layers, \
     why_not_reduced
 from ..families import attention_heads, text_config
 from ..routing import input_vocab
@@ -23,8 +23,8 @@ from ..gather.sharded import (flat_layout, flat_local_shard, flat_orig_params, f
                                    fsdp1_under_fake_tensors, fsdp2_unsharded_params, fsdp_lazy_init, local_tensor,
                                    tracker_in_optimizer, tracker_live, tracker_modules, tracker_saw)
 from ..forks import fork_map
-from .kernel_bytes import (_GATHERS, _cpu_gemm_bytes, _cpu_promote_bytes, _cuda_temp_bytes,
-                                            _staging_bytes)
+from .kernel_bytes import (GATHER_OPS, cpu_gemm_bytes, cpu_promote_bytes, cuda_temp_bytes,
+                                            staging_bytes)
 from ..shards import chunk_spans, clean_name, piece_length, shard_group_size
 from ..plan.wrap import WrapConfig
 
@@ -49,7 +49,7 @@ _TORCH_CATEGORY = {   # torch's tracker categories (MemTracker, FSDPMemTracker) 
 STAGING_BACKENDS = ("gloo",)
 
 # %% ../../nbs/11a_fits_trace.ipynb #a45d4075
-class _StepPeak(_LayerSegments):
+class _StepPeak(LayerSegments):
     "Mixin for torch's trackers: the peak of one recorded window, where it happened, and a timeline."
     def _init_step(self, staging:bool, cuda:bool=False, layers:dict|None=None, h:int=0, cpu_threads:int=0):
         self.recording, self.staging, self.peak, self.peak_snap, self.peak_at = False, staging, 0, {}, ("", "")
@@ -100,11 +100,11 @@ class _StepPeak(_LayerSegments):
         if func is _DEVICE: self._note(); return _device_of(func, args, kwargs)   # 2/3 of a step's calls: no bytes
         res = super().__torch_dispatch__(func, types, args, kwargs)
         if self.recording and res is not NotImplemented:
-            n = _staging_bytes(func, args)
-            self.max_gather = max(self.max_gather, n if func in _GATHERS else 0)
+            n = staging_bytes(func, args)
+            self.max_gather = max(self.max_gather, n if func in GATHER_OPS else 0)
             if n and self.staging: self._note(n)
-            n = (_cuda_temp_bytes(func, args) if self.cuda else   # a CPU job: its matmuls' buffers, its casts
-                 _cpu_gemm_bytes(func, args, self.cpu_threads) + _cpu_promote_bytes(func, args, kwargs)
+            n = (cuda_temp_bytes(func, args) if self.cuda else   # a CPU job: its matmuls' buffers, its casts
+                 cpu_gemm_bytes(func, args, self.cpu_threads) + cpu_promote_bytes(func, args, kwargs)
                  if self.cpu_threads else 0)
             if n: self._note(n, "Temp")
         return res
@@ -314,14 +314,14 @@ class StepOptions:
     "The forward under `torch.autocast` in 'bf16' or 'fp16' (accelerate's mixed precision); None: none."
 
     def __post_init__(self):
-        from lora_fsdp_kit.plan.wrap import _MP
+        from lora_fsdp_kit.plan.wrap import MP_WORDS
         if self.use_cache not in (None, True, False):
             raise ValueError(f"use_cache must be None (config.json's), True or False, got {self.use_cache!r}")
         if isinstance(self.grad_accum, bool) or not isinstance(self.grad_accum, int) or self.grad_accum < 1:
             raise ValueError(f"grad_accum must be a whole number >= 1, got {self.grad_accum!r}")
-        if self.autocast is not None and self.autocast not in _MP:
+        if self.autocast is not None and self.autocast not in MP_WORDS:
             raise ValueError(f"autocast must be None, 'bf16' or 'fp16', got {self.autocast!r}")
-        object.__setattr__(self, "autocast", _MP.get(self.autocast))
+        object.__setattr__(self, "autocast", MP_WORDS.get(self.autocast))
 
 def _base(model:nn.Module)->nn.Module:
     return model.get_base_model() if hasattr(model, "get_base_model") else model   # (an FSDP1 wrapper hands it on)
@@ -375,8 +375,8 @@ def _gradient_sync(model:nn.Module, sync:bool):
 
 def _autocast(dtype:str|None):
     "The forward's `torch.autocast` in `dtype` ('bf16', 'fp16'; on the CPU, where fake tensors live), or nothing."
-    from lora_fsdp_kit.plan.wrap import _MP_DTYPE
-    return torch.autocast("cpu", dtype=_MP_DTYPE[dtype]) if dtype else contextlib.nullcontext()
+    from lora_fsdp_kit.plan.wrap import MP_DTYPES
+    return torch.autocast("cpu", dtype=MP_DTYPES[dtype]) if dtype else contextlib.nullcontext()
 
 def _step(model:nn.Module, opt, batch:int, seq:int, vocab:int, step:StepOptions|None=None,
           between:Callable[[], None]|None=None):   # called before each micro-batch after the first
@@ -459,7 +459,7 @@ def _sharded(model:nn.Module, cfg:WrapConfig, world:int, fake)->nn.Module:
 def rank_signatures(model:nn.Module, cfg:WrapConfig, world:int)->tuple:
     "Per rank of `world`, what makes its trace its own (`_signatures`), read from the model sharded, no step run."
     from torch._subclasses.fake_tensor import FakeTensorMode
-    if why_not_reduced(model, cfg) is None: model = _reduced_model(model, 2 * REDUCED_H)   # as a reduced trace reads it
+    if why_not_reduced(model, cfg) is None: model = reduced_model(model, 2 * REDUCED_H)   # as a reduced trace reads it
     with fake_world(world, 0), _quiet(), _gc_paused():
         return _signatures(_sharded(model, cfg, world, FakeTensorMode(allow_non_fake_inputs=True)), cfg, world)
 
@@ -587,9 +587,9 @@ def _trace_plan(model, cfg, world, rank, batch, seq, backend, attention, layers,
     parent, attr, path = decoder_layers(model)
     n, ks = len(getattr(parent, attr)), (2 * REDUCED_H, 2 * REDUCED_H + 1)
     def combined(got:list)->RankTrace:
-        try: return _combine((ks[0],) + got[0], (ks[1],) + got[1], n, path + ".", _categories)
-        except _NotReduced: return _trace_once(*whole)[0]   # every layer, here
-    return [(_reduced_model(model, k),) + whole[1:-2] + (path + ".", step) for k in ks], combined
+        try: return combine_reduced((ks[0],) + got[0], (ks[1],) + got[1], n, path + ".", _categories)
+        except NotReduced: return _trace_once(*whole)[0]   # every layer, here
+    return [(reduced_model(model, k),) + whole[1:-2] + (path + ".", step) for k in ks], combined
 
 # %% ../../nbs/11a_fits_trace.ipynb #da184200
 def trace_many(model:nn.Module,      # a peft model on the meta device (copied, never changed)

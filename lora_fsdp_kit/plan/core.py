@@ -16,8 +16,8 @@ from ..units import fmt_bytes, fmt_count
 from ..dtypes import canonical, itemsize
 from ..methods import patch_to
 from ..shards import clean_name, join_name   # the kit's one name function
-from .policies import (WrapPolicy, is_lora_name, fsdp1_unit_modules, resolve_targets, _name_pattern,
-    _targets_repr, _ignored_sets)
+from lora_fsdp_kit.plan.policies import (WrapPolicy, is_lora_name, fsdp1_unit_modules, resolve_targets, name_pattern,
+    targets_repr, ignored_sets)
 from .checks import Finding, check_plan   # the checks read a plan, and import nothing of this module
 from ..routing import expert_modules, fused_experts, param_wrappers   # experts: what the forward routes
 from ..doctor import internal
@@ -25,7 +25,8 @@ _managed_modules = internal("torch.distributed.fsdp._fully_shard._fsdp_init:_get
 
 # %% auto #0
 __all__ = ['MARKS', 'dtype_itemsize', 'ParamInfo', 'param_info', 'Unit', 'Plan', 'conditional_modules', 'mixed_precision_dtype',
-           'idle_modules', 'plan_fsdp1', 'plan_fsdp2', 'plan_summary', 'policy_line', 'plan_text', 'plan_html']
+           'idle_modules', 'build_plan', 'refuse_wrapped', 'plan_fsdp1', 'plan_fsdp2', 'plan_summary', 'policy_line',
+           'plan_text', 'plan_html']
 
 # %% ../../nbs/03_plan.ipynb #a34cc58f
 def _dtype_name(dt:torch.dtype)->str: return str(dt).removeprefix("torch.")
@@ -237,7 +238,7 @@ def conditional_modules(model:nn.Module,                           # the model t
             if mk not in names: raise ValueError(f"a conditional module given is not part of {type(model).__name__}")
             hits = [names[mk]]
         elif isinstance(mk, str):
-            rx = _name_pattern(mk); hits = [n for n in names.values() if n and rx.match(n)]
+            rx = name_pattern(mk); hits = [n for n in names.values() if n and rx.match(n)]
             if not hits: raise ValueError(f"conditional pattern {mk!r} matches no module of {type(model).__name__} "
                                           f"(module names look like {[n for n in names.values() if n][:6]})")
         else: raise TypeError(f"conditional marks are name patterns or modules, got {mk!r}")
@@ -342,7 +343,7 @@ def _nesting(model:nn.Module, unit_mods:list[nn.Module], members:dict|None=None)
     return up, depth
 
 # %% ../../nbs/03_plan.ipynb #bf08962d
-def _build_plan(model:nn.Module, unit_claims:dict[nn.Module, str], flavour:str, policy:str, use_orig_params:bool,
+def build_plan(model:nn.Module, unit_claims:dict[nn.Module, str], flavour:str, policy:str, use_orig_params:bool,
                 ignored_params:set, mixed_precision:str|None=None, conditional=None, shard_dim:int=0,
                 groups:dict[nn.Module, tuple[nn.Module, ...]]|None=None, allow_root_only:bool=True,
                 detect_experts:bool=True)->Plan:
@@ -375,7 +376,7 @@ def _build_plan(model:nn.Module, unit_claims:dict[nn.Module, str], flavour:str, 
                 fused=tuple(fused_experts(model)), param_wrappers=tuple(param_wrappers(model)))
 
 # %% ../../nbs/03_plan.ipynb #3ba7186e
-def _refuse_wrapped(model:nn.Module, fn:str):
+def refuse_wrapped(model:nn.Module, fn:str):
     "A plan is of the model *before* FSDP: planning an already wrapped one would describe wrappers, not units."
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, FSDPModule
     hit = next((n or "<root>" for n, m in model.named_modules() if isinstance(m, (FSDP, FSDPModule))), None)
@@ -398,11 +399,11 @@ def plan_fsdp1(model:nn.Module,                  # the model as it will be passe
               )->Plan:
     "The units FSDP1 will create for `model` under `policy`, from torch's own wrapping decisions."
     if not isinstance(model, nn.Module): raise TypeError(f"plan_fsdp1 needs an nn.Module, got {type(model).__name__}")
-    _refuse_wrapped(model, "plan_fsdp1")
-    ign_mods, ign_params = _ignored_sets(model, ignored_modules)
+    refuse_wrapped(model, "plan_fsdp1")
+    ign_mods, ign_params = ignored_sets(model, ignored_modules)
     claims = fsdp1_unit_modules(model, policy, ignored_modules, use_orig_params=use_orig_params,
                                 world_size=world_size, rank=rank)
-    return _build_plan(model, claims, "fsdp1", repr(policy), use_orig_params, ign_params,
+    return build_plan(model, claims, "fsdp1", repr(policy), use_orig_params, ign_params,
                        mixed_precision_dtype(mixed_precision), conditional, allow_root_only=allow_root_only,
                        detect_experts=detect_experts)
 
@@ -416,10 +417,10 @@ def plan_fsdp2(model:nn.Module,                        # the model as it will be
                shard_dim:int=0,                        # the dim each parameter is cut on (`shard_placement_fn`)
               )->Plan:
     "The units `fully_shard` creates when applied to `targets` child-first, then to the root."
-    _refuse_wrapped(model, "plan_fsdp2")
+    refuse_wrapped(model, "plan_fsdp2")
     claims = {m: "target" for _, m in resolve_targets(model, targets)}
     claims[model] = "root"
-    return _build_plan(model, claims, "fsdp2", _targets_repr(targets), True, set(), mixed_precision_dtype(mp_policy),
+    return build_plan(model, claims, "fsdp2", targets_repr(targets), True, set(), mixed_precision_dtype(mp_policy),
                        conditional, shard_dim, detect_experts=detect_experts)
 
 # %% ../../nbs/03_plan.ipynb #c11ac0b1

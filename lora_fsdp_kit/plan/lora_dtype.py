@@ -16,7 +16,7 @@ from .core import plan_fsdp1
 from ..shards import clean_name
 
 # %% auto #0
-__all__ = ['LoraDtypeReport', 'align_lora_dtype']
+__all__ = ['LoraDtypeReport', 'adapter_tensors', 'align_lora_dtype']
 
 # %% ../../nbs/03d_lora_dtype.ipynb #0beb4c6d
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class LoraDtypeReport:
     def _repr_html_(self): return f"<code>{html.escape(repr(self))}</code>"
 
 # %% ../../nbs/03d_lora_dtype.ipynb #9009f63e
-def _adapter_tensors(model:nn.Module)->list[tuple[str, nn.Parameter, torch.dtype|None]]:
+def adapter_tensors(model:nn.Module)->list[tuple[str, nn.Parameter, torch.dtype|None]]:
     "(name, tensor, base layer dtype) for every adapter parameter of every peft tuner layer."
     from peft.tuners.tuners_utils import BaseTunerLayer
     out, seen = [], set()
@@ -82,7 +82,7 @@ def align_lora_dtype(model:nn.Module,                       # a peft model (real
                      use_orig_params:bool=True,             # passed to the plan (affects only its requires_grad view)
                     )->LoraDtypeReport:                     # what was cast and checked
     "Cast every LoRA adapter tensor to the base dtype (or `dtype`); raise if an FSDP1 unit would still mix dtypes."
-    tensors = _adapter_tensors(model)
+    tensors = adapter_tensors(model)
     if not tensors:
         raise ValueError(f"no peft adapter parameters in {type(model).__name__}: apply LoRA first (add_lora)")
     want = {}

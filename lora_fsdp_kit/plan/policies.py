@@ -19,8 +19,9 @@ from ..shards import (WRAPPER_SEGMENTS, clean_name, flat_spans, fsdp1_align, fsd
 
 # %% auto #0
 __all__ = ['LORA_PREFIX', 'is_lora_name', 'is_trainable_leaf', 'WrapPolicy', 'module_classes_in', 'resolve_layer_classes',
-           'lora_wrap_policy', 'peft_wrap_policy', 'layer_wrap_policy', 'size_wrap_policy', 'policy_parts',
-           'fsdp1_unit_modules', 'resolve_targets']
+           'lambda_part', 'size_part', 'lora_wrap_policy', 'peft_wrap_policy', 'layer_wrap_policy', 'size_wrap_policy',
+           'policy_parts', 'ignored_sets', 'fsdp1_unit_modules', 'post_order', 'name_pattern', 'resolve_targets',
+           'targets_repr']
 
 # %% ../../nbs/03a_policies.ipynb #03f35ca9
 LORA_PREFIX = "lora_"   # peft's `LoraModel.prefix` (not imported: importing peft costs seconds; tested below)
@@ -95,10 +96,10 @@ _GUARD_WHY = ("min_num_params > 0, and a lambda part together with a size part n
               "units, so a recursive per-unit gather all-gathers each leaf twice (the guard of the RL framework's "
               "per-unit collector this kit was first written for)")
 
-def _lambda_part(): return functools.partial(fsdp_wrap.lambda_auto_wrap_policy, lambda_fn=is_trainable_leaf)
+def lambda_part(): return functools.partial(fsdp_wrap.lambda_auto_wrap_policy, lambda_fn=is_trainable_leaf)
 def _layer_part(classes): return functools.partial(fsdp_wrap.transformer_auto_wrap_policy,
                                                    transformer_layer_cls=set(classes))
-def _size_part(n): return functools.partial(fsdp_wrap.size_based_auto_wrap_policy, min_num_params=int(n))
+def size_part(n): return functools.partial(fsdp_wrap.size_based_auto_wrap_policy, min_num_params=int(n))
 
 def lora_wrap_policy(model:nn.Module,                        # the (peft) model to wrap
                      *,
@@ -112,11 +113,11 @@ def lora_wrap_policy(model:nn.Module,                        # the (peft) model 
     parts, left_out = [], []
     if lora_leaves:
         if min_num_params > 0: left_out.append(("lambda", _GUARD_WHY))
-        else: parts.append(("lambda", _lambda_part()))
+        else: parts.append(("lambda", lambda_part()))
     else: left_out.append(("lambda", "lora_leaves=False"))
     if classes: parts.append(("layer", _layer_part(classes)))
     else: left_out.append(("layer", "layer_cls=None"))
-    if min_num_params > 0: parts.append(("size", _size_part(min_num_params)))
+    if min_num_params > 0: parts.append(("size", size_part(min_num_params)))
     if not parts:
         raise ValueError("lora_wrap_policy has nothing to combine: lora_leaves=False, layer_cls=None and "
                          "min_num_params=0 would wrap nothing but the root; enable at least one part")
@@ -160,7 +161,7 @@ def layer_wrap_policy(model:nn.Module, layer_cls:str|Iterable[type|str]="auto")-
 def size_wrap_policy(min_num_params:int)->WrapPolicy:
     "Size-only policy: torch's `size_based_auto_wrap_policy` at `min_num_params`."
     if min_num_params <= 0: raise ValueError(f"size_wrap_policy needs min_num_params > 0, got {min_num_params}")
-    return WrapPolicy("size_wrap_policy", (("size", _size_part(min_num_params)),), (), (), int(min_num_params))
+    return WrapPolicy("size_wrap_policy", (("size", size_part(min_num_params)),), (), (), int(min_num_params))
 
 # %% ../../nbs/03a_policies.ipynb #7ce383e0
 def _part_label(p:Callable)->str:
@@ -178,7 +179,7 @@ def policy_parts(policy:Callable)->list[tuple[str, Callable]]:
     return [(_part_label(policy), policy)]
 
 # %% ../../nbs/03a_policies.ipynb #cdd746e1
-def _ignored_sets(model:nn.Module, ignored_modules)->tuple[set, set]:
+def ignored_sets(model:nn.Module, ignored_modules)->tuple[set, set]:
     "FSDP1's own expansion of `ignored_modules` into (modules, parameters)."
     from torch.distributed.fsdp._init_utils import _get_ignored_modules, _get_ignored_params
     mods = _get_ignored_modules(model, ignored_modules)
@@ -215,7 +216,7 @@ def fsdp1_unit_modules(model:nn.Module,               # the model as it will be 
     require("torch.distributed.fsdp.wrap:_recursive_wrap", "torch.distributed.fsdp.wrap:_Policy._run_policy",
             "torch.distributed.fsdp._init_utils:_get_ignored_modules",
             "torch.distributed.fsdp._init_utils:_get_ignored_params")   # private: checked by `doctor`
-    ign_mods, ign_params = _ignored_sets(model, ignored_modules)
+    ign_mods, ign_params = ignored_sets(model, ignored_modules)
     claims: dict[nn.Module, str] = {}
     if isinstance(policy, fsdp_wrap._Policy):
         label = "layer" if isinstance(policy, fsdp_wrap.ModuleWrapPolicy) else _part_label(policy)
@@ -237,12 +238,12 @@ def fsdp1_unit_modules(model:nn.Module,               # the model as it will be 
                                        only_wrap_children=True)
         finally:
             for p, data in shrunk.items(): p.data = data   # the model as it was
-    order = {m: i for i, m in enumerate(_post_order(model))}
+    order = {m: i for i, m in enumerate(post_order(model))}
     out = dict(sorted(claims.items(), key=lambda kv: order[kv[0]]))
     out[model] = "root"
     return out
 
-def _post_order(model:nn.Module)->list[nn.Module]:
+def post_order(model:nn.Module)->list[nn.Module]:
     "Modules in post-order (children first), each once — the order FSDP creates units in."
     seen, out = set(), []
     def visit(m):
@@ -253,7 +254,7 @@ def _post_order(model:nn.Module)->list[nn.Module]:
     visit(model); return out
 
 # %% ../../nbs/03a_policies.ipynb #a468bbaf
-def _name_pattern(pattern:str)->re.Pattern:
+def name_pattern(pattern:str)->re.Pattern:
     "Compile a dotted-name glob: `*` within a segment, `**` across segments, `?` one character."
     out, i = "", 0
     if pattern.startswith("**."): out, i = "(?:.*\\.)?", 3
@@ -278,7 +279,7 @@ def resolve_targets(model:nn.Module,                        # the model to shard
             found = [(n, m) for n, m in named if isinstance(m, t)]
             what = f"class {t.__name__}"
         elif isinstance(t, str):
-            rx = _name_pattern(t); found = [(n, m) for n, m in named if rx.match(n)]
+            rx = name_pattern(t); found = [(n, m) for n, m in named if rx.match(n)]
             what = f"name pattern {t!r}"
         else: raise TypeError(f"an FSDP2 target must be a module class or a name pattern, got {t!r}")
         if not found:
@@ -286,10 +287,10 @@ def resolve_targets(model:nn.Module,                        # the model to shard
             raise ValueError(f"FSDP2 target {what} matches no module of {type(model).__name__} "
                              f"(module names look like {sample})")
         for n, m in found: hits.setdefault(m, n)
-    order = {m: i for i, m in enumerate(_post_order(model))}
+    order = {m: i for i, m in enumerate(post_order(model))}
     return sorted(((n, m) for m, n in hits.items()), key=lambda nm: order[nm[1]])
 
-def _targets_repr(targets)->str:
+def targets_repr(targets)->str:
     if isinstance(targets, (str, type)): targets = [targets]
     what = ", ".join(t.__name__ if isinstance(t, type) else repr(t) for t in targets)
     return f"fully_shard on {what}, then the root"

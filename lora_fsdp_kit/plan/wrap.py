@@ -18,13 +18,14 @@ from ..methods import patch_to
 from ..platform import get_platform
 from .policies import (WrapPolicy, lora_wrap_policy, peft_wrap_policy, layer_wrap_policy,
                                     size_wrap_policy, resolve_layer_classes, resolve_targets, fsdp1_unit_modules,
-                                    module_classes_in, _lambda_part, _size_part, _post_order)
+                                    module_classes_in, lambda_part, size_part, post_order)
 from ..shards import clean_name, shard_group_size
-from .lora_dtype import _adapter_tensors, align_lora_dtype
-from .core import Plan, _build_plan, _refuse_wrapped
+from .lora_dtype import adapter_tensors, align_lora_dtype
+from .core import Plan, build_plan, refuse_wrapped
 
 # %% auto #0
-__all__ = ['POLICIES', 'FSDP1_SHARDING', 'FLAVOUR_DEFAULTS', 'WrapConfig', 'wrap_fsdp1', 'wrap_fsdp2', 'wrap_fsdp2_like']
+__all__ = ['POLICIES', 'FSDP1_SHARDING', 'FLAVOUR_DEFAULTS', 'MP_WORDS', 'MP_DTYPES', 'WrapConfig', 'wrap_fsdp1', 'wrap_fsdp2',
+           'wrap_fsdp2_like']
 
 # %% ../../nbs/03c_wrap.ipynb #f32726c6
 POLICIES = ("lora", "peft", "layer", "size", "leaves+size", "root")
@@ -34,8 +35,8 @@ FSDP1_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_H
 # LoRA-leaf policies stay one word away (policy='lora' / 'peft'); the CLI reads this table from source (no torch)
 FLAVOUR_DEFAULTS = {"fsdp1": {"policy": "layer", "use_orig_params": True}, "fsdp2": {"policy": "layer"}}
 _APART = ("lora", "peft", "leaves+size")   # policies that make each LoRA leaf a unit: no flat param mixes them
-_MP = {w: short(n) for w, n in WORDS.items() if n in ("bfloat16", "float16")}   # compute dtype words -> 'bf16'/'fp16'
-_MP_DTYPE = {s: torch_dtype(s) for s in set(_MP.values())}
+MP_WORDS = {w: short(n) for w, n in WORDS.items() if n in ("bfloat16", "float16")}   # compute dtype words -> 'bf16'/'fp16'
+MP_DTYPES = {s: torch_dtype(s) for s in set(MP_WORDS.values())}
 _AC = {False: False, None: False, "off": False, True: "wrapper", "on": "wrapper", "wrapper": "wrapper", "hf": "hf"}
 
 # %% ../../nbs/03c_wrap.ipynb #e89142ba
@@ -147,9 +148,9 @@ def _validate_policy(cfg:WrapConfig):
 def _validate_sharding(cfg:WrapConfig):
     "The compute dtype as 'bf16'/'fp16'; the sharding strategy, its group size and dim for this flavour."
     if cfg.mixed_precision is not None:
-        if cfg.mixed_precision not in _MP:
+        if cfg.mixed_precision not in MP_WORDS:
             raise ValueError(f"mixed_precision must be None, 'bf16' or 'fp16', got {cfg.mixed_precision!r}")
-        _set(cfg, mixed_precision=_MP[cfg.mixed_precision])
+        _set(cfg, mixed_precision=MP_WORDS[cfg.mixed_precision])
     if cfg.sharding is not None:
         ok = FSDP1_SHARDING if cfg.flavour == "fsdp1" else ("HYBRID",)
         if cfg.sharding not in ok: raise ValueError(f"{cfg.flavour} sharding must be one of {ok}, got {cfg.sharding!r}")
@@ -231,7 +232,7 @@ def _base_policy(cfg:WrapConfig, model:nn.Module)->WrapPolicy:
     if cfg.policy == "size": return size_wrap_policy(cfg.min_num_params)
     if cfg.policy == "leaves+size":   # the combination lora_wrap_policy guards against, built on purpose
         n = cfg.min_num_params
-        return WrapPolicy("leaves+size", (("lambda", _lambda_part()), ("size", _size_part(n))), (), (), int(n))
+        return WrapPolicy("leaves+size", (("lambda", lambda_part()), ("size", size_part(n))), (), (), int(n))
     if cfg.policy == "root": return WrapPolicy("root only", (), (), (), 0)
     raise ValueError(f"policy {cfg.policy!r} has no FSDP1 form: targets are FSDP2's")
 
@@ -256,7 +257,7 @@ def _single_claims(self:WrapConfig, model:nn.Module, pol:WrapPolicy|None=None, w
         claims = {m: "target" for _, m in resolve_targets(model, targets)}
         if self.wrap_embedding: claims.setdefault(_input_embedding(model), "embedding")
         if self.wrap_lm_head: claims.setdefault(_output_head(model), "head")
-        order = {m: i for i, m in enumerate(_post_order(model))}
+        order = {m: i for i, m in enumerate(post_order(model))}
         claims = dict(sorted(claims.items(), key=lambda kv: order[kv[0]]))
         claims.pop(model, None); claims[model] = "root"
         return claims
@@ -304,7 +305,7 @@ def _grouped_claims(cfg:WrapConfig, model:nn.Module, pol:WrapPolicy|None=None, w
     claims = _single_claims(cfg, model, pol, world_size, rank)
     groups = _group_modules(cfg, model) if cfg.groups or cfg.tie_group else []   # both FSDP2 only
     if not groups: return claims, {}
-    order, grouped = {m: i for i, m in enumerate(_post_order(model))}, {m for g, _ in groups for m in g}
+    order, grouped = {m: i for i, m in enumerate(post_order(model))}, {m for g, _ in groups for m in g}
     items = [(order[m], m, c) for m, c in claims.items() if m is not model and m not in grouped]
     items += [(max(order[x] for x in g), g[0], c) for g, c in groups]   # after the units inside its modules
     items.sort(key=lambda t: t[0])
@@ -329,7 +330,7 @@ def _groups_text(cfg:WrapConfig)->str:
 # %% ../../nbs/03c_wrap.ipynb #72c3c49d
 def _adapter_dtypes(model:nn.Module)->dict[str, str]:
     "Clean adapter parameter name -> the dtype `align_lora_dtype` will give it (its base layer's)."
-    return {n: str(bt).removeprefix("torch.") for n, _, bt in _adapter_tensors(model) if bt is not None}
+    return {n: str(bt).removeprefix("torch.") for n, _, bt in adapter_tensors(model) if bt is not None}
 
 def _aligned(plan:Plan, dtypes:dict[str, str])->Plan:
     "`plan` with the adapters in their base layer's dtype."
@@ -363,11 +364,11 @@ def plan(self:WrapConfig,
          )->Plan:
     "The units this configuration gives `model`, with their checks (no process group needed)."
     import torch.distributed as dist
-    _refuse_wrapped(model, "WrapConfig.plan")
+    refuse_wrapped(model, "WrapConfig.plan")
     pol = None if self.policy == "targets" else self.auto_wrap_policy(model)
     claims, groups = _grouped_claims(self, model, pol, *_shard_rank(self, world_size, rank))
     fsdp1 = self.flavour == "fsdp1"
-    plan = _build_plan(model, claims, self.flavour, _policy_words(self, pol), self.use_orig_params or not fsdp1,
+    plan = build_plan(model, claims, self.flavour, _policy_words(self, pol), self.use_orig_params or not fsdp1,
                        set(), self.mixed_precision and canonical(self.mixed_precision), conditional, self.shard_dim,
                        groups, detect_experts=detect_experts,
                        allow_root_only=not fsdp1 or self.policy == "root")
@@ -511,7 +512,7 @@ def wrap(self:WrapConfig,
           **fsdp_kw,           # further FullyShardedDataParallel / fully_shard arguments
          )->nn.Module:
     "Prepare and shard `model` as configured; returns the wrapped model (FSDP1) or `model` itself (FSDP2)."
-    _refuse_wrapped(model, "WrapConfig.wrap")
+    refuse_wrapped(model, "WrapConfig.wrap")
     if self.flavour == "fsdp1": return _wrap_fsdp1(self, self.prepare(model), mesh, fsdp_kw)
     modules = self.shard_modules(model)          # before checkpoint wrappers exist
     return _wrap_fsdp2(self, self.prepare(model), modules, mesh, fsdp_kw)

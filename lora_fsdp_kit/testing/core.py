@@ -22,7 +22,8 @@ from ..gather.merged import iter_merged_weights
 from ..memory.measure import measure_gather, predict
 from ..export.measure_streams import measure_save, measure_stream
 from ..memory.core import AllGatherCounter
-from ..models import add_lora, model_from_config, shipped_config, tiny_model
+from ..models import add_lora, model_from_config, tiny_model
+from ..config_files import shipped_config
 from ..platform import get_platform
 from ..shards import fsdp2_padded_numel
 from ..plan.lora_dtype import align_lora_dtype

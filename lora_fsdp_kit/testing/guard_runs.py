@@ -19,7 +19,7 @@ from .. import hazards as H
 from ..gather.core import gather_lora
 from ..hazards import check_collective_order
 from ..platform import get_platform
-from .toys import HAZARD_MODELS, _build, data_kind, hazard_batch, hazard_loss
+from .toys import HAZARD_MODELS, build_toy, data_kind, hazard_batch, hazard_loss
 from ..plan.wrap import WrapConfig
 
 # decoder layers (blocks) as FSDP1 units: right; FSDP2 layer groups: divergent with other data
@@ -54,10 +54,10 @@ def hazard_case(name:str,                 # "branch", "branch_drop", "switch" or
         raise TypeError(f"hazard_case: spec must be a WrapConfig, not {type(spec).__name__}")
     cfg = spec
     res = dict(name=name, spec=spec, same=same, guard=guard, loss=None, lora=None, events=[], error=None,
-               findings=sorted({f.check for f in cfg.plan(_build(name), conditional=conditional).check()
+               findings=sorted({f.check for f in cfg.plan(build_toy(name), conditional=conditional).check()
                                 if f.severity == "error"}),
                seconds=None, guard_seconds=0.0)
-    model = _build(name)
+    model = build_toy(name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         kw = (dict(mesh=DeviceMesh.from_group(pg, get_platform().torch_device().type))
@@ -89,7 +89,7 @@ def hazard_reference(name:str,            # the hazard model
                      lr:float=0.5,        # as in `hazard_case`
                     )->dict:
     "The same step in one process without FSDP: each rank's loss and the LoRA after averaging their gradients."
-    model = _build(name)
+    model = build_toy(name)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
     losses = [hazard_loss(model, name, b) for b in (hazard_batch(data_kind(name), r, same) for r in range(world))]
     torch.stack(losses).mean().backward()   # FSDP averages the ranks' gradients
@@ -120,7 +120,7 @@ def guard_overhead(name:str="switch",   # a hazard model
     cfg = spec if spec is not None else WrapConfig(flavour="fsdp1", policy="lora", use_orig_params=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = cfg.wrap(_build(name))
+        model = cfg.wrap(build_toy(name))
     ids = hazard_batch(data_kind(name), 0, same=True)
     def step(guard):
         with (check_collective_order(model, step=i) if guard else contextlib.nullcontext()) as g:

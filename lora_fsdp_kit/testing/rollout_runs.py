@@ -128,7 +128,8 @@ CHAPTER_CONFIG = dict(hidden_size=128, intermediate_size=256, head_dim=32, num_a
 
 def chapter_model(folder:str|None=None)->nn.Module:
     "The HF + peft model `train_versions` starts from; with `folder`, its base model saved there for vLLM to load."
-    from lora_fsdp_kit.models import add_lora, model_from_config, shipped_config
+    from lora_fsdp_kit.models import add_lora, model_from_config
+    from lora_fsdp_kit.config_files import shipped_config
     cfg = {**shipped_config("llama"), **CHAPTER_CONFIG}
     if folder is not None: model_from_config(cfg, device="cpu", seed=0).save_pretrained(folder)
     return add_lora(model_from_config(cfg, device="cpu", seed=0), r=8, alpha=16).eval()

@@ -14,8 +14,8 @@ from ..models import add_lora, model_from_config, tiny_model
 
 # %% auto #0
 __all__ = ['SWITCH_CONFIG', 'HAZARD_MODELS', 'EXPERTS', 'MOE_LORA', 'BranchExpert', 'BranchBlock', 'BranchLM',
-           'branch_lora_model', 'switch_lora_model', 'BareRoutedBlock', 'BareRoutedLM', 'hazard_batch', 'data_kind',
-           'hazard_loss', 'moe_lora_model', 'moe_batch', 'moe_loss', 'own_and_child_params_model']
+           'branch_lora_model', 'switch_lora_model', 'BareRoutedBlock', 'BareRoutedLM', 'hazard_batch', 'build_toy',
+           'data_kind', 'hazard_loss', 'moe_lora_model', 'moe_batch', 'moe_loss', 'own_and_child_params_model']
 
 # %% ../../nbs/95a_toys.ipynb #6be3d7a9
 class BranchExpert(nn.Module):
@@ -131,7 +131,8 @@ HAZARD_MODELS = {"branch": functools.partial(branch_lora_model),
                  "branch_drop": functools.partial(branch_lora_model, True),
                  "switch": functools.partial(switch_lora_model)}
 
-def _build(name:str)->nn.Module:
+def build_toy(name:str)->nn.Module:
+    "A hazard case's model by name: a toy of `HAZARD_MODELS`, or a tiny real model (llama, ...) with LoRA."
     if name in HAZARD_MODELS: return HAZARD_MODELS[name]()
     if name == "llama":
         from lora_fsdp_kit.models import tiny_lora_model
