@@ -49,7 +49,7 @@ def build_demo_model(name:str|None=DEMO_MODEL,  # a tiny model of the kit (`mode
 # %% ../nbs/08_tour.ipynb #16cc7d3d
 DEMO_CONFIGS = {   # three FSDP1 configurations a user would try, and FSDP2 on the decoder layers
     "fsdp1 · peft policy": WrapConfig(flavour="fsdp1", policy="peft"),
-    "fsdp1 · layers": WrapConfig(flavour="fsdp1", policy="layer"),
+    "fsdp1 · layers": WrapConfig(flavour="fsdp1", policy="layer", use_orig_params=False),   # FSDP's own default
     "fsdp1 · guarded 20k, orig params": WrapConfig(flavour="fsdp1", min_num_params=20_000, use_orig_params=True),
     "fsdp2 · layers": WrapConfig(flavour="fsdp2")}
 

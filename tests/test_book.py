@@ -1,7 +1,8 @@
 """The static book (`make book`, tools/book.py): a small notebook pair rendered and read back (export cells folded
 under their signatures, hidden cells gone, pictures embedded, links rewritten), and the real book opened in headless
-Chromium: every page loads without console errors, every picture shows, every internal link and anchor resolves."""
-import base64, json, os, re, shutil, struct, sys, time, zlib
+Chromium: every page loads without console errors, every picture shows, every internal link and anchor resolves, and
+at 1280 px no code block of a chapter runs off the page (its lines are <= 100 characters, which fit)."""
+import base64, json, os, re, struct, sys, time, zlib
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -46,6 +47,57 @@ FIRST = [
 SECOND = ["# Second chapter", "## More detail\n\nUses `save_thing` from [the first](01_first.ipynb), as "
           "`first.save_thing()`; `path.save_thing` is not it.",
           ("#| echo: false\necho_false_marker = 4", [{"output_type": "stream", "name": "stdout", "text": "echoed\n"}])]
+
+CODE_WIDTH = 100                                   # characters a code line of a chapter may take: fits at 1280 px
+CHAPTERS = sorted(p for p in (ROOT/"nbs").glob("[0-9]*.ipynb") if not p.name.startswith("95"))   # 95: fixtures
+FENCE = re.compile(r"^ {0,3}```[^\n]*\n(.*?)^ {0,3}```", re.M | re.S)
+
+def too_wide(path:Path, width:int=CODE_WIDTH)->list[tuple[int, str]]:
+    """(cell, line) of every code line the book shows open that is wider than `width`: code cells it shows (not
+    hidden, not `echo: false`, not folded export cells: library code, <= 120) and code blocks in the prose."""
+    out = []
+    for i, c in enumerate(json.loads(path.read_text())["cells"]):
+        src = "".join(c["source"])
+        if c["cell_type"] == "markdown": lines = [l for b in FENCE.findall(src) for l in b.splitlines()]
+        elif c["cell_type"] == "code":
+            d, code = book.directives(src)
+            if "hide" in d or d.get("include") == "false" or d.get("echo") == "false" or book.FOLD & d.keys():
+                continue
+            lines = code.splitlines()
+        else: continue
+        out += [(i, l) for l in lines if len(l) > width]
+    return out
+
+# Chapters whose shown code is not wrapped yet (issue 50; 11_fits and others are in other hands): each is checked to
+# still have a wide line (test_wide_pending_still_fails), so a fixed chapter must leave this set: empty it, never grow.
+WIDE_PENDING: set[str] = {
+    "00_platform.ipynb", "00_units.ipynb", "00a_figures.ipynb", "00b_families.ipynb", "00c_doctor.ipynb",
+    "00e_config_files.ipynb", "00f_forks.ipynb", "00g_dtypes.ipynb", "01_launch.ipynb", "01a_results.ipynb",
+    "02_models.ipynb", "02a_shards.ipynb", "02b_routing.ipynb", "03_plan.ipynb", "03a_policies.ipynb",
+    "03b_checks.ipynb", "03c_wrap.ipynb", "03d_lora_dtype.ipynb", "03e_job.ipynb", "04_viz.ipynb",
+    "04a_sharded.ipynb", "04b_votes.ipynb", "05a_packing.ipynb", "05b_peft_names.ipynb", "05c_merged.ipynb",
+    "07_strip.ipynb", "08a_publish.ipynb", "09a_measure_streams.ipynb", "09b_integrations.ipynb", "11_fits.ipynb",
+    "11a_fits_trace.ipynb", "11b_fits_report.ipynb", "11c_fits_reduced.ipynb", "11d_kernel_bytes.ipynb",
+    "11f_steppeak.ipynb", "12_moe.ipynb", "14_explore.ipynb", "14a_explore_fits.ipynb", "90_cli.ipynb",
+    "90a_cli_input.ipynb"}
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_chapter_code_fits_the_page(path):
+    if path.name in WIDE_PENDING: pytest.skip(f"{path.name} is PENDING (WIDE_PENDING)")
+    wide = too_wide(path)
+    assert not wide, (f"{path.name}: {len(wide)} code lines over {CODE_WIDTH} characters (they run off the page at "
+                      f"1280 px): " + "; ".join(f"cell {i}: {l[:60]}…({len(l)})" for i, l in wide[:5]))
+
+@pytest.mark.parametrize("name", sorted(WIDE_PENDING))
+def test_wide_pending_still_fails(name):
+    assert too_wide(ROOT/"nbs"/name), f"{name} fits now: remove it from WIDE_PENDING"
+
+def test_too_wide_can_fail(tmp_path):
+    long = "x = " + "1 + " * 30 + "1"
+    p = tmp_path/"01_a.ipynb"
+    p.write_text(_nb(["# A\n\n```python\n" + long + "\n```", (long, []), ("#| hide\n" + long, []),
+                      ("#| export\n" + long, []), ("#| echo: false\n" + long, [])]))
+    assert [i for i, _ in too_wide(p)] == [0, 1]
 
 def test_book_renders_a_chapter_pair(tmp_path):
     nbs, out = tmp_path/"nbs", tmp_path/"book"
@@ -124,7 +176,9 @@ def test_book_in_chromium(real_book):
         pytest.skip(f"browser test skipped: {why}")
     from playwright.sync_api import sync_playwright
     out, pages = real_book
-    shutil.rmtree(SHOTS, ignore_errors=True); SHOTS.mkdir(parents=True)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for old in SHOTS.glob("*.png"):                 # this test's shots of an earlier run (not test_code_fits_at_1280's)
+        if "_1280" not in old.stem: old.unlink()
     errors, seen, links = [], {}, []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
@@ -181,6 +235,45 @@ def test_book_in_chromium(real_book):
         finally:
             browser.close()
     assert not errors, f"console errors: {errors[:20]}"
+
+GLANCE = ("13_rollout", "08_tour")                  # chapters photographed at 1280 px (issue 50)
+
+def test_code_fits_at_1280(real_book):
+    "At 1280 px every code block the chapters show open fits its box: nothing runs off the page (WIDE_PENDING aside)."
+    why = _missing()
+    if why:
+        if os.environ.get("CI") == "true": pytest.fail(f"browser test must run under CI=true: {why}")
+        pytest.skip(f"browser test skipped: {why}")
+    from playwright.sync_api import sync_playwright
+    out, pages = real_book
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    chapters = [out/f"{p.stem}.html" for p in CHAPTERS if p.name not in WIDE_PENDING]
+    off, widths = [], {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            for p in chapters:
+                page.goto(p.as_uri(), wait_until="load")
+                # the code boxes a reader sees without a click (folded export cells have no box)
+                boxes = page.evaluate("""() => Array.from(document.querySelectorAll('article .highlight pre'))
+                    .filter(e => e.offsetParent !== null && !e.closest('details:not([open])'))
+                    .map((e, i) => { e.dataset.box = i; return [i, e.scrollWidth, e.clientWidth,
+                                     Math.max(...e.textContent.split('\\n').map(l => l.length))]; })""")
+                off += [f"{p.stem}: box {i} is {sw} px wide in {cw} px ({n} characters)"
+                        for i, sw, cw, n in boxes if sw > cw]
+                widths[p.stem] = max((n for *_, n in boxes), default=0)
+                if p.stem in GLANCE:
+                    page.screenshot(path=str(SHOTS/f"{p.stem}_1280.png"), full_page=True)
+                    if boxes:                   # the box with the widest line, as the reader sees it
+                        i = max(boxes, key=lambda b: b[3])[0]
+                        page.locator(f'[data-box="{i}"]').scroll_into_view_if_needed()
+                        page.screenshot(path=str(SHOTS/f"{p.stem}_1280_widest.png"))
+        finally:
+            browser.close()
+    assert len(widths) == len(chapters) and max(widths.values()) <= CODE_WIDTH, widths
+    assert not off, f"{len(off)} code blocks run off the page at 1280 px: {off[:10]}"
 
 CORE_FONTS = Path("/usr/share/fonts/truetype/dejavu")   # Debian's fonts-dejavu-core, which `make chromium` installs
 

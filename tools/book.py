@@ -377,7 +377,8 @@ a.ref code { color:var(--accent); }
 ol.contents li { margin:.4rem 0; } ol.contents .desc { color:var(--muted); font-size:.92rem; } .desc p { margin:0; }
 nav.pager { max-width:54rem; margin:3rem auto 0; display:flex; justify-content:space-between; gap:1rem;
             border-top:1px solid var(--line); padding-top:1rem; }
-@media (max-width: 1200px) { body { grid-template-columns: 15rem minmax(0, 1fr); } aside.toc { display:none; } }
+/* the page's own headings only where a 100-character code line still fits beside them (54rem of article) */
+@media (max-width: 1440px) { body { grid-template-columns: 15rem minmax(0, 1fr); } aside.toc { display:none; } }
 @media (max-width: 760px) { body { display:block; } nav.chapters { position:static; height:auto; }
                             main { padding:1rem; } }
 """

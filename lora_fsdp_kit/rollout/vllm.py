@@ -23,13 +23,19 @@ __all__ = ['WORKER_EXTENSION', 'quiet', 'engine_args', 'RolloutWorker', 'engine_
 def quiet():
     "Keep vLLM's start-up chatter out of a notebook: C++ warnings on fd 2, progress bars, Python warnings."
     import logging
+    from tqdm import std
     saved, null, bars = os.dup(2), os.open(os.devnull, os.O_WRONLY), os.environ.get("TQDM_DISABLE")
+    # tqdm reads TQDM_DISABLE once, at import: a tqdm already imported is turned off in its class (a notebook
+    # bar's saved text would stay at 0 %); the variable reaches the engine core's process
+    raw, init = std.tqdm.__dict__["__init__"], std.tqdm.__init__
+    std.tqdm.__init__ = lambda self, *a, **k: init(self, *a, **{**k, "disable": True})
     os.dup2(null, 2); logging.disable(logging.WARNING); os.environ["TQDM_DISABLE"] = "1"
     try:
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore"); yield
     finally:
         os.dup2(saved, 2); os.close(saved); os.close(null); logging.disable(logging.NOTSET)
+        std.tqdm.__init__ = raw
         if bars is None: os.environ.pop("TQDM_DISABLE", None)
         else: os.environ["TQDM_DISABLE"] = bars
 
