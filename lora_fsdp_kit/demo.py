@@ -125,8 +125,8 @@ def _check_demo_args(model, config, nprocs, r, out)->tuple:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{k} must be an integer >= 1, got {v!r}")
     out = check_output_path(out, folder=True, what="out")
-    from lora_fsdp_kit.models import _as_config
-    return out, (None if config is None else _as_config(config))   # a missing or malformed config fails here
+    from lora_fsdp_kit.models import as_config
+    return out, (None if config is None else as_config(config))   # a missing or malformed config fails here
 
 # %% ../nbs/08_tour.ipynb #d5fb7c58
 def run_demo(out:str|Path="demo_out",  # folder for the figures and report.md (other files in it are kept)

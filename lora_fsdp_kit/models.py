@@ -19,9 +19,9 @@ from .families import FAMILIES, lora_layer_names
 from .units import fmt_bytes, fmt_count
 
 # %% auto #0
-__all__ = ['TINY_MODELS', 'FULL_SIZE_CONFIGS', 'model_names', 'tiny_model', 'model_from_config', 'submodule', 'add_lora',
-           'tiny_lora_model', 'build_for_plan', 'ChildSummary', 'ModelSummary', 'summarize_model',
-           'shipped_model_problems']
+__all__ = ['TINY_MODELS', 'FULL_SIZE_CONFIGS', 'model_names', 'as_config', 'model_class', 'tiny_model', 'model_from_config',
+           'submodule', 'add_lora', 'tiny_lora_model', 'build_for_plan', 'unwrap_model', 'ChildSummary', 'ModelSummary',
+           'summarize_model', 'shipped_model_problems']
 
 # %% ../nbs/02_models.ipynb #f68690be
 from .config_files import CONFIG_DIR, config_problem, read_config, shipped_config   # read without torch
@@ -38,7 +38,7 @@ def model_names()->list[str]:
     return list(TINY_MODELS)
 
 # %% ../nbs/02_models.ipynb #b403321b
-def _as_config(cfg:Any):
+def as_config(cfg:Any):
     "A transformers `PretrainedConfig` from a config object, a dict with `model_type`, a path, or a shipped name."
     from transformers import AutoConfig, PretrainedConfig
     if isinstance(cfg, PretrainedConfig): return cfg
@@ -58,7 +58,7 @@ def _as_config(cfg:Any):
     return AutoConfig.for_model(mt, **cfg)
 
 # %% ../nbs/02_models.ipynb #44f5af77
-def _model_class(config):
+def model_class(config):
     "The model class for `config`: its `architectures[0]`, else the causal-LM auto class, else the base auto class."
     import transformers
     for arch in (getattr(config, "architectures", None) or []):
@@ -84,7 +84,7 @@ def _nan_for_uninitialized():
 # %% ../nbs/02_models.ipynb #0e449f28
 def _build(config, device, dtype, seed:int)->nn.Module:
     "Construct the model class of `config` on `device`, seeded, in `dtype` (None: the config's, else float32)."
-    cls = _model_class(config)
+    cls = model_class(config)
     if dtype is None: dtype = getattr(config, "dtype", None) or torch.float32
     if isinstance(dtype, str): dtype = getattr(torch, dtype)
     device = torch.device(device)
@@ -114,7 +114,7 @@ def tiny_model(name:str,                   # one of `model_names()`
     if name not in TINY_MODELS:
         raise ValueError(f"unknown tiny model {name!r}; available: {', '.join(TINY_MODELS)}"
                          + (" (full-size configs build with `model_from_config`)" if name in FULL_SIZE_CONFIGS else ""))
-    return _build(_as_config(shipped_config(name)), device, dtype, seed)
+    return _build(as_config(shipped_config(name)), device, dtype, seed)
 
 # %% ../nbs/02_models.ipynb #0cb0c96a
 def model_from_config(config:Any,                      # a config.json/folder, dict, PretrainedConfig or shipped name
@@ -123,7 +123,7 @@ def model_from_config(config:Any,                      # a config.json/folder, d
                       seed:int=0,                       # seed for random weights (not meta)
                      )->nn.Module:                      # a transformers `PreTrainedModel`
     "Build the transformers model of any config, by default on the meta device (no weights, no memory)."
-    return _build(_as_config(config), device, dtype, seed)
+    return _build(as_config(config), device, dtype, seed)
 
 # %% ../nbs/02_models.ipynb #01bec0cb
 def submodule(model:nn.Module,   # the model to look in
@@ -297,7 +297,7 @@ def build_for_plan(model:str|None=None,        # a zoo name or a shipped full-si
 
 
 # %% ../nbs/02_models.ipynb #91684db9
-def _unwrap(model:nn.Module)->nn.Module:
+def unwrap_model(model:nn.Module)->nn.Module:
     "The transformers model inside a peft wrapper (or the model itself)."
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
@@ -360,7 +360,7 @@ def _repr_html_(self:ModelSummary):
 # %% ../nbs/02_models.ipynb #4261d29d
 def summarize_model(model:nn.Module)->ModelSummary:
     "Parameters, bytes by dtype, LoRA and trainable counts of each top-level sub-module of `model`."
-    inner = _unwrap(model)
+    inner = unwrap_model(model)
     def child(name, params):
         by, n, lora, train = {}, 0, 0, 0
         for pn, p in params:

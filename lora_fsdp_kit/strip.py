@@ -14,7 +14,7 @@ from torch import nn
 
 from .methods import patch_to
 from .families import FAMILIES, layer_class_names
-from .models import ModelSummary, summarize_model, submodule, _unwrap
+from .models import ModelSummary, summarize_model, submodule, unwrap_model
 from .units import fmt_bytes, fmt_count
 
 # %% auto #0
@@ -31,7 +31,7 @@ def strip_names_for(model:nn.Module,                # the model (a peft wrapper 
                     names:Iterable[str]|str|None=None,  # explicit names win
                    )->tuple[tuple[str, ...], str]:  # (names, where they came from)
     "The sub-module names `strip_submodules` would delete, and their source."
-    inner = _unwrap(model)
+    inner = unwrap_model(model)
     if names is not None:
         names = (names,) if isinstance(names, str) else tuple(names)
         if not names: raise ValueError("names is empty: nothing to strip (pass None to use the model's own list)")
@@ -207,7 +207,7 @@ def strip_submodules(model:nn.Module,                       # a loaded model (re
                     )->StripReport:                         # what was removed and freed
     "Delete the named sub-modules of `model` (in place) and report the parameters and bytes freed."
     t0 = time.perf_counter()
-    inner = _unwrap(model)
+    inner = unwrap_model(model)
     names, source = strip_names_for(model, names)
     targets = _strip_targets(inner, names)
     before = summarize_model(inner)
@@ -227,7 +227,7 @@ def route_forward(model:nn.Module,    # a multi-stage model (a peft wrapper is l
                   to:str="thinker",   # the sub-module whose forward the model should run
                  )->nn.Module:        # the same model
     "Make `model.forward` run the sub-module `to` (the Omni top-level classes have no forward of their own)."
-    inner = _unwrap(model)
+    inner = unwrap_model(model)
     inner.forward = submodule(inner, to, what="route_forward to=").forward
     return model
 

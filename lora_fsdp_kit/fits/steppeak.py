@@ -280,10 +280,10 @@ def _defaults(model_type:str):
     "The causal-LM class of `model_type` and its config class's defaults."
     import transformers
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as names
-    from lora_fsdp_kit.models import _as_config
+    from lora_fsdp_kit.models import as_config
     cls = getattr(transformers, names[model_type])
     ccls = getattr(cls, "config_class", None)
-    return cls, (ccls() if isinstance(ccls, type) else _as_config(dict(model_type=model_type)))
+    return cls, (ccls() if isinstance(ccls, type) else as_config(dict(model_type=model_type)))
 
 # %% ../../nbs/11f_steppeak.ipynb #3c61f514
 def _cut(base, cls, consistent:bool):
@@ -326,9 +326,9 @@ def _steps(config, seq:int=32)->bool:
 def small_config(config,   # a model type ("llama": its causal-LM class's defaults), or a config (dict, path, object)
                 ):         # a `PretrainedConfig` of the same classes: 2 layers, width 64, 4 heads, vocabulary 128
     "A small config of the same architecture: the plain cut where it steps, else one whose sizes hang together."
-    from lora_fsdp_kit.models import _as_config, _model_class
+    from lora_fsdp_kit.models import as_config, model_class
     if isinstance(config, str) and config in causal_lm_types(): cls, base = _defaults(config)
-    else: base = _as_config(config); cls = _model_class(base)
+    else: base = as_config(config); cls = model_class(base)
     plain = _cut(base, cls, False)
     try: kept = _cut(base, cls, True)
     except Exception: return plain   # a validator refuses it: the plain cut, as it is
