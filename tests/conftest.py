@@ -22,7 +22,7 @@ COST = {"test_fits_accuracy": 154,   # 2026-12-03: 168 less the forked-trace tes
         "test_fits": 48,             # 412 s wall (B's figure, after the .pyc; was 139: the trace is faster)
         "test_fits_beyond": 56,      # = (its owner's, A: psutil, pytest and its ranks)
         "test_gather": 36,           # =
-        "test_book": 36,             # =
+        "test_book": 46,             # 2026-12-06: + every chapter's width, boxes at 1280 px in Chromium
         "test_hazards": 34,          # 90 s at load 7
         "test_moe": 31,              # 55 s
         "test_gather_sharded": 33,   # =
@@ -35,9 +35,10 @@ COST = {"test_fits_accuracy": 154,   # 2026-12-03: 168 less the forked-trace tes
         "test_shards": 16,           # 43 s
         "test_nothing_lost": 14,     # 60 s
         "test_prior_art": 13,        # 82 s
-        "test_readme": 12,           # =
+        "test_readme": 70,           # 2026-12-06: + the Install section run in a fresh venv (pip install, 3 lfk lines)
         "test_notebooks": 9,         # 42 s
         "test_doctor": 6,            # 31 s
+        "test_flavour_defaults": 8,  # 2026-12-06
         "test_structure": 1}         # 11 s
 
 def pytest_collection_modifyitems(items):

@@ -179,15 +179,41 @@ def cut_tables(nb)->list[str]:
                     found.append(f"cell {i}: a table row cut short: {line.strip()[-80:]!r}")
     return found
 
-MAX_EXPORT_LINES = 60                               # the house rule: a short export cell, then its prose and example
+_EXPORT = {"export", "exporti", "exports"}
+MAX_EXPORT_LINES = 40                               # the house rule: a short export cell, then its prose and example
+# Export cells allowed past the rule, each with why (a record's fields, each with its docstring, are one thing; so is a
+# public signature whose every parameter says what it takes). By cell id: a split or a rename shows here.
+LONG_EXPORTS_WHY = {
+    "e89142ba": "03c WrapConfig: 24 fields, each with its docstring",
+    "361397f1": "03e Job: the job's fields, each with its docstring",
+    "41259d69": "11 StepMemory: the prediction's fields, each with its comment",
+    "016fd9f5": "11 predict_step_memory: its 25 parameters, each with its comment",
+    "adc896f6": "11a StepOptions: the step's options, each with its docstring"}
+
+def _export_lines(c)->int:
+    "Lines of code in a cell: its nbdev directives and blank lines aside."
+    return sum(bool(l.strip()) and not DIRECTIVE.match(l.strip()) for l in c.source.splitlines())
+def _is_export(c)->bool: return c.cell_type == "code" and bool(_directives(c.source).keys() & _EXPORT)
 
 def long_exports(nb)->list[str]:
-    "Export cells longer than `MAX_EXPORT_LINES` lines of code (their nbdev directives aside)."
-    return [f"cell {i}: {n} lines" for i, c in enumerate(nb.cells) if c.cell_type == "code"
-            and _directives(c.source).keys() & {"export", "exporti", "exports"}
-            for n in [sum(not DIRECTIVE.match(l.strip()) for l in c.source.splitlines())] if n > MAX_EXPORT_LINES]
+    "Export cells longer than `MAX_EXPORT_LINES` lines of code (their nbdev directives aside), the ones said why aside."
+    return [f"cell {i}: {_export_lines(c)} lines" for i, c in enumerate(nb.cells) if _is_export(c)
+            and _export_lines(c) > MAX_EXPORT_LINES and c.get("id") not in LONG_EXPORTS_WHY]
 
-_EXPORT = {"export", "exporti", "exports"}
+MEDIAN_EXPORT_LINES = 17   # measured 17 (2026-12-06, issue 49; was 23); the goal is 15: lower it as cells are cut
+
+def test_export_cells_are_short_on_the_whole():
+    "The median export cell of the whole book stays at or under `MEDIAN_EXPORT_LINES` (fastcore's is 5, nbdev's 9)."
+    import statistics
+    sizes = [_export_lines(c) for p in NOTEBOOKS for c in nbformat.read(p, as_version=4).cells if _is_export(c)]
+    assert statistics.median(sizes) <= MEDIAN_EXPORT_LINES, (statistics.median(sizes), len(sizes))
+
+def test_long_exports_are_said_why():
+    "Every cell allowed past the rule still exists and is still long (else it leaves LONG_EXPORTS_WHY)."
+    cells = {c.get("id"): c for p in NOTEBOOKS for c in nbformat.read(p, as_version=4).cells if _is_export(c)}
+    for cid, why in LONG_EXPORTS_WHY.items():
+        assert cid in cells and _export_lines(cells[cid]) > MAX_EXPORT_LINES, f"{cid} ({why}): remove it from the list"
+
 IMPORTS_ONLY = re.compile(r"^(from\s+\S+\s+import\s+(\([^)]*\)|.*)|import\s+.*|#.*|\s*)$", re.M)
 
 def _imports_only(src:str)->bool:
@@ -260,7 +286,12 @@ def first_picture_line(nb)->int|None:
 # Notebooks owned by others (the second wave of issue 20; index.ipynb the integrator's) that still break a rule today,
 # with the rules they fail. Each entry is checked to still fail (test_pending_still_fails), so a fixed notebook must
 # leave this set: empty it, never grow it.
-PENDING: dict[str, set[str]] = {}
+PENDING: dict[str, set[str]] = {
+    # issue 49: functions over 40 lines not yet cut into named steps (fsdp1_unit_modules; closed_form; _StepPeak and
+    # _categories; _why_not; the GEMM measure; the small config's _cut)
+    "03a_policies.ipynb": {"long export cell"}, "11_fits.ipynb": {"long export cell"},
+    "11a_fits_trace.ipynb": {"long export cell"}, "11c_fits_reduced.ipynb": {"long export cell"},
+    "11d_kernel_bytes.ipynb": {"long export cell"}, "11f_steppeak.ipynb": {"long export cell"}}
 MUST_DRAW = {"03_plan.ipynb", "05_gather.ipynb"}           # issue 20: these chapters get their picture
 
 def chapter_faults(nb, name:str)->dict[str, list[str]]:
@@ -329,8 +360,8 @@ def test_cut_tables_can_fail():
     assert cut_tables(_nb(_cell("x", _stream(df))))
 
 def test_long_exports_can_fail():
-    assert long_exports(_nb(_cell("#| export\n" + "x = 1\n" * 61)))
-    assert not long_exports(_nb(_cell("#| export\n" + "x = 1\n" * 60), _cell("x = 1\n" * 100)))
+    assert long_exports(_nb(_cell("#| export\n" + "x = 1\n" * 41)))
+    assert not long_exports(_nb(_cell("#| export\n" + "x = 1\n" * 40), _cell("x = 1\n" * 100)))
 
 def test_exports_without_prose_can_fail():
     header = _cell("#| export\nfrom __future__ import annotations\nimport torch\nfrom x import (a,\n    b)")

@@ -99,3 +99,24 @@ def test_the_checker_sees_circles_and_function_level_imports():
     fl = floors()
     assert upward({"models": [("__main__", 3)], "plan.core": [("shards", 1)]}) == [
         f"models.py:3 ({fl['models'][1]}) imports __main__ ({fl['__main__'][1]})"]   # an upward import, named
+
+MAX_PRIVATE_IMPORTS = 10   # issue 49: what two modules share is a public, documented name of one of them (44 -> 8)
+
+def private_imports()->list[str]:
+    "One line per private name (`_x`) a module imports from another kit module."
+    out = []
+    for m in floors():
+        for node in ast.walk(ast.parse((ROOT/KIT/(m.replace(".", "/") + ".py")).read_text())):
+            if isinstance(node, ast.ImportFrom) and (res := _resolve(m, node)) and res[-1] != m:
+                out += [f"{m} imports {res[-1]}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    return out
+
+def test_few_private_names_cross_modules():
+    found = private_imports()
+    assert len(found) <= MAX_PRIVATE_IMPORTS, f"{len(found)} private names imported across modules " \
+        f"(at most {MAX_PRIVATE_IMPORTS}: make the shared one public and documented, or fold the halves):\n" + "\n".join(found)
+
+def test_private_import_check_can_fail():
+    node = ast.parse("from ..fits.core import _unit, plot\n").body[0]
+    assert _resolve("fits.report", node)[-1] == "fits.core"   # the module the names come from
