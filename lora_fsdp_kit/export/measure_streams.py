@@ -120,7 +120,8 @@ def _consume(stream, bucket_bytes:int|None, meter:MemoryMeter)->tuple[list[int],
         sizes.append(sum(tensor_nbytes(t) for _, t in held)); meter.note(); del held
     else:
         for b in buckets(stream, bucket_bytes):
-            sizes.append(sum(tensor_nbytes(t) for _, t in b)); n += len(b); big = max(big, *(tensor_nbytes(t) for _, t in b))
+            nb = [tensor_nbytes(t) for _, t in b]
+            sizes.append(sum(nb)); n += len(b); big = max(big, *nb)
             meter.note(); del b       # handed over: the consumer keeps nothing
     return sizes, n, big
 

@@ -15,8 +15,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from ..doctor import require
-from lora_fsdp_kit.fits.reduced import REDUCED_H, LayerSegments, NotReduced, combine_reduced, reduced_model, decoder_layers, \
-    why_not_reduced
+from .reduced import (REDUCED_H, LayerSegments, NotReduced, combine_reduced, reduced_model,
+    decoder_layers, why_not_reduced)
 from ..families import attention_heads, text_config
 from ..routing import input_vocab
 from ..gather.sharded import (flat_layout, flat_local_shard, flat_orig_params, fsdp1_flat_params,
@@ -91,7 +91,8 @@ class _StepPeak(LayerSegments):
         if self.keyed is not None:   # an unchanged total has the categories of the op before
             if changed or extra: self._last = (self._snap(extra, category), self._where())
             self.keyed.append((self._key(), total, self._last))
-        if total > self.peak: self.peak, self.peak_snap, self.peak_at = total, self._snap(extra, category), self._where()
+        if total > self.peak:
+            self.peak, self.peak_snap, self.peak_at = total, self._snap(extra, category), self._where()
 
     def _update_peak_stats(self, peak_state):   # torch calls this after every op: one global peak, no per-module copies
         self._note()
@@ -118,7 +119,7 @@ def _fake_tensor_class():
     return FakeTensor
 
 def _device_of(func, args, kwargs):
-    "A tensor's device: a fake tensor's answered by its own rule (torch's `FakeTensor.__torch_dispatch__`), else passed on."
+    "A tensor's device: a fake tensor's by its own rule (torch's `FakeTensor.__torch_dispatch__`), else passed on."
     a = args[0]
     if type(a) is _fake_tensor_class() and not a.fake_mode.in_kernel_invocation: return a.fake_device
     return func(*args, **(kwargs or {}))
@@ -524,7 +525,7 @@ class _SavedNumbers(TorchFunctionMode):
 
 # %% ../../nbs/11a_fits_trace.ipynb #bbce2873
 def _categories(snap:dict, sharded:int)->dict:
-    "torch's categories at a peak as the kit's (FSDP1: its one kind of parameter split into the known shards, the rest)."
+    "torch's categories at a peak as the kit's (FSDP1: its one kind of parameter split into known shards, the rest)."
     cats = {}
     for k, v in snap.items():
         c = _TORCH_CATEGORY.get(k, k); cats[c] = cats.get(c, 0) + v
@@ -565,7 +566,8 @@ def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=
                 _track_kept(tr, wrapped, cfg)
                 tr.recording = True
                 # torch's trackers take a second forward of the root for a new iteration: a micro-batch is not one
-                with _SavedNumbers(tr) if not cfg.activation_checkpointing else contextlib.nullcontext(): _step(wrapped, opt, batch, seq, vocab, step, between=tr.reset_mod_stats)
+                saved = _SavedNumbers(tr) if not cfg.activation_checkpointing else contextlib.nullcontext()
+                with saved: _step(wrapped, opt, batch, seq, vocab, step, between=tr.reset_mod_stats)
             hook.remove()
     _discount(tr, _storage_bytes(v for p in idle for v in opt.state.pop(p).values()), "optimizer state")
     sharded, opt_bytes = _sharded_bytes(wrapped, cfg), _storage_bytes(v for s in opt.state.values() for v in s.values())

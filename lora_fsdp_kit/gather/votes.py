@@ -365,7 +365,8 @@ def mismatch(self:RankVote, tag:list[int],
     _MISMATCHES[0] += 1
     if rows is None:
         got = torch.empty(self.world * len(tag), dtype=torch.int64, device=collective_device())
-        dist.all_gather_into_tensor(got, torch.tensor(tag, dtype=torch.int64, device=collective_device()), group=self.group)
+        mine = torch.tensor(tag, dtype=torch.int64, device=collective_device())
+        dist.all_gather_into_tensor(got, mine, group=self.group)
         rows = got.view(self.world, -1).tolist()
     at = {}
     for r, row in enumerate(rows): at.setdefault(_tag_text(row), []).append(r)
@@ -395,7 +396,8 @@ def check_async(self:RankVote, stage:str, err:BaseException|None=None, **agree_k
         if self.checks == 1: told = self.arrive(stale=stale, tag=[int(err is not None), *tag])
         if told is None:   # a later check, or a call inside another: the peers meet it in an all-reduce
             # one all-reduce (MAX) of the flag, the tag and the tag negated: max == -max(-tag) iff every rank's is equal
-            v = torch.tensor([int(err is not None), *tag, *(-x for x in tag)], dtype=torch.int64, device=collective_device())
+            v = torch.tensor([int(err is not None), *tag, *(-x for x in tag)], dtype=torch.int64,
+                             device=collective_device())
             work = dist.all_reduce(v, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
         for k in stale: self.store.delete_key(k)   # the earlier calls' arrivals (rank 0), while any all-reduce travels
     def finish():

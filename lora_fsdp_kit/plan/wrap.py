@@ -35,7 +35,8 @@ FSDP1_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_H
 # LoRA-leaf policies stay one word away (policy='lora' / 'peft'); the CLI reads this table from source (no torch)
 FLAVOUR_DEFAULTS = {"fsdp1": {"policy": "layer", "use_orig_params": True}, "fsdp2": {"policy": "layer"}}
 _APART = ("lora", "peft", "leaves+size")   # policies that make each LoRA leaf a unit: no flat param mixes them
-MP_WORDS = {w: short(n) for w, n in WORDS.items() if n in ("bfloat16", "float16")}   # compute dtype words -> 'bf16'/'fp16'
+# compute dtype words -> 'bf16'/'fp16'
+MP_WORDS = {w: short(n) for w, n in WORDS.items() if n in ("bfloat16", "float16")}
 MP_DTYPES = {s: torch_dtype(s) for s in set(MP_WORDS.values())}
 _AC = {False: False, None: False, "off": False, True: "wrapper", "on": "wrapper", "wrapper": "wrapper", "hf": "hf"}
 
