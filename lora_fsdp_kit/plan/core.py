@@ -16,8 +16,8 @@ from ..units import fmt_bytes, fmt_count
 from ..dtypes import canonical, itemsize
 from ..methods import patch_to
 from ..shards import clean_name, join_name   # the kit's one name function
-from lora_fsdp_kit.plan.policies import (WrapPolicy, is_lora_name, fsdp1_unit_modules, resolve_targets, name_pattern,
-    targets_repr, ignored_sets)
+from .policies import (WrapPolicy, is_lora_name, fsdp1_unit_modules, resolve_targets,
+    name_pattern, targets_repr, ignored_sets)
 from .checks import Finding, check_plan   # the checks read a plan, and import nothing of this module
 from ..routing import expert_modules, fused_experts, param_wrappers   # experts: what the forward routes
 from ..doctor import internal
