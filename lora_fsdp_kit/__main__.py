@@ -13,9 +13,9 @@ from .cli_input import (Parser, VersionAction, raised_in_transformers, input_pro
                                      did_you_mean, unknown_input)
 
 # %% auto #0
-__all__ = ['FLAG_WORDS', 'FITS_DEFAULTS', 'render_readme', 'flag_language', 'job_of_args', 'wrap_fields', 'flavour_defaults',
-           'add_wrap_flags', 'wrap_configs_of', 'wrap_config_of', 'module_constant', 'fits_job_of_args', 'parser',
-           'main']
+__all__ = ['FLAG_WORDS', 'FITS_DEFAULTS', 'render_readme', 'flag_language', 'folded', 'job_of_args', 'wrap_fields',
+           'flavour_defaults', 'add_wrap_flags', 'wrap_configs_of', 'wrap_config_of', 'module_constant',
+           'fits_job_of_args', 'parser', 'main']
 
 # %% ../nbs/90_cli.ipynb #e74413cb
 def _readme_block(text:str, lang:str="")->str: return f"```{lang}\n{text.rstrip()}\n```"
@@ -101,6 +101,12 @@ def flag_language(text:str)->str:
     return '"'.join(parts)
 
 # %% ../nbs/90_cli.ipynb #99dfcbac
+def folded(text:str, width:int=100)->str:
+    "`text` with each line over `width` columns folded at spaces, the rest indented 2 past the line's own indent."
+    import textwrap
+    fold = lambda t, lead: textwrap.fill(t, width, subsequent_indent=lead + "  ", break_on_hyphens=False)
+    return "\n".join(t if len(t) <= width else fold(t, t[:len(t) - len(t.lstrip())]) for t in text.split("\n"))
+
 def _cmd_plan(a)->int:
     from lora_fsdp_kit.plan.viz import plan_command, plan_text_grouped   # the arguments were checked (`_plan_args`)
     job = job_of_args(a)
@@ -108,12 +114,12 @@ def _cmd_plan(a)->int:
     report = plan_command(model=name, config=None if name else job.model, lora_r=job.lora_r,
                           targets=",".join(job.lora_targets), png=a.png, json_path=a.json, wrap=job.wrap,
                           world=job.world, speak=flag_language)
-    print(job.line()); print("".join(f"note: {n}\n" for n in job.notes), end="")
+    print(folded("\n".join([job.line()] + [f"note: {n}" for n in job.notes])))
     if job.autocast_dtype:   # the forward's autocast makes some errors run (Job.check): the findings for this step
         findings = job.check(report.plan)
-        print(plan_text_grouped(report.plan, findings, flag_language))
+        print(folded(plan_text_grouped(report.plan, findings, flag_language)))
         return int(any(f.severity == "error" for f in findings))
-    print(report)
+    print(folded(str(report)))
     return report.exit_code   # 1 on a ✖ error finding: a CI job gates on it
 
 # %% ../nbs/90_cli.ipynb #be4821bc
@@ -223,10 +229,11 @@ def add_wrap_flags(p:argparse.ArgumentParser,  # a command's parser
         if name not in (defaults or {}) and any(name in v for v in by_flavour.values()):
             each = ", ".join(f"{k}: {_text(v.get(name, default))}" for k, v in by_flavour.items())
             doc += f" (default: the flavour's, {each})"
-            g.add_argument(flag, dest=name, default=None, metavar="VALUE" if typ != "bool" else "on|off",
-                           nargs=None if typ != "bool" else "?", const=None if typ != "bool" else "on", help=doc)
-            if typ == "bool": g.add_argument(f"--no-{flag[2:]}", dest=name, action="store_const", const="off",
-                                             help=argparse.SUPPRESS)
+            on = typ.replace(" ", "") in ("bool", "bool|None")   # a flag: None is the flavour's own
+            g.add_argument(flag, dest=name, default=None, metavar="on|off" if on else "VALUE",
+                           nargs="?" if on else None, const="on" if on else None, help=doc)
+            if on: g.add_argument(f"--no-{flag[2:]}", dest=name, action="store_const", const="off",
+                                  help=argparse.SUPPRESS)
             continue
         if typ.startswith("bool"):   # every command the same three forms: --flag alone on, --no-flag off, or on|off
             # (a bool|str field takes its words too: --activation-checkpointing wrapper|hf)

@@ -30,20 +30,22 @@ _CAT_SHORT = {"sharded parameters": "shards", "unsharded parameters": "gathered"
               "backend staging": "staging", "inputs": "inputs", "other": "other"}
 _WORD = {"mixed_precision=bf16": "bf16", "mixed_precision=fp16": "fp16"}
 
-_SAID = {"no-mp": "no mixed precision", "bf16": "bf16 compute", "fp16": "fp16 compute", "ac": "activation checkpointing",
-         "ac=hf": "transformers' gradient checkpointing", "prefetch=None": "no backward prefetch",
-         "prefetch=BACKWARD_POST": "backward prefetch after each gradient", "no-reshard": "no reshard after forward",
-         "ac-of=units": "every unit checkpointed (accelerate's FSDP1)",
-         "orig": "use_orig_params", "store=config": "base stored in config.json's dtype", "store=fp32": "base stored in fp32",
-         "store=bf16": "base stored in bf16", "store=fp16": "base stored in fp16"}
+_SAID = {"no-mp": "no mixed precision", "bf16": "bf16 compute", "fp16": "fp16 compute",
+         "ac": "activation checkpointing", "ac=hf": "transformers' gradient checkpointing",
+         "prefetch=None": "no backward prefetch", "prefetch=BACKWARD_POST": "backward prefetch after each gradient",
+         "no-reshard": "no reshard after forward", "ac-of=units": "every unit checkpointed (accelerate's FSDP1)",
+         "orig": "use_orig_params", "store=config": "base stored in config.json's dtype"}
 
 def _in_words(words:Sequence[str])->str:
     "A setting's short words (`Setting.words`) as a phrase: 'FSDP2 on layer units, bf16 compute, batch 4 x seq 4096'."
     def one(w:str)->str:
-        if ":" in w and w.split(":")[0] in ("fsdp1", "fsdp2"): return f"{w.split(':')[0].upper()} on {w.split(':')[1]} units"
+        f, colon, units = w.partition(":")
+        if colon and f in ("fsdp1", "fsdp2"): return f"{f.upper()} on {units} units"
         if w.startswith("lora="): return f"LoRA stored in {w[5:]}"
-        b, x, s = w.partition("x")
-        if x and (b.isdigit() or b == "?") and (s.isdigit() or s == "?"): return f"batch {b} x seq {s}"
+        if w.startswith("store=") and w not in _SAID: return f"base stored in {w[6:]}"
+        b, x, s = w.partition("x")   # a searched size is '?': '?x512' is the largest batch at seq 512
+        if x and (b.isdigit() or b == "?") and (s.isdigit() or s == "?"):
+            return " x ".join(f"{k} {'largest that fits' if v == '?' else v}" for k, v in (("batch", b), ("seq", s)))
         return _SAID.get(w, w)
     return ", ".join(one(w) for w in words)
 
@@ -54,6 +56,10 @@ def _sb(n:int)->str:
     return f"{n}B"
 
 # %% ../../nbs/11b_fits_report.ipynb #1f4c22aa
+def _dtype_word(v:str|torch.dtype, keep:str)->str:
+    "A storage dtype as the kit writes it ('bfloat16', `torch.bfloat16` -> 'bf16'); the word `keep` ('config') as is."
+    return v if isinstance(v, str) and v.lower() == keep else _dtype_short(_storage_dtype(v, "dtype", {}))
+
 @dataclass(frozen=True)
 class Setting:
     "One row of the `fits` answer: a wrap configuration, the storage dtypes and batch x seq, with its prediction."
@@ -69,7 +75,7 @@ class Setting:
         "What names the setting: its wrap's label (compute dtype or fp32), the storage asked for, batch x seq."
         w = [_WORD.get(t, t) for t in self.wrap.label.split()]
         if not self.wrap.mixed_precision: w.insert(1, "no-mp")
-        pd, ld = (v if isinstance(v, str) else _dtype_short(v) for v in (self.param_dtype, self.lora_dtype))
+        pd, ld = _dtype_word(self.param_dtype, "config"), _dtype_word(self.lora_dtype, "base")
         return w + [f"store={pd}"] + ([f"lora={ld}"] if ld != "base" else []) + [f"{self.batch}x{self.seq}"]
 
     def row(self, usable:int, shown:Sequence[str]|None=None)->dict:
@@ -81,24 +87,34 @@ class Setting:
                     largest=", ".join(f"{_CAT_SHORT.get(k, k)} {_sb(v)}" for v, k in cats),
                     left=("+" if left >= 0 else "-") + fmt_bytes(abs(left)), verdict="fits" if left >= 0 else "NO")
 
+# %% ../../nbs/11b_fits_report.ipynb #e5a1c202
 def _varying(settings:Sequence[Setting])->tuple[list[str], list[str]]:
     "(words every setting shares, words that tell them apart), each in order."
     common = [t for t in settings[0].words if all(t in s.words for s in settings)] if settings else []
     return common, list(dict.fromkeys(t for s in settings for t in s.words if t not in common))
 
-def settings_table(settings:list[Setting], usable:int, width:int=100)->str:
-    "The rows `fits` prints, numbered, each at most `width` columns (the setting's words cut first)."
-    common, apart = _varying(settings)
+def settings_table(settings:list[Setting],            # the rows
+                   usable:int,                        # bytes the step may take (the device less the reserve)
+                   width:int=100,                     # columns
+                   common:Sequence[str]|None=None,    # words said above the table (None: those every row shares)
+                  )->str:
+    "The rows `fits` prints, numbered, at most `width` columns: a setting's words past its column wrap, never cut."
+    common = _varying(settings)[0] if common is None else common
+    apart = list(dict.fromkeys(t for s in settings for t in s.words if t not in common))
     head = dict(n="#", setting="setting", peak="peak/rank", largest="3 largest (at the peak)", left="left",
                 verdict="verdict")   # left: what remains of the device less the reserve; -: what is missing
     rows = [dict(s.row(usable, apart), n=str(i + 1)) for i, s in enumerate(settings)]
-    for r in rows: r["setting"] = r["setting"] or "(see job)"   # one setting: its words are all in the header's job line
+    for r in rows: r["setting"] = r["setting"] or "(see above)"   # its words are all in the header's lines
     w = {k: max(len(r[k]) for r in rows + [head]) for k in head}
-    w["setting"] = min(w["setting"], width - sum(v for k, v in w.items() if k != "setting") - 2 * (len(head) - 1))
-    cut = lambda t, n: t if len(t) <= n else t[:n - 1] + "…"
-    line = lambda r: "  ".join(cut(r[k], w[k]).ljust(w[k]) if k in ("setting", "largest", "n", "verdict")
-                               else r[k].rjust(w[k]) for k in head).rstrip()
-    return "\n".join([line(head)] + [line(r) for r in rows])
+    room = width - sum(v for k, v in w.items() if k != "setting") - 2 * (len(head) - 1)
+    w["setting"] = min(w["setting"], max(room, 12))   # 12: a word or two a line, however narrow
+    line = lambda r: "  ".join(r[k].ljust(w[k]) if k in ("setting", "largest", "n", "verdict") else r[k].rjust(w[k])
+                               for k in head).rstrip()
+    out = [line(head)]
+    for r in rows:   # the rest of a long setting on the lines below, in its column
+        parts = textwrap.wrap(r["setting"], w["setting"], break_on_hyphens=False)
+        out += [line(dict(r, setting=parts[0]))] + [line(dict(dict.fromkeys(head, ""), setting=p)) for p in parts[1:]]
+    return "\n".join(out)
 
 # %% ../../nbs/11b_fits_report.ipynb #d388e41d
 def plot_settings(settings:list[Setting], device:int, reserve:int=0):
@@ -131,7 +147,7 @@ def plot_settings(settings:list[Setting], device:int, reserve:int=0):
 def largest_fitting(peak:Callable[[int], int],  # the peak at a value (nondecreasing in it), e.g. a traced step's
                     usable:int,                 # bytes the step may take
                     cap:int=2**16,              # the search stops here
-                    jump:int=8,                 # before a value that does not fit is known: at most x8 a step
+                    jump:int=32,                # before a value that does not fit is known: at most x32 a step
                    )->tuple[int, dict[int, int]]:  # (the largest value that fits, 0 if 1 does not; value -> peak)
     "The largest value in 1..cap whose peak fits, in few calls: a line through the last two peaks, else halving."
     seen, order = {}, []
@@ -161,10 +177,10 @@ def _sweep(text:str|int, what:str, lowest:int=1)->list[int]:
     return out
 
 def _dtype_words(text:str|torch.dtype, what:str, key:str)->list:
-    "A comma list of storage dtypes, each checked now (before any model is built)."
+    "A comma list of storage dtypes, each checked now (before any model is built), in the kit's words ('bf16')."
     out = [v.strip() for v in text.split(",")] if isinstance(text, str) else [text]
     for v in out: _storage_dtype(v, what, {key: torch.float32})
-    return out
+    return [_dtype_word(v, key) for v in out]
 
 def _probe(model, cfg, world, batch, seq, pd, ld, backend, attention, job=None)->StepMemory:
     "One setting's prediction: the `job`'s step at this wrapping, batch, seq and storage, or (no job) the bare step."
@@ -188,29 +204,37 @@ def _one_line(label:str, e:Exception, speak)->str:
 def _dora(model)->bool: return any(getattr(c, "use_dora", False) for c in model.peft_config.values())
 
 def _header(model, config:str, lora_r:int, targets:str, world:int, backend:str, batches, seqs, device:int,
-            reserve:int, common:list[str], search:str|None)->list[str]:
+            reserve:int, common:list[str], search:str|None, job=None, wraps=(), dtypes=None)->list[str]:
     "What the answer is about: the model, its parameters and LoRA's, the job, the device and what the verdict counts."
     n = [sum(p.numel() for k, p in model.named_parameters() if _is_adapter(k) == a) for a in (False, True)]
     size = lambda v, what: ("largest that fits" if search == what else ",".join(map(str, v)))
-    return [f"will it fit? {type(model.get_base_model()).__name__}{f' ({config})' if isinstance(config, str) else ''}: {n[0]:,} parameters ({fmt_count(n[0])}), "
+    name = type(model.get_base_model()).__name__ + (f" ({config})" if isinstance(config, str) else "")
+    head = [f"will it fit? {name}: {n[0]:,} parameters ({fmt_count(n[0])}), "
             f"LoRA {n[1]:,} (r={lora_r}{' DoRA' if _dora(model) else ''} on {targets})",
             f"job: world {world} ({backend}), batch {size(batches, 'batch')} x seq {size(seqs, 'seq')} per rank"
             + (f"; every setting: {_in_words(common)}" if common else ""),
             f"device {fmt_bytes(device)} - reserve {fmt_bytes(reserve)} = {fmt_bytes(device - reserve)} for the step's "
             "tensors (what the verdict counts: torch's allocator)"]
+    if job is not None:   # the job's line in place of the bare one; the words every row shares stay
+        head[1:2] = _job_lines(job, wraps, batches, seqs, backend, search, dtypes) + (
+            [f"every setting: {_in_words(common)}"] if common else [])
+    return head
 
 # %% ../../nbs/11b_fits_report.ipynb #4dc58fed
 def _short_source(src:str)->str:
     "'/long/path/args.json: optim' as 'args.json: optim' (the file's name is enough beside its key), every path in it."
     return re.sub(r"(?:[^\s:]*[/\\])+(?=[^/\\\s:]+: )", "", src)
 
-def _job_lines(job, wraps, batches, seqs, backend:str, search:str|None)->list[str]:
+def _job_lines(job, wraps, batches, seqs, backend:str, search:str|None, dtypes=None)->list[str]:
     "The job the answer is for, in one line (`Job.line`; a swept field: its values), where each field came from."
     size = lambda v, what: ("largest that fits" if search == what else ",".join(map(str, v)))
     one = dataclasses.replace(job, wrap=wraps[0], batch=batches[0], seq=seqs[0])
     line = one.line().replace(f"batch {batches[0]} x seq {seqs[0]}", f"batch {size(batches, 'batch')} x seq "
                                                                       f"{size(seqs, 'seq')}")
     if len(wraps) > 1: line = line.replace(f" · {wraps[0].label} · ", " · the wrapping of each row · ")
+    if dtypes:   # the storage swept (--param-dtype, --lora-dtype), in the kit's words
+        line = line.replace(f"params {job.param_dtype}, LoRA {job.lora_dtype}",
+                            f"params {','.join(dtypes[0])}, LoRA {','.join(dtypes[1])}")
     by = {}   # file -> its fields ('given': a flag or keyword beside the files); a tool's own default marked
     for k, v in job.sources.items():
         f, _, key = _short_source(v).partition(": ")
@@ -237,38 +261,59 @@ def _details(s:Setting, usable:int)->list[str]:
                                                  sorted(by.items(), reverse=True)))
     return out
 
-def _wrapped(lines:list[str])->list[str]:
-    "Lines over the table's 100 columns folded, the rest indented by 2."
-    return [textwrap.fill(t, 100, subsequent_indent="  ", break_on_hyphens=False) for t in lines]
+def _wrapped(lines:list[str], width:int=100)->list[str]:
+    "Lines over `width` columns folded at spaces (a longer word broken, never cut), indented 2 past their own indent."
+    fold = lambda t, lead: textwrap.fill(t, width, subsequent_indent=lead + "  ", break_on_hyphens=False)
+    return [t if len(t) <= width else fold(t, t[:len(t) - len(t.lstrip())]) for t in lines]
 
-# %% ../../nbs/11b_fits_report.ipynb #3abc2949
-def _answer(done:list[Setting], failed:list[str], found:dict, usable:int, search:str|None, verbose:bool):
-    "The precision assumed, the rows, the searched values, what cannot be predicted and (verbose) the details."
-    texts = {}
-    for i, s in enumerate(done): texts.setdefault(s.memory.assumptions, []).append(str(i + 1))
-    for t, rows in texts.items(): print(*_wrapped([f"precision{'' if len(texts) == 1 else ' of ' + ','.join(rows)}: {t}"]))
-    for t in dict.fromkeys(s.memory.not_exact for s in done if s.memory.not_exact): print(*_wrapped([t]))   # said, not hidden
-    fwd = {}   # the forward each row assumes (checkpointing, the cache, autocast, micro-batches), once per text
-    for i, s in enumerate(done): fwd.setdefault(s.memory.forward, []).append(str(i + 1))
-    for t, rows in fwd.items(): print(*_wrapped([f"forward{'' if len(fwd) == 1 else ' of ' + ','.join(rows)}: {t}"]))
-    if done: print(settings_table(done, usable))
+def _say(lines:list[str]):
+    "Print `lines` folded to 100 columns (nothing when there are none)."
+    if lines: print("\n".join(_wrapped(lines)))
+
+# %% ../../nbs/11b_fits_report.ipynb #e5a1c203
+def _searched(found:dict, search:str|None, usable:int)->list[str]:
+    "Each searched row's answer: the largest value that fits and its peak, the next value's peak and what it misses."
+    out = []
     for i, (best, seen) in found.items():
         nxt = seen.get(best + 1)
-        if best == 0: print(f"{i + 1}: {search} 1 does not fit ({fmt_bytes(seen[1] - usable)} missing)")
-        elif nxt is None: print(f"{i + 1}: largest {search} {best} (the search stops there): peak {fmt_bytes(seen[best])}")
-        else: print(f"{i + 1}: largest {search} {best}: peak {fmt_bytes(seen[best])}; at {best + 1}: {fmt_bytes(nxt)} "
-                    f"({fmt_bytes(nxt - usable)} missing); {len(seen)} traces")
-    for line in failed: print(line)
+        if best == 0: out.append(f"{i + 1}: {search} 1 does not fit ({fmt_bytes(seen[1] - usable)} missing)")
+        elif nxt is None: out.append(f"{i + 1}: largest {search} {best} (the search stops there): "
+                                     f"peak {fmt_bytes(seen[best])}")
+        else: out.append(f"{i + 1}: largest {search} {best}: peak {fmt_bytes(seen[best])}; at {best + 1}: "
+                         f"{fmt_bytes(nxt)} ({fmt_bytes(nxt - usable)} missing); {len(seen)} traces")
+    return out
+
+def _refusal(label:str, e:Exception, speak)->list[str]:
+    "Why a setting cannot be predicted, nothing cut: the setting and its fix (a flag) first, the reason below."
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if not isinstance(e, FitsError): msg = f"the step fails: {type(e).__name__}: {msg}"
+    head, sep, fix = speak(msg).rpartition("; fix: ")
+    if not sep: return [f"cannot predict {label}: {speak(msg)}"]
+    return [f"cannot predict {label}; fix: {fix}", f"  why: {head}"]
+
+def _legend(done:list[Setting], usable:int, common:Sequence[str])->list[str]:
+    "The table's short words in words: its categories, and each row's setting (its flavour, what the header omits)."
     shown = {k for s in done for k in s.row(usable)["largest"].split(", ")}
     used = [f"{v} = {k}" for k, v in _CAT_SHORT.items() if v != k and any(x.startswith(v + " ") for x in shown)]
-    if used: print("categories: " + ", ".join(used))
-    if len(done) > 1:   # the rows' short names in words, wrapped to the table's 100 columns
-        common = set.intersection(*(set(s.words) for s in done))
-        said = "; ".join(f"{i + 1} = {_in_words([w for w in s.words if w not in common]) or 'the shared words alone'}"
-                         for i, s in enumerate(done))
-        print(*_wrapped(["settings: " + said]))
+    said = [f"  {i + 1} = {_in_words(s.words[:1] + [w for w in s.words[1:] if w not in common])}"
+            for i, s in enumerate(done)]   # the flavour always: the rows refused may be the other one
+    return (["categories: " + ", ".join(used)] if used else []) + (["settings:"] + said if done else [])
+
+# %% ../../nbs/11b_fits_report.ipynb #3abc2949
+def _answer(done:list[Setting], failed:list[str], found:dict, usable:int, search:str|None, verbose:bool,
+            common:Sequence[str]=()):
+    "The precision and forward assumed, the rows, searches, refusals and the legend; each line <= 100 columns."
+    texts, fwd = {}, {}   # the precision and the forward (checkpointing, the cache, micro-batches), once per text
+    for i, s in enumerate(done):
+        texts.setdefault(s.memory.assumptions, []).append(str(i + 1))
+        fwd.setdefault(s.memory.forward, []).append(str(i + 1))
+    _say([f"precision{'' if len(texts) == 1 else ' of ' + ','.join(rows)}: {t}" for t, rows in texts.items()]
+         + list(dict.fromkeys(s.memory.not_exact for s in done if s.memory.not_exact))   # said, not hidden
+         + [f"forward{'' if len(fwd) == 1 else ' of ' + ','.join(rows)}: {t}" for t, rows in fwd.items()])
+    if done: print(settings_table(done, usable, common=common))
+    _say(_searched(found, search, usable) + failed + _legend(done, usable, common))
     if verbose:
-        for i, s in enumerate(done): print(f"{i + 1} {' '.join(s.words)}:"); print("\n".join(_details(s, usable)))
+        for i, s in enumerate(done): _say([f"{i + 1} {' '.join(s.words)}:"] + _details(s, usable))
 
 # %% ../../nbs/11b_fits_report.ipynb #6a744ca3
 def _fits_model(config:str, lora_r:int, targets:str, dora:bool=False)->nn.Module:
@@ -296,8 +341,9 @@ def _jobs(wraps, pds, lds, batches, seqs, search):
     "Every setting to trace, the words that name each, and the words they all share (said once, in the header)."
     jobs = [(c, pd, ld, b, s) for c in wraps for pd in pds for ld in lds
             for b in ([1] if search == "batch" else batches) for s in ([1] if search == "seq" else seqs)]
-    names = [[t if search is None or t != f"{b}x{s}" else ("?x" if search == "batch" else "x?").join(t.split("x"))
-              for t in Setting(c, b, s, None, pd, ld).words] for c, pd, ld, b, s in jobs]
+    asked = lambda b, s: f"?x{s}" if search == "batch" else f"{b}x?"   # the searched size: '?'
+    names = [[asked(b, s) if search and t == f"{b}x{s}" else t for t in Setting(c, b, s, None, pd, ld).words]
+             for c, pd, ld, b, s in jobs]
     return jobs, names, [t for t in names[0] if all(t in w for w in names)]
 
 # %% ../../nbs/11b_fits_report.ipynb #d91e48a1
@@ -307,8 +353,8 @@ def _trace_settings(model, jobs, names, common, world, backend, attention, job, 
     for (c, pd, ld, b, s), words in zip(jobs, names):
         t0, label = time.perf_counter(), " ".join(t for t in words if t not in common) or "the setting"
         try:
-            if search is None: done.append(Setting(c, b, s, _probe(model, c, world, b, s, pd, ld, backend, attention, job),
-                                                   pd, ld))
+            if search is None:
+                done.append(Setting(c, b, s, _probe(model, c, world, b, s, pd, ld, backend, attention, job), pd, ld))
             else:
                 mems = {}
                 def peak(n):
@@ -317,9 +363,37 @@ def _trace_settings(model, jobs, names, common, world, backend, attention, job, 
                 best, seen = largest_fitting(peak, usable, _cap(model, search))
                 v = max(best, 1); found[len(done)] = (best, seen)
                 done.append(Setting(c, *((v, s) if search == "batch" else (b, v)), mems[v], pd, ld))
-        except Exception as e: failed.append(_one_line(label, e, speak))   # the step fails as it would on devices
+        except Exception as e: failed += _refusal(label, e, speak)   # the step fails as it would on devices
         print(f"  traced {label} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return done, failed, found
+
+# %% ../../nbs/11b_fits_report.ipynb #e5a1c206
+def _checked(device_memory, reserve, world, job, max_batch, max_seq, batch, seq, param_dtype, lora_dtype, wraps):
+    "`fits_report`'s inputs read and checked before any model is built: the device, reserve, sizes and dtypes."
+    device, res = parse_bytes(device_memory), parse_bytes(reserve)
+    if res >= device: raise FitsError(f"--reserve {fmt_bytes(res)} leaves nothing of {fmt_bytes(device)}")
+    if job is None and (not isinstance(world, int) or not 1 <= world <= 1024):
+        raise FitsError(f"--world must be 1-1024, got {world}")
+    if max_batch and max_seq: raise FitsError("--max-batch and --max-seq: ask for one of them at a time")
+    if not wraps: raise FitsError("no wrapping to trace")
+    return (device, res, _sweep(batch, "batch"), _sweep(seq, "seq"), _dtype_words(param_dtype, "param_dtype", "config"),
+            _dtype_words(lora_dtype, "lora_dtype", "base"))
+
+def _model_of(job, world, config, lora_r:int, targets:str, dora:bool, wraps):
+    "The meta model `fits_report` traces (its wrappings checked), its world, config, LoRA rank and targets (`job`'s)."
+    if job is None: out = _fits_model(config, lora_r, targets, dora), world, config, lora_r, targets
+    else:
+        from lora_fsdp_kit.fits.core import _job_model
+        world = job.world if world is None else world   # the job's world unless one is given
+        if not isinstance(world, int) or not 1 <= world <= 1024: raise FitsError(f"--world must be 1-1024, got {world}")
+        out = _job_model(job), world, job.model, job.lora_r, ",".join(job.lora_targets + job.target_parameters)
+    _check_wraps(out[0], wraps, out[1])
+    return out
+
+def _save_png(fig, out:str):
+    "The chart saved as fits.png in the folder `out` (made if missing), and said."
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "fits.png"); fig.savefig(path, dpi=100); print("saved", path)
 
 # %% ../../nbs/11b_fits_report.ipynb #954d6374
 def fits_report(config:str,                 # a model's config.json (or its folder), or a shipped config name
@@ -342,39 +416,21 @@ def fits_report(config:str,                 # a model's config.json (or its fold
                 speak:Callable[[str], str]|None=None, # rewrites the library's spellings (the CLI: its flags)
                 png:bool=False,             # save the chart as fits.png in `out`
                 out:str=".",                # folder for the PNG
-                job=None,                   # a `lora_fsdp_kit.plan.job.Job`: its model, LoRA, world and step (the CLI's)
-               )->int:                      # 0: every setting fits; 1: one does not, or cannot be predicted; 2: bad input
+                job=None,                   # a `lora_fsdp_kit.plan.job.Job`: its model, LoRA, world, step (the CLI's)
+               )->int:                      # 0: all fit; 1: one does not, or cannot be predicted; 2: bad input
     "The `fits` command: trace every setting, print a header, one row per setting and the verdicts; the exit code."
-    speak = speak or (lambda t: t)
     try:
-        device, res = parse_bytes(device_memory), parse_bytes(reserve)
-        if res >= device: raise FitsError(f"--reserve {fmt_bytes(res)} leaves nothing of {fmt_bytes(device)}")
-        if job is None and (not isinstance(world, int) or not 1 <= world <= 1024):
-            raise FitsError(f"--world must be 1-1024, got {world}")
-        if max_batch and max_seq: raise FitsError("--max-batch and --max-seq: ask for one of them at a time")
-        batches, seqs = _sweep(batch, "batch"), _sweep(seq, "seq")
-        pds, lds = _dtype_words(param_dtype, "param_dtype", "config"), _dtype_words(lora_dtype, "lora_dtype", "base")
-        if not wraps: raise FitsError("no wrapping to trace")
-        if job is not None:   # the job's model and LoRA; its world unless one is given
-            from lora_fsdp_kit.fits.core import _job_model
-            world = job.world if world is None else world
-            config, lora_r, targets = job.model, job.lora_r, ",".join(job.lora_targets + job.target_parameters)
-            if not isinstance(world, int) or not 1 <= world <= 1024: raise FitsError(f"--world must be 1-1024, got {world}")
-            model = _job_model(job)
-        else: model = _fits_model(config, lora_r, targets, dora)
-        _check_wraps(model, wraps, world)
+        device, res, batches, seqs, pds, lds = _checked(device_memory, reserve, world, job, max_batch, max_seq, batch,
+                                                        seq, param_dtype, lora_dtype, wraps)
+        model, world, config, lora_r, targets = _model_of(job, world, config, lora_r, targets, dora, wraps)
     except (FitsError, ValueError, FileNotFoundError, TypeError) as e:
         print(f"fits: error: {str(e).splitlines()[0]}", file=sys.stderr); return 2
     usable, search = device - res, "batch" if max_batch else "seq" if max_seq else None
     jobs, names, common = _jobs(wraps, pds, lds, batches, seqs, search)
-    done, failed, found = _trace_settings(model, jobs, names, common, world, backend, attention, job, usable, search, speak)
-    head = _header(model, config, lora_r, targets, world, backend, batches, seqs, device, res, common, search)
-    if job is not None:   # the job's line in place of the bare one; the words every row shares stay
-        head[1:2] = _wrapped(_job_lines(job, wraps, batches, seqs, backend, search) + (
-            [f"every setting: {_in_words(common)}"] if common else []))
-    print("\n".join(head))
-    _answer(done, failed, found, usable, search, verbose)
-    if done and png:
-        os.makedirs(out, exist_ok=True)
-        path = os.path.join(out, "fits.png"); plot_settings(done, device, res).savefig(path, dpi=100); print("saved", path)
+    done, failed, found = _trace_settings(model, jobs, names, common, world, backend, attention, job, usable, search,
+                                          speak or (lambda t: t))
+    _say(_header(model, config, lora_r, targets, world, backend, batches, seqs, device, res, common, search,
+                 job, wraps, (pds, lds)))
+    _answer(done, failed, found, usable, search, verbose, common)
+    if done and png: _save_png(plot_settings(done, device, res), out)
     return 0 if done and not failed and all(s.memory.left(device, res) >= 0 for s in done) else 1
