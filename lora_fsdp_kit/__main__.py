@@ -206,8 +206,8 @@ def _literal(module:str, name:str):
                 and any(getattr(t, "id", None) == name for t in n.targets))
 
 def flavour_defaults()->dict:
-    "`job.FLAVOUR_DEFAULTS`: what each flavour's name means, in every command."
-    return _literal("plan.job", "FLAVOUR_DEFAULTS")
+    "`wrap.FLAVOUR_DEFAULTS`: what each flavour's name means, in every command."
+    return _literal("plan.wrap", "FLAVOUR_DEFAULTS")
 
 def _text(v)->str:
     "A field's value as a flag writes it (`groups` as `_groups` reads it: members joined by '+', groups by ';')."

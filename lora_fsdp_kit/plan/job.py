@@ -19,13 +19,11 @@ from .core import Plan
 from .wrap import WrapConfig
 
 # %% auto #0
-__all__ = ['FLAVOUR_DEFAULTS', 'OPTIMIZERS', 'PREFETCH', 'STEP_KEYWORDS', 'READERS', 'default_wrap', 'Job', 'JobFile',
-           'file_kind', 'read_job_file']
+__all__ = ['OPTIMIZERS', 'PREFETCH', 'STEP_KEYWORDS', 'READERS', 'default_wrap', 'Job', 'JobFile', 'file_kind', 'read_job_file']
 
 # %% ../../nbs/03e_job.ipynb #29a25af3
-# `wrap.FLAVOUR_DEFAULTS`, which `WrapConfig` reads, spelled here as a literal for the CLI, which reads it from this
-# source (no torch import); the two are equal by test, until the CLI reads wrap's
-FLAVOUR_DEFAULTS = {"fsdp1": {"policy": "layer", "use_orig_params": True}, "fsdp2": {"policy": "layer"}}
+# what a flavour's name means: one table, `WrapConfig`'s own (the CLI reads it from wrap's source, with no torch import)
+from .wrap import FLAVOUR_DEFAULTS
 
 def default_wrap(flavour:str="fsdp2",  # "fsdp1" or "fsdp2"
                  **fields,             # WrapConfig fields that differ from the flavour's default
