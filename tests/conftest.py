@@ -39,6 +39,7 @@ COST = {"test_fits_accuracy": 154,   # 2026-12-03: 168 less the forked-trace tes
         "test_notebooks": 9,         # 42 s
         "test_doctor": 6,            # 31 s
         "test_flavour_defaults": 8,  # 2026-12-06
+        "test_explore_signals": 55,  # 2026-12-06: three `lfk explore`, each stopped by one signal
         "test_answer_width": 90,     # 2026-12-06: every answer within 100 columns (67 s quiet)
         "test_structure": 1}         # 11 s
 

@@ -150,6 +150,49 @@ def first_paint(page, url:str)->float:
     assert p.chart(), f"no chart within {FIRST_PAINT_CEILING_S:.0f} s of opening the page"
     return time.monotonic() - t0
 
+# Every status the fits tab shows, in order (a MutationObserver): a burst of knobs must never show an answer for a
+# setting the user has left, and "tracing…" must show while it works.
+WATCH_FITS = """() => {
+    window.__fits = [];
+    const st = document.querySelector('.lfk-fits-status');
+    const log = () => { const t = st.innerText, l = window.__fits[window.__fits.length - 1];
+                        if (t !== l) window.__fits.push(t); };
+    new MutationObserver(log).observe(st, {subtree: true, childList: true, characterData: true}); log();
+}"""
+
+def fits_changes(page, fits_status, fits_step, set_box):
+    "Four changes in a row, each as soon as the last answered; then four at once: only the last one is answered."
+    ckpt = lambda: page.click(".lfk-fits-ckpt input")
+    precision = lambda: page.select_option(".lfk-fits-precision select", "bf16 base, fp32 LoRA")
+    times = {}
+    for name, act, expect in (("seq", set_box(".lfk-fits-seq", 128), "x seq 128"),
+                              ("batch", set_box(".lfk-fits-batch", 2), "batch 2 x seq 128"),
+                              ("precision", precision, "bf16 base, fp32 LoRA, world 2"),
+                              ("ckpt", ckpt, lambda s: "worst rank peak" in s and " ac," not in s)):
+        times[name] = fits_step(f"16_fits_{name}", act, expect)
+    page.evaluate(WATCH_FITS)
+    t0, shot = time.monotonic(), None
+    for act in (set_box(".lfk-fits-world", 4), set_box(".lfk-fits-seq", 256), set_box(".lfk-fits-batch", 4), ckpt):
+        act()
+    final = lambda s: "tracing…" not in s and all(w in s for w in ("world 4", "batch 4 x seq 256", " ac,"))
+    while time.monotonic() - t0 < 120 and not final(fits_status()):
+        if shot is None and re.search(r"tracing… [1-9]\d* s", fits_status()):    # the state a user waits in
+            shot = SHOTS/"17_fits_tracing.png"; page.screenshot(path=str(shot), full_page=True)
+            grey = page.eval_on_selector("img.lfk-fits-chart", "e => getComputedStyle(e).opacity")
+            assert float(grey) < 0.5, f"the chart of a setting left is not greyed while tracing: opacity {grey}"
+        time.sleep(0.05)
+    times["burst of 4"] = time.monotonic() - t0
+    page.screenshot(path=str(SHOTS/"18_fits_burst.png"), full_page=True)
+    assert final(fits_status()), fits_status()
+    seen = page.evaluate("window.__fits")
+    first = next(i for i, s in enumerate(seen) if "tracing…" in s)
+    shown = [s for s in seen[first:] if "tracing…" not in s]
+    assert all(final(s) for s in shown), f"an answer for a setting left: {shown}"   # never a stale one
+    assert any(re.search(r"tracing… \d+ s", s) for s in seen), seen              # the seconds, while it works
+    print("fits tab, changes in a row (each answered before the next): "
+          + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
+    for k, v in times.items(): assert v < 60, f"{k}: {v:.1f} s"    # a ceiling against a queue of old settings
+
 def test_explorer_app_in_chromium(app_url):
     "The app as `lfk explore` serves it: first paint, the picker, every knob, the tabs and the fits tab."
     from playwright.sync_api import sync_playwright
@@ -221,13 +264,16 @@ def test_explorer_app_in_chromium(app_url):
             p.step("12b_llama", lambda: page.select_option(".lfk-picker select", "llama"), "LlamaForCausalLM")
             # "will it fit?": traced when opened; a knob re-traces, device memory only moves the line
             fits_status = lambda: page.inner_text(".lfk-fits-status")
+            def answered(expect):                          # an answer (not "tracing…") that says `expect`
+                s = fits_status()
+                return "tracing…" not in s and (expect(s) if callable(expect) else expect in s)
             def fits_step(name, act, expect):
                 s0, t0 = fits_status(), time.monotonic()
                 act()
-                while time.monotonic() - t0 < 120 and (fits_status() == s0 or expect not in fits_status()):
-                    time.sleep(0.1)
+                while time.monotonic() - t0 < 120 and (fits_status() == s0 or not answered(expect)):
+                    time.sleep(0.05)
                 page.screenshot(path=str(SHOTS/f"{name}.png"), full_page=True)
-                assert expect in fits_status(), f"{name}: {fits_status()!r}"
+                assert answered(expect), f"{name}: {fits_status()!r}"
                 return time.monotonic() - t0
             def set_box(sel, v):
                 return lambda: (page.fill(f"{sel} input", str(v)), page.press(f"{sel} input", "Enter"))
@@ -238,6 +284,7 @@ def test_explorer_app_in_chromium(app_url):
             t_dev = fits_step("15_fits_device", set_box(".lfk-fits-device", 0.001), "does not fit")
             print(f"fits tab in the browser: first trace {t_open:.1f} s, world 8 -> 2 {t_world:.1f} s, "
                   f"device memory {t_dev:.1f} s")
+            fits_changes(page, fits_status, fits_step, set_box)
             p.check_page("end")
         finally:
             browser.close()

@@ -15,8 +15,8 @@ from .fits import FitsTab, figure_svg   # the fourth tab (its chapter: 14a_explo
 # module to start Voilà, and so starts in a fraction of a second, not after seconds of imports it does not need
 
 # %% auto #0
-__all__ = ['LEAF_GLOBS', 'AHEAD_DELAY_S', 'AHEAD_FIRST_DELAY_S', 'APP_CELLS', 'PlanExplorer', 'knob_wrap', 'explore', 'app_panel',
-           'app_command', 'serve']
+__all__ = ['STALE_CSS', 'LEAF_GLOBS', 'AHEAD_DELAY_S', 'AHEAD_FIRST_DELAY_S', 'APP_CELLS', 'PlanExplorer', 'knob_wrap', 'explore',
+           'app_panel', 'app_command', 'serve']
 
 # %% ../../nbs/14_explore.ipynb #e812af19
 class PlanExplorer:
@@ -67,6 +67,8 @@ def _make_knobs(self:PlanExplorer, given:list, model, config):
     for c in (self.picker, self.config_path): c.observe(self._picked, names="value")
 
 # %% ../../nbs/14_explore.ipynb #ccdc112e
+STALE_CSS = ".lfk-stale img {opacity: 0.3}"   # a chart greyed while the answer to a knob is computed
+
 @patch_to(PlanExplorer)
 def _lay_out(self:PlanExplorer):
     "The views (summary, chart, tree, findings, job line, the fits tab) and the panel that holds them and the knobs."
@@ -83,7 +85,8 @@ def _lay_out(self:PlanExplorer):
                       titles=("chart", "tree", "findings", "will it fit?"))
     self.tabs.observe(lambda ch: self.fits.tab_shown() if ch["new"] == 3 else self._show_tree(),
                       names="selected_index")
-    self.widget = W.VBox([W.HBox([self.picker, self.config_path], layout=W.Layout(gap="12px")),
+    style = W.HTML(f"<style>{STALE_CSS}</style>")          # (a widget's layout has no opacity to set)
+    self.widget = W.VBox([style, W.HBox([self.picker, self.config_path], layout=W.Layout(gap="12px")),
                           W.HBox([left, W.VBox(self.controls[3:])], layout=W.Layout(gap="24px")),
                           self.job_view, self.status, self.tabs])
     for w, name in ((self.flavour, "flavour"), (self.lora_leaves, "leaves"), (self.layer_classes, "classes"),
@@ -271,9 +274,9 @@ def _answer(self:PlanExplorer, cfg:WrapConfig, text:str, pause=lambda: None)->di
 def _stale(self:PlanExplorer, on:bool):
     "Grey the chart (and say so in the summary) while the answer to a knob is computed."
     if on:
-        self.chart_box.add_class("lfk-stale"); self.chart.layout.opacity = "0.3"
+        self.chart_box.add_class("lfk-stale")          # greyed by the panel's `STALE_CSS`
         self.status.value = f"<i class='lfk-replanning'>re-planning… <small>{H.escape(self.knobs_text())}</small></i>"
-    else: self.chart_box.remove_class("lfk-stale"); self.chart.layout.opacity = "1"
+    else: self.chart_box.remove_class("lfk-stale")
 
 @patch_to(PlanExplorer)
 def answer(self:PlanExplorer, s:dict)->dict:
@@ -510,7 +513,8 @@ def app_panel()->PlanExplorer:
         raise
 
 # %% ../../nbs/14_explore.ipynb #5b6e97e6
-APP_CELLS = ("from lora_fsdp_kit.explore.core import app_panel\napp_panel()",   # the panel: the page's one output
+APP_CELLS = ("from lora_fsdp_kit.explore.core import app_panel\napp = app_panel()\n"   # the panel: the page's output
+             "app.fits.warm()   # the fits tab's worker: the model built there before the tab is opened\napp",
              # the page drawn: `serve` waits for this file
              "import os\nif os.environ.get('LFK_EXPLORE_READY'): open(os.environ['LFK_EXPLORE_READY'], 'a').close()")
 
@@ -566,7 +570,7 @@ def _start_voila(cmd:list[str], cwd:str, env:dict)->tuple:
     "Start Voilà in a session of its own; a thread reads its log: the URL it serves (`seen`), its last lines (`tail`)."
     import re, threading
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            stdin=subprocess.DEVNULL, start_new_session=True)   # no terminal: it never asks "stop?"
     seen, tail = [], []
     def drain():                                          # read Voilà's log to its end: a full pipe would stop it
         for line in proc.stdout:
@@ -575,12 +579,31 @@ def _start_voila(cmd:list[str], cwd:str, env:dict)->tuple:
     threading.Thread(target=drain, daemon=True).start()
     return proc, seen, tail
 
-def _stop_voila(proc:subprocess.Popen):
-    "Stop Voilà if it still runs."
+# %% ../../nbs/14_explore.ipynb #stopv001
+def _stop_voila(proc:subprocess.Popen, grace:float=8.0):
+    "Stop Voilà and every process under it (its kernels in their own sessions, their workers): none is left."
+    import psutil
+    try: family = psutil.Process(proc.pid).children(recursive=True)   # now: once Voilà is gone they are orphans
+    except psutil.Error: family = []
     if proc.poll() is None:                           # Voilà ignores SIGTERM: SIGINT, then its whole group
         os.killpg(proc.pid, signal.SIGINT)
-        try: proc.wait(10)
+        try: proc.wait(grace)
         except subprocess.TimeoutExpired: os.killpg(proc.pid, signal.SIGKILL); proc.wait()
+    _end_all(family)
+
+def _end_all(procs:list, timeout:float=3.0):
+    "End `procs` and what they started since, if they are still there: SIGTERM, and SIGKILL after `timeout` s."
+    import psutil
+    left = []
+    for p in procs:
+        try: left += [p] + p.children(recursive=True)
+        except psutil.Error: pass
+    for p in left:
+        try: p.terminate()
+        except psutil.Error: pass
+    for p in psutil.wait_procs(left, timeout)[1]:
+        try: p.kill()
+        except psutil.Error: pass
 
 # %% ../../nbs/14_explore.ipynb #91bb5246
 def serve(config:str|None=None,   # a config.json (or its folder) to explore
@@ -595,9 +618,10 @@ def serve(config:str|None=None,   # a config.json (or its folder) to explore
     import importlib.util, threading
     if importlib.util.find_spec("voila") is None:
         raise ModuleNotFoundError("the explorer app needs Voilà: pip install 'lora_fsdp_kit[explore]'")
-    def stop(signum, frame): raise SystemExit(128 + signum)   # SIGTERM (kill, timeout): the finally stops Voilà
+    def stop(signum, frame): raise SystemExit(128 + signum)   # SIGTERM (kill, timeout), SIGHUP: `finally` stops
     main = threading.current_thread() is threading.main_thread()
-    old = signal.signal(signal.SIGTERM, stop) if main else None
+    ends = tuple(getattr(signal, s) for s in ("SIGTERM", "SIGHUP") if hasattr(signal, s))   # (SIGINT: Ctrl-C, below)
+    old = {s: signal.signal(s, stop) for s in ends} if main else {}
     t0 = time.monotonic()
     print("the explorer: starting (Voilà runs the app once before the first page is opened)…", flush=True)
     with tempfile.TemporaryDirectory() as d:
@@ -613,6 +637,8 @@ def serve(config:str|None=None,   # a config.json (or its folder) to explore
             print(f"the explorer: {seen[0]}  (ready in {time.monotonic() - t0:.0f} s; Ctrl-C stops it)", flush=True)
             proc.wait()
         except KeyboardInterrupt: pass
-        finally:
-            _stop_voila(proc)
-            if main: signal.signal(signal.SIGTERM, old)
+        finally:                                          # a second signal does not cut the stopping short
+            quiet = {s: signal.signal(s, signal.SIG_IGN) for s in ends + (signal.SIGINT,)} if main else {}
+            try: _stop_voila(proc)
+            finally:
+                for s, h in {**quiet, **old}.items(): signal.signal(s, h)

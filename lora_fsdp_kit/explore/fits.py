@@ -5,7 +5,7 @@
 # %% ../../nbs/14a_explore_fits.ipynb #0ea807ac
 from __future__ import annotations
 
-import html as H, time
+import html as H, os, time
 
 from ..methods import patch_to
 # torch and matplotlib are imported where they are used: `lfk explore` imports `explore`, which imports this module
@@ -25,8 +25,10 @@ def figure_svg(fig)->bytes:
 # %% ../../nbs/14a_explore_fits.ipynb #427654b7
 FITS_AHEAD = 9      # settings traced ahead after each answer (at most; `FitsTab.n_ahead`)
 
-PRECISIONS = {"fp32": ("fp32", None), "fp32, bf16 compute": ("fp32", "bf16"), "bf16": ("bf16", None),
-              "bf16, bf16 compute": ("bf16", "bf16")}   # the tab's precision: (param_dtype, mixed_precision)
+PRECISIONS = {"fp32": ("fp32", None, "base"), "fp32, bf16 compute": ("fp32", "bf16", "base"),
+              "bf16": ("bf16", None, "base"), "bf16, bf16 compute": ("bf16", "bf16", "base"),
+              "bf16 base, fp32 LoRA": ("bf16", None, "fp32"),   # peft's default: adapters in fp32 on a 16-bit base
+             }   # the tab's precision: (param_dtype, mixed_precision, lora_dtype)
 JOB_PRECISION = "(the job's)"   # the tab's precision with a job: its own dtypes, LoRA's and autocast included
 
 # %% ../../nbs/14a_explore_fits.ipynb #c321ba08
@@ -35,15 +37,16 @@ class FitsTab:
     def __init__(self, explorer:PlanExplorer):
         import ipywidgets as W, threading
         self.ex, self._traces, self.shown, self.seconds = explorer, {}, False, {}
-        self._worker, self._queue, self._running = None, [], None   # traces computed ahead, in another process
-        self._qlock, self.n_ahead = threading.RLock(), FITS_AHEAD    # the queue's lock: the kernel's and the pool's
+        self._worker, self._queue, self._running = None, [], None   # traces in another process: queued, running
+        self._qlock, self.n_ahead = threading.RLock(), FITS_AHEAD    # the queue's lock: the kernel's and the reader's
+        self.want, self._since, self._shown = None, None, threading.Event()   # the key on screen, asked since; shown
         whole, narrow = {"description_width": "initial"}, W.Layout(width="150px")
         self.world = W.BoundedIntText(value=8, min=1, max=1024, description="world", style=whole, layout=narrow)
         self.batch = W.BoundedIntText(value=1, min=1, max=4096, description="batch", style=whole, layout=narrow)
         self.seq = W.BoundedIntText(value=2048, min=1, max=1 << 20, description="seq", style=whole,
                                     layout=W.Layout(width="170px"))
         self.precision = W.Dropdown(options=list(PRECISIONS), value="bf16, bf16 compute", description="precision",
-                                    style=whole, layout=W.Layout(width="250px"))
+                                    style=whole, layout=W.Layout(width="270px"))
         self.checkpointing = W.Checkbox(value=True, description="activation checkpointing", indent=False,
                                         layout=W.Layout(width="auto"))
         self.device_gib = W.BoundedFloatText(value=80, min=0.001, max=1 << 20, description="device GiB", style=whole,
@@ -95,9 +98,9 @@ def _text_model(model:nn.Module, wrap:WrapConfig)->tuple:
 
 def _trace_kwargs(s:dict)->dict:
     "`predict_step_memory`'s arguments for a setting of the tab."
-    param_dtype, mixed = PRECISIONS[s["precision"]]
+    param_dtype, mixed, lora_dtype = PRECISIONS[s["precision"]]
     return dict(world=s["world"], batch=s["batch"], seq=s["seq"], mixed_precision=mixed, param_dtype=param_dtype,
-                activation_checkpointing=s["ckpt"])
+                lora_dtype=lora_dtype, activation_checkpointing=s["ckpt"])
 
 # %% ../../nbs/14a_explore_fits.ipynb #7b97cd20
 def _knobs_from_job(tab:FitsTab, job):
@@ -113,9 +116,10 @@ def job_of(self:FitsTab, s:dict|None=None):
     import dataclasses
     s, job = s or self.setting(), self.ex.current_job()
     kw, wk = dict(world=s["world"], batch=s["batch"], seq=s["seq"]), {}
-    if s["precision"] != JOB_PRECISION:   # the tab's precisions: storage and compute; LoRA's dtype stays the job's
-        kw["param_dtype"], wk["mixed_precision"] = PRECISIONS[s["precision"]]
+    if s["precision"] != JOB_PRECISION:   # the tab's precisions: storage and compute; LoRA's dtype the job's, or fp32
+        kw["param_dtype"], wk["mixed_precision"], lora = PRECISIONS[s["precision"]]
         kw["autocast"] = job.autocast and wk["mixed_precision"] is not None
+        if lora != "base": kw["lora_dtype"] = lora
     if s["ckpt"] != bool(job.wrap.activation_checkpointing):   # moved: the job's implementation, or torch's wrapper
         impl = self.ex.job0.wrap.activation_checkpointing or "wrapper"
         wk["activation_checkpointing"] = impl if s["ckpt"] else False
@@ -140,50 +144,104 @@ def _job_status(tab:FitsTab, sm)->str:
 
 # %% ../../nbs/14a_explore_fits.ipynb #1b8ffcac
 @patch_to(FitsTab)
-def predict(self:FitsTab):
-    "The `StepMemory` of the knobs' values: kept, or traced ahead (its rest waited for), or traced now (or why not)."
+def predict(self:FitsTab, s:dict|None=None):
+    "The `StepMemory` of setting `s` (default: the knobs'): kept, or traced here and kept (a setting refused: raised)."
     from lora_fsdp_kit.fits.core import predict_job, predict_step_memory
-    k = self.key()
-    if k not in self._traces and self._running and self._running[0] == k:
-        try: self._running[1].result()          # under way in the worker: its rest is shorter than a whole trace
-        except Exception: pass                  # (traced here, which says why)
+    k = self.key(s)
     if k not in self._traces:
         m, wrap, _ = _text_model(self.ex.model, self.ex.config)
-        try: self._traces[k] = (predict_job(self.traced_job()) if self.ex.job is not None else
-                                predict_step_memory(m, wrap=wrap, **_trace_kwargs(self.setting())))
+        try: self._traces[k] = (predict_job(self.traced_job(s)) if self.ex.job is not None else
+                                predict_step_memory(m, wrap=wrap, **_trace_kwargs(s or self.setting())))
         except Exception as e: self._traces[k] = e       # a setting FSDP refuses: its reason is kept too
     if isinstance(self._traces[k], Exception): raise self._traces[k]
     return self._traces[k]
 
+@patch_to(FitsTab)
+def in_worker(self:FitsTab)->bool:
+    "Whether the tab traces in its worker process: `ahead` on, and a model another process can build (a name, a job)."
+    return bool(self.ex.ahead) and not getattr(self, "_no_worker", False) and (
+        self.ex.job is not None or self.ex.built_from is not None)
+
 # %% ../../nbs/14a_explore_fits.ipynb #a167a1c0
 @patch_to(FitsTab)
 def update(self:FitsTab):
-    "Answer a knob: grey the picture, predict (or take the kept trace), draw the bars against the device line."
-    from lora_fsdp_kit.fits.core import RESERVE
-    from lora_fsdp_kit.units import fmt_bytes
+    "Answer a knob: a kept trace drawn now; else the picture greyed while it is traced (in the worker, or here)."
     if self.ex.plan is None:
         self.status.value = "<b style='color:#c62828'>no plan to predict: see the summary above</b>"; return
-    self.chart.layout.opacity = "0.3"; self.widget.add_class("lfk-stale")
-    self.status.value = "<i class='lfk-replanning'>predicting…</i>"
+    k = self.key()
+    with self._qlock:
+        self.want, self._since = k, time.perf_counter(); self._shown.clear()
+        if k in self._traces: return self.draw(k)
+        self._grey()
+        if self.in_worker(): return self._ask(k)      # the kernel stays free: the next knob is read at once
+    self.draw(k)                                      # traced here (the kernel waits)
+
+@patch_to(FitsTab)
+def _grey(self:FitsTab):
+    "The picture greyed, and 'tracing…' with the seconds so far (a thread counts them until the answer is drawn)."
+    import threading
+    self.widget.add_class("lfk-stale")               # greyed by the panel's style (`explore.core.STALE_CSS`)
+    self.status.value = self.tracing_text()
+    if self.in_worker() and getattr(self, "_ticker", None) is None:
+        self._ticker = threading.Thread(target=self._tick, daemon=True, name="lfk-fits-tracing"); self._ticker.start()
+
+# %% ../../nbs/14a_explore_fits.ipynb #tick0001
+@patch_to(FitsTab)
+def tracing_text(self:FitsTab)->str:
+    "The status while a setting is traced: the seconds so far and the setting."
+    s = self.setting(); el = time.perf_counter() - (self._since or time.perf_counter())
+    what = (f"world={s['world']} batch={s['batch']} seq={s['seq']} precision={s['precision']} "
+            f"checkpointing={'on' if s['ckpt'] else 'off'}")
+    return f"<i class='lfk-fits-tracing'>tracing… {el:.0f} s</i> <small>{H.escape(what)}</small>"
+
+@patch_to(FitsTab)
+def _tick(self:FitsTab):
+    while getattr(self, "_ticker", None) is not None:   # `stop` ends it
+        time.sleep(0.5)
+        with self._qlock:
+            if self._since is not None and not self._shown.is_set(): self.status.value = self.tracing_text()
+
+# %% ../../nbs/14a_explore_fits.ipynb #draw0001
+@patch_to(FitsTab)
+def draw(self:FitsTab, k:tuple):
+    "Show the answer for `k`, the knobs' key (traced here if not kept): the bars, the device line, the verdict."
+    from lora_fsdp_kit.fits.core import RESERVE
+    from lora_fsdp_kit.units import fmt_bytes
     t0 = time.perf_counter()
     try: sm = self.predict()
     except Exception as e:
         self.status.value = f"<b style='color:#c62828'>cannot predict: {H.escape(f'{type(e).__name__}: {e}')}</b>"
-        self.chart.layout.display = "none"; return
+        self.chart.layout.display = "none"; return self._answered_in(t0)
     t1 = time.perf_counter()
     device = int(self.device_gib.value * 2**30)
-    self.chart.value = figure_svg(sm.figure(device_memory=device))
-    self.seconds = dict(predict=t1 - t0, draw=time.perf_counter() - t1)
+    self.chart.value = figure_svg(_titled(sm.figure(device_memory=device)))
     worst, left = sm.worst_case, sm.left(device)   # as `lfk fits` decides: the device less its reserve
     verdict = (f"<b style='color:#2e7d32'>fits</b>, {fmt_bytes(left)} left" if left >= 0
                else f"<b style='color:#c62828'>does not fit</b>, {fmt_bytes(-left)} over")
-    self.chart.layout.opacity, self.chart.layout.display = "1", ""; self.widget.remove_class("lfk-stale")
+    self.chart.layout.display = ""; self.widget.remove_class("lfk-stale")
     sub = _text_model(self.ex.model, self.ex.config)[2]
-    self.status.value = ((f"its {sub} traced (LoRA trains it alone): " if sub else "") +
-                         f"{H.escape(sm.label)}, world {sm.world}: worst rank peak {fmt_bytes(worst)} on a "
-                         f"{fmt_bytes(device)} device, less a {RESERVE} reserve: {verdict}")
-    if self.ex.job is not None: self.status.value = _job_status(self, sm) + self.status.value
-    if self.ex.ahead: self.trace_ahead()
+    status = ((f"its {sub} traced (LoRA trains it alone): " if sub else "") +
+              f"{H.escape(sm.label)}, {H.escape(self.setting()['precision'])}, world {sm.world}: "
+              f"worst rank peak {fmt_bytes(worst)} on a "
+              f"{fmt_bytes(device)} device, less a {RESERVE} reserve: {verdict}")
+    self.status.value = (_job_status(self, sm) if self.ex.job is not None else "") + status
+    if self.ex.ahead: self.trace_ahead()             # (queued before the answer counts as shown: a script's pause)
+    self._answered_in(t0, draw=time.perf_counter() - t1)
+
+# %% ../../nbs/14a_explore_fits.ipynb #drawn001
+@patch_to(FitsTab)
+def _answered_in(self:FitsTab, t0:float, draw:float=0.0):
+    "The answer is on screen: how long the user waited for it (`seconds`), and the 'tracing…' count stops."
+    self.seconds = dict(answer=time.perf_counter() - (self._since or t0), draw=draw)
+    self._since = None; self._shown.set()
+
+def _titled(fig, width:int=110):
+    "A figure whose long title (a plan's long target list) wraps onto lines that fit its width, not clipped."
+    import textwrap
+    t = getattr(fig, "_suptitle", None)
+    if t is not None and len(t.get_text()) > width:   # a break after each "|" of a target list, not inside a name
+        fig.suptitle(textwrap.fill(t.get_text().replace("|", "| "), width, break_long_words=False))
+    return fig
 
 # %% ../../nbs/14a_explore_fits.ipynb #a1e223f0
 @patch_to(FitsTab)
@@ -194,71 +252,216 @@ def neighbours(self:FitsTab)->list[dict]:
     out.append(dict(s, seq=s["seq"] * 2))
     for w in (s["world"] * 2, s["world"] // 2):
         if 1 <= w <= 1024: out.append(dict(s, world=w))
-    out += [dict(s, precision=p) for p in PRECISIONS if p != s["precision"]]
+    out += [dict(s, precision=p) for p in self.precision.options if p != s["precision"]]
     if s["seq"] > 1: out.append(dict(s, seq=s["seq"] // 2))
     return out[:self.n_ahead]
 
 @patch_to(FitsTab)
-def trace_ahead(self:FitsTab):
-    "Queue the neighbours' traces for the worker process (the queue of an older setting goes; the running one stays)."
-    job = self.ex.job is not None                         # a job: the worker builds it from the job itself
-    if self.ex.built_from is None and not job: return     # a module given: nothing to build it from elsewhere
-    wrap, src = self.ex.config, self.ex.built_from
+def _item(self:FitsTab, s:dict)->tuple:
+    "Setting `s` as the worker takes it: (its key, 'job' or 'trace', the arguments)."
+    if self.ex.job is not None: return (self.key(s), "job", (self.traced_job(s),))
+    return (self.key(s), "trace", (self.ex.built_from, self.ex.config, _trace_kwargs(s)))
+
+# %% ../../nbs/14a_explore_fits.ipynb #ask00001
+@patch_to(FitsTab)
+def _ask(self:FitsTab, k:tuple):
+    "The knobs' setting traced first: the queue goes, and a trace running for a setting the user has left is dropped."
     with self._qlock:
-        self._queue = [(self.key(s), None, self.traced_job(s), None) if job else
-                       (self.key(s), src, wrap, _trace_kwargs(s)) for s in self.neighbours()
-                       if self.key(s) not in self._traces]
+        self._queue = [self._item(self.setting())]
+        if self._running and self._running[1] != k and not self._running[2]:
+            self._worker.send(("drop", self._running[0])); self._running = self._running[:2] + (True,)
+        self._pump()
+
+@patch_to(FitsTab)
+def trace_ahead(self:FitsTab):
+    "Queue the neighbours' traces for the worker, nearest first (the queue of an older setting goes)."
+    if not self.in_worker(): return
+    with self._qlock:
+        self._queue = [self._item(s) for s in self.neighbours() if self.key(s) not in self._traces]
         self._pump()
 
 # %% ../../nbs/14a_explore_fits.ipynb #738f7a3b
 @patch_to(FitsTab)
 def _pump(self:FitsTab):
-    "Send the next queued trace to the worker when none runs there (one at a time: a running one is really running)."
-    import concurrent.futures as cf, multiprocessing as mp
+    "Send the next queued trace to the worker when none runs there: one at a time, so the one running runs alone."
     with self._qlock:
-        if self._running and not self._running[1].done(): return
-        self._running = None
-        while self._queue and self._queue[0][0] in self._traces: self._queue.pop(0)
+        if self._running: return
+        self._queue = [q for q in self._queue if q[0] not in self._traces]
         if not self._queue: return
-        if self._worker is None: self._worker = cf.ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"))
-        k, src, wrap, kw = self._queue.pop(0)
-        from lora_fsdp_kit.explore.fits import _job_in_worker, _trace_in_worker   # by name: the worker imports it
-        try: fut = (self._worker.submit(_job_in_worker, wrap) if src is None else   # (a job rides in `wrap`)
-                    self._worker.submit(_trace_in_worker, src, wrap, kw))
-        except Exception: self._queue = []; return             # a worker that died: no more traces ahead
-        self._running = (k, fut)
-    def done(f):
-        e = None if f.cancelled() else f.exception()
-        if not f.cancelled() and not isinstance(e, cf.BrokenExecutor): self._traces.setdefault(k, e or f.result())
+        if self._worker is None: self._worker = _Worker(self._answered)
+        k, kind, args = self._queue.pop(0)
+        self._jid = getattr(self, "_jid", 0) + 1
+        try: self._worker.send((self._jid, kind, args, k != self.want))   # ahead: one core, the kernel's is free
+        except (OSError, ValueError): return self._answered(self._worker, None, "gone", None)
+        self._running = (self._jid, k, False)    # (its id, its key, dropped)
+
+# %% ../../nbs/14a_explore_fits.ipynb #answ0001
+@patch_to(FitsTab)
+def _answered(self:FitsTab, worker, jid:int|None, status:str, value):
+    "The worker's answer (its reader thread): kept, drawn if the knobs still say its setting, then the next trace."
+    with self._qlock:
+        if worker is not self._worker: return                   # a worker stopped since
+        if status == "gone":                                     # the worker died: from here, traced in the kernel
+            self._worker, self._running, self._queue, self._no_worker = None, None, [], True
+            if self._since is not None: self.draw(self.want)
+            return
+        if not self._running or self._running[0] != jid: return
+        k, self._running = self._running[1], None
+        if status in ("ok", "error"): self._traces.setdefault(k, value)   # a refusal's reason is an answer too
+        if k == self.want and self._since is not None and k in self._traces and k == self.key(): self.draw(k)
         self._pump()
-    fut.add_done_callback(done)
 
-# %% ../../nbs/14a_explore_fits.ipynb #55c43619
-def _trace_in_worker(built_from:tuple, wrap, kw:dict):
-    "In the worker process: the model `built_from` names (built once, kept), and one setting's step memory."
-    import os, warnings
-    from lora_fsdp_kit.models import build_for_plan
-    os.environ["LFK_TRACE_FORK"] = "0"      # one core: the other is the kernel's, for the setting on the screen
-    from lora_fsdp_kit.fits.core import predict_step_memory
-    warnings.simplefilter("ignore")         # its stderr is the kernel's: a setting's warnings come with its answer
-    if built_from not in _WORKER_MODELS: _WORKER_MODELS[built_from] = build_for_plan(*built_from)
-    m, wrap, _ = _text_model(_WORKER_MODELS[built_from], wrap)
-    return predict_step_memory(m, wrap=wrap, **kw)
+# %% ../../nbs/14a_explore_fits.ipynb #worker01
+class _Worker:
+    "The tab's worker process and the pipe to it: `send` it a trace or a drop; each answer goes to `answered`."
+    def __init__(self, answered):
+        import multiprocessing as mp, threading
+        ctx = mp.get_context("spawn")                  # not fork: the kernel's threads and sockets stay behind
+        self.conn, theirs = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(theirs, os.getpid()), daemon=True, name="lfk-fits-worker")
+        self.proc.start(); theirs.close()              # the kernel's end alone: the worker reads EOF when it goes
+        self._send = threading.Lock()
+        threading.Thread(target=self._read, args=(answered,), daemon=True, name="lfk-fits-answers").start()
 
-_WORKER_MODELS: dict = {}
+    def send(self, msg:tuple):
+        with self._send: self.conn.send(msg)
 
-def _job_in_worker(job):
-    "In the worker process: `fits.predict_job` of one job (its model built once: `fits` keeps it)."
-    import os, warnings
-    os.environ["LFK_TRACE_FORK"] = "0"
-    from lora_fsdp_kit.fits.core import predict_job
-    warnings.simplefilter("ignore")
-    return predict_job(job)
+    def _read(self, answered):
+        while True:
+            try: jid, status, value = self.conn.recv()
+            except (EOFError, OSError): return answered(self, None, "gone", None)
+            except Exception as e: jid, status, value = None, "error", e    # (an answer that does not unpickle)
+            answered(self, jid, status, value)
+
+    def stop(self, timeout:float=5.0):
+        "End the worker: asked to stop, it kills the trace it runs and exits; killed if it has not within `timeout`."
+        try: self.send(("stop",))
+        except (OSError, ValueError): pass
+        self.proc.join(timeout)
+        if self.proc.is_alive(): self.proc.kill(); self.proc.join()
+        self.conn.close()
+
+# %% ../../nbs/14a_explore_fits.ipynb #worker02
+_WORKER_MODELS: dict = {}   # in the worker: built_from -> the model (built once; every forked trace shares it)
+
+def _worker_main(conn, kernel:int):
+    "The worker process: traces one at a time, each in a forked copy of it; it ends with the kernel, however it ends."
+    import signal, warnings
+    warnings.simplefilter("ignore")       # its stderr is the kernel's: a setting's warnings come with its answer
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the kernel's interrupt (sent to its group) is not for the worker
+    signal.signal(signal.SIGTERM, _exit_cleanly)   # (multiprocessing's end of a daemon): its copy's group ends too
+    while True:
+        while not conn.poll(1.0):
+            if os.getppid() != kernel: os._exit(0)   # the kernel was killed: its pipe may live on in its copies
+        try: msg = conn.recv()
+        except (EOFError, OSError): os._exit(0)      # the kernel is gone
+        if msg[0] == "stop": os._exit(0)
+        if msg[0] == "drop": continue                # the trace it drops was answered already
+        if msg[0] == "warm":                         # the model built (torch imported) before the first trace
+            try: _built(msg[1])
+            except Exception: pass                   # (its trace says why)
+            continue
+        jid, kind, args, ahead = msg
+        try: out = _forked(conn, kernel, jid, _prepare(kind, args), ahead)
+        except Exception as e: out = ("error", e)    # the model could not be built: that is the answer
+        if out[0] == "stop": os._exit(0)
+        try: conn.send((jid,) + out)
+        except (OSError, ValueError): os._exit(0)
+        except Exception as e: conn.send((jid, "error", RuntimeError(f"{type(out[1]).__name__}: {out[1]}")))
+
+# %% ../../nbs/14a_explore_fits.ipynb #prep0001
+def _exit_cleanly(signum, frame): raise SystemExit(0)   # `finally`s run: the copy being waited for is killed
+
+def _prepare(kind:str, args:tuple):
+    "In the worker: the call one trace runs, its model built here first (kept: forked copies share it)."
+    from lora_fsdp_kit.fits.core import predict_job, predict_step_memory
+    if kind == "job": return lambda: predict_job(*args)
+    built_from, wrap, kw = args
+    m, wrap, _ = _text_model(_built(built_from), wrap)
+    return lambda: predict_step_memory(m, wrap=wrap, **kw)
+
+def _built(built_from:tuple)->nn.Module:
+    "In the worker: the model `built_from` names (`models.build_for_plan`'s arguments), built once."
+    if built_from not in _WORKER_MODELS:
+        import lora_fsdp_kit.fits.core                # (the trace's imports too, before the first trace)
+        from lora_fsdp_kit.models import build_for_plan
+        _WORKER_MODELS[built_from] = build_for_plan(*built_from)
+    return _WORKER_MODELS[built_from]
+
+# %% ../../nbs/14a_explore_fits.ipynb #worker03
+def _forked(conn, kernel:int, jid:int, fn, ahead:bool)->tuple[str, object]:
+    "fn() in a forked copy, in a process group of its own: ('ok', value), ('error', e), or ('dropped'/'stop', None)."
+    import pickle, tempfile, threading
+    fd, path = tempfile.mkstemp(prefix="lfk-fits-", suffix=".pkl"); os.close(fd)
+    pid = os.fork()
+    if pid == 0:                                       # the copy; its own group: a drop kills its trace's copies too
+        os.setpgid(0, 0); code = 1
+        try:
+            threading.Thread(target=_end_with, args=(os.getppid(),), daemon=True).start()
+            if ahead: os.environ["LFK_TRACE_FORK"] = "0"   # ahead: one core; the knobs' setting: as the kernel would
+            try: out = ("ok", fn())
+            except Exception as e: out = ("error", e)
+            with open(path, "wb") as f:
+                try: pickle.dump(out, f)
+                except Exception: f.seek(0); f.truncate(); pickle.dump(("error", RuntimeError(repr(out[1]))), f)
+            code = 0
+        finally: os._exit(code)
+    try: os.setpgid(pid, pid)
+    except OSError: pass                               # (the copy did it first)
+    return _wait_for(conn, kernel, jid, pid, path)
+
+def _end_with(parent:int):
+    "A copy's thread: when its worker is gone (killed), the copy's group goes too (its trace's own copies included)."
+    import signal
+    while os.getppid() == parent: time.sleep(0.5)
+    os.killpg(0, signal.SIGKILL)
+
+
+# %% ../../nbs/14a_explore_fits.ipynb #worker04
+def _wait_for(conn, kernel:int, jid:int, pid:int, path:str)->tuple[str, object]:
+    "Wait for the copy `pid`, reading the kernel's pipe meanwhile: a drop of `jid`, or a stop, kills its group."
+    import pickle, signal
+    reaped, out = False, None
+    try:
+        while out is None:
+            p, status = os.waitpid(pid, os.WNOHANG)
+            if p:
+                reaped = True
+                if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+                    out = ("error", RuntimeError(f"the trace's process ended with status {status}"))
+                else:
+                    with open(path, "rb") as f: out = pickle.load(f)
+            elif os.getppid() != kernel: out = ("stop", None)
+            elif conn.poll(0.05):
+                try: m = conn.recv()
+                except (EOFError, OSError): m = ("stop",)
+                if m[0] == "stop": out = ("stop", None)
+                elif tuple(m) == ("drop", jid): out = ("dropped", None)
+        return out
+    finally:
+        try: os.killpg(pid, signal.SIGKILL)           # the copy (dropped) and the copies its trace forked
+        except (ProcessLookupError, PermissionError): pass
+        if not reaped: os.waitpid(pid, 0)
+        os.unlink(path)
+
+
+# %% ../../nbs/14a_explore_fits.ipynb #stop0001
+@patch_to(FitsTab)
+def warm(self:FitsTab):
+    "Start the worker and build the panel's model there now, so that the tab's first answer is one trace away."
+    if not self.in_worker() or self.ex.job is not None: return
+    with self._qlock:
+        if self._worker is None: self._worker = _Worker(self._answered)
+        self._worker.send(("warm", self.ex.built_from))
+
+@patch_to(FitsTab)
+def wait(self:FitsTab, timeout:float=600.0)->bool:
+    "Wait until the answer for the knobs' setting is on screen (a script's or a test's pause); False: not in time."
+    return self._shown.wait(timeout)
 
 @patch_to(FitsTab)
 def stop(self:FitsTab):
-    "Stop tracing ahead: the queue goes, the worker process (if one was started) ends; a later answer may start one."
-    with self._qlock:
-        self._queue, w, self._worker = [], self._worker, None
-    if w is not None: w.shutdown(wait=True, cancel_futures=True)
+    "Stop tracing in the worker: the queue goes, the worker process ends; a later answer may start one."
+    with self._qlock: self._queue, w, self._worker, self._running, self._ticker = [], self._worker, None, None, None
+    if w is not None: w.stop()
 
