@@ -100,7 +100,7 @@ def test_the_checker_sees_circles_and_function_level_imports():
     assert upward({"models": [("__main__", 3)], "plan.core": [("shards", 1)]}) == [
         f"models.py:3 ({fl['models'][1]}) imports __main__ ({fl['__main__'][1]})"]   # an upward import, named
 
-MAX_PRIVATE_IMPORTS = 10   # issue 49: what two modules share is a public, documented name of one of them (44 -> 8)
+MAX_PRIVATE_IMPORTS = 10   # issue 49: what two modules share is a public, documented name of one of them (44 -> 0)
 
 def private_imports()->list[str]:
     "One line per private name (`_x`) a module imports from another kit module."

@@ -23,8 +23,9 @@ from ..methods import patch_to
 from ..plan.wrap import MP_WORDS, MP_DTYPES, WrapConfig
 
 # %% auto #0
-__all__ = ['BACKENDS', 'RESERVE', 'RESERVE_WHY', 'StepMemory', 'closed_form', 'FitsError', 'position_table', 'inexact_families',
-           'predict_step_memory', 'predict_case', 'predicted_values', 'predict_job']
+__all__ = ['BACKENDS', 'RESERVE', 'RESERVE_WHY', 'StepMemory', 'ranks_text', 'closed_form', 'FitsError', 'position_table',
+           'dtype_short', 'storage_dtype', 'is_adapter_name', 'inexact_families', 'predict_step_memory', 'predict_case',
+           'predicted_values', 'job_model', 'predict_job', 'plot_unit', 'plot_stack', 'plot_timeline']
 
 # %% ../../nbs/11_fits.ipynb #41259d69
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class StepMemory:
     def worst_case(self)->int: return max(self.worst_peak_bytes)
 
     def _summary(self)->list[str]:
-        shared = "; ".join(f"rank {r} traced for {_ranks_text(rs)}" for r, rs in self.traced_ranks.items())
+        shared = "; ".join(f"rank {r} traced for {ranks_text(rs)}" for r, rs in self.traced_ranks.items())
         i = self.peak_bytes.index(self.worst)
         return [f"StepMemory({self.label}, world {self.world}): worst peak {fmt_bytes(self.worst)} on rank "
                 f"{self.ranks[i]}, in {self.peak_module[i] or '<root>'} ({self.peak_phase[i]})",
@@ -77,7 +78,7 @@ class StepMemory:
         return "\n".join(self._summary() + [f"  {k:<24}{fmt_bytes(v):>12}" for k, v in cats if v]
                          + ([f"check: {self.check!r}"] if self.check is not None else []))
 
-def _ranks_text(rs:list[int])->str:
+def ranks_text(rs:list[int])->str:
     "Ranks as short ranges: [0, 1, 2, 5] -> '0-2, 5'."
     out, start = [], None
     for i, r in enumerate(rs):
@@ -250,7 +251,7 @@ def _trace(model, cfg, world, ranks, batch, seq, backend, attention, plan, step:
 _DTYPES = {"fp32": torch.float32, "float32": torch.float32, **{k: MP_DTYPES[v] for k, v in MP_WORDS.items()}}  # wrap's names
 _SHORT = {torch.float32: "fp32", **{v: k for k, v in MP_DTYPES.items()}}
 
-def _dtype_short(dt:torch.dtype)->str: return _SHORT.get(dt, str(dt).removeprefix("torch."))
+def dtype_short(dt:torch.dtype)->str: return _SHORT.get(dt, str(dt).removeprefix("torch."))
 
 def _config_dtype(model:nn.Module)->torch.dtype:
     "The dtype the model's config.json names (`torch_dtype`/`dtype`), float32 when it names none."
@@ -260,7 +261,7 @@ def _config_dtype(model:nn.Module)->torch.dtype:
     if isinstance(v, str): v = _DTYPES.get(v, getattr(torch, v, None))
     return v if isinstance(v, torch.dtype) and v.is_floating_point else torch.float32
 
-def _storage_dtype(value:str|torch.dtype,   # "fp32", "bf16", "fp16", a torch dtype, or `default`'s key word
+def storage_dtype(value:str|torch.dtype,   # "fp32", "bf16", "fp16", a torch dtype, or `default`'s key word
                   what:str="param_dtype",  # the parameter's name, for the error
                   default:dict|None=None,  # key word -> dtype: {"config": ...} or {"base": ...}
                  )->torch.dtype:
@@ -271,11 +272,11 @@ def _storage_dtype(value:str|torch.dtype,   # "fp32", "bf16", "fp16", a torch dt
     keys = "".join(f"'{k}', " for k in default or {})
     raise FitsError(f"{what} must be {keys}'fp32', 'bf16', 'fp16' or a torch float dtype, got {value!r}")
 
-def _is_adapter(name:str)->bool: return any(s.startswith("lora_") for s in clean_name(name).split("."))
+def is_adapter_name(name:str)->bool: return any(s.startswith("lora_") for s in clean_name(name).split("."))
 
 def _dtypes(model, param_dtype, lora_dtype)->tuple[torch.dtype, torch.dtype]:
-    pdt = _storage_dtype(param_dtype, "param_dtype", {"config": _config_dtype(model)})
-    return pdt, _storage_dtype(lora_dtype, "lora_dtype", {"base": pdt})
+    pdt = storage_dtype(param_dtype, "param_dtype", {"config": _config_dtype(model)})
+    return pdt, storage_dtype(lora_dtype, "lora_dtype", {"base": pdt})
 
 # %% ../../nbs/11_fits.ipynb #68d4d398
 def _stored_as(model:nn.Module,                 # a peft model on meta
@@ -284,7 +285,7 @@ def _stored_as(model:nn.Module,                 # a peft model on meta
              )->tuple[nn.Module, torch.dtype, torch.dtype]:
     "`model` with its parameters stored as asked (a copy when a dtype changes; buffers as they are), and both dtypes."
     pdt, ldt = _dtypes(model, param_dtype, lora_dtype)
-    want = lambda n: ldt if _is_adapter(n) else pdt
+    want = lambda n: ldt if is_adapter_name(n) else pdt
     ps = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
     if all(p.dtype == want(n) for n, p in ps): return model, pdt, ldt
     key = (id(model), pdt, ldt)   # one copy per model and dtypes: every setting and --max-batch probe shares it
@@ -305,13 +306,13 @@ def _precision_text(model:nn.Module, cfg:WrapConfig, param_dtype:str|torch.dtype
     pdt, ldt = _dtypes(model, param_dtype, lora_dtype)
     if cfg.align_lora_dtype: ldt, lsrc = pdt, "align_lora_dtype"
     else: lsrc = "as the base" if lora_dtype == "base" else "lora_dtype"
-    n = [sum(p.numel() for k, p in model.named_parameters() if _is_adapter(k) == a) for a in (False, True)]
+    n = [sum(p.numel() for k, p in model.named_parameters() if is_adapter_name(k) == a) for a in (False, True)]
     src = "config.json's torch_dtype" if param_dtype == "config" else "param_dtype"
     mp = cfg.mixed_precision
-    comp = (f"computed in {mp} (FSDP mixed precision)" if mp else f"computed in {_dtype_short(pdt)}"
-            + (f" and {_dtype_short(ldt)}" if ldt != pdt else "") + " (no mixed precision)")
-    return (f"{fmt_count(n[0])} parameters stored in {_dtype_short(pdt)} ({src}), LoRA's {fmt_count(n[1])} in "
-            f"{_dtype_short(ldt)} ({lsrc}), {comp}, gradients reduced in {'fp32' if mp else _dtype_short(ldt)}")
+    comp = (f"computed in {mp} (FSDP mixed precision)" if mp else f"computed in {dtype_short(pdt)}"
+            + (f" and {dtype_short(ldt)}" if ldt != pdt else "") + " (no mixed precision)")
+    return (f"{fmt_count(n[0])} parameters stored in {dtype_short(pdt)} ({src}), LoRA's {fmt_count(n[1])} in "
+            f"{dtype_short(ldt)} ({lsrc}), {comp}, gradients reduced in {'fp32' if mp else dtype_short(ldt)}")
 
 # %% ../../nbs/11_fits.ipynb #43fb09b1
 _KERNEL_PACKAGES = ("mamba_ssm", "causal_conv1d")   # the fused kernels of transformers' state-space layers
@@ -456,7 +457,7 @@ def _reduced_check(model:nn.Module,       # the peft model on meta, stored as th
     if lora is None: raise FitsError("check=True checks a LoRA step: give a peft model (models.add_lora)")
     config = copy.deepcopy(base.config); config.architectures = [type(base).__name__]
     targets = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, BaseTunerLayer)})
-    stored = {_is_adapter(n): _dtype_short(p.dtype) for n, p in model.named_parameters() if p.is_floating_point()}
+    stored = {is_adapter_name(n): dtype_short(p.dtype) for n, p in model.named_parameters() if p.is_floating_point()}
     w, note = check_world(world)
     case = dict(check_case(config, cfg, w, r=lora.r, targets=tuple(targets), param_dtype=stored[False],
                            lora_dtype=stored.get(True, stored[False])),
@@ -470,7 +471,7 @@ _JOB_MODELS: dict = {}   # the model fields of a job -> its meta model (a --max-
 _BUILT_FROM = ("model", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "dora", "modules_to_save",
                "target_parameters")
 
-def _job_model(job)->nn.Module:
+def job_model(job)->nn.Module:
     "The meta model a job's step trains (`Job.build(step=True)`, in training mode), built once per model and LoRA."
     key = repr([getattr(job, k) for k in _BUILT_FROM])
     if key not in _JOB_MODELS:
@@ -490,7 +491,7 @@ def predict_job(job,                   # a `lora_fsdp_kit.plan.job.Job`: the mod
     if not isinstance(job, Job): raise TypeError(f"predict_job takes a lora_fsdp_kit.plan.job.Job, got {type(job).__name__}")
     if job.world is None: raise FitsError("the job has no world: give it one (world=, --world, or a file's ranks)")
     kw, left = job.step_kwargs(predict_step_memory)
-    mem = predict_step_memory(_job_model(job), rank=rank, backend=backend, attention=attention, check=check,
+    mem = predict_step_memory(job_model(job), rank=rank, backend=backend, attention=attention, check=check,
                               **kw)
     if not left: return mem
     return dataclasses.replace(mem, forward=f"{mem.forward}; not in the trace: {', '.join(left)} (it steps AdamW "
@@ -502,10 +503,11 @@ _COLORS = {"sharded parameters": "#1f77b4", "unsharded parameters": "#aec7e8", "
            "activations": "#ff7f0e", "temporaries": "#ffbb78", "all-gather buffers": "#d62728",
            "reduce-scatter buffers": "#ff9896", "backend staging": "#8c564b", "inputs": "#e377c2", "other": "#c7c7c7"}
 
-def _unit(top:float)->tuple[str, int]:
+def plot_unit(top:float)->tuple[str, int]:
+    "The unit a chart's axis counts in (GiB, MiB, KiB or B) and its size, for values up to `top`."
     return next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)) if top >= 2 * s), ("B", 1))
 
-def _stack(ax, labels:list[str], cats:list[dict], scale:int):
+def plot_stack(ax, labels:list[str], cats:list[dict], scale:int):
     "Stacked bars, one per label, one colour per category (legend lists the categories present)."
     bottom = [0.0] * len(labels)
     for c in CATEGORIES:
@@ -517,7 +519,7 @@ def _stack(ax, labels:list[str], cats:list[dict], scale:int):
                   if len(labels) > 3 else "center")
     return bottom
 
-def _timeline(ax, t:RankTrace, scale:int, label:str, color=None, annotate:bool=True):
+def plot_timeline(ax, t:RankTrace, scale:int, label:str, color=None, annotate:bool=True):
     "Live bytes over the second iteration (x: ops in order), the peak marked (and named, with `annotate`)."
     if not t.timeline: return
     n = t.timeline[-1][0] or 1
@@ -536,11 +538,11 @@ def figure(self:StepMemory, device_memory:int|None=None):
     groups = list(self.traced_ranks.items())
     far = bool(device_memory) and device_memory > 20 * self.worst   # a device far above: the bars at their own scale
     top = self.worst if far else max(self.worst, device_memory or 0)
-    unit, scale = _unit(top)
+    unit, scale = plot_unit(top)
     fig = new_figure(figsize=(13, 5.2))
     ax_b, ax_t = fig.subplots(1, 2, gridspec_kw=dict(width_ratios=[1, 1.4]))
     j = {t.rank: t for t in self.traces}
-    _stack(ax_b, [_ranks_text(rs) for _, rs in groups], [j[r].by_category for r, _ in groups], scale)
+    plot_stack(ax_b, [ranks_text(rs) for _, rs in groups], [j[r].by_category for r, _ in groups], scale)
     for i, (r, _) in enumerate(groups):
         ax_b.text(i, j[r].peak / scale, fmt_bytes(j[r].peak), ha="center", va="bottom", fontsize=8)
     if device_memory:   # off the scale: named in the legend, not drawn
@@ -551,7 +553,7 @@ def figure(self:StepMemory, device_memory:int|None=None):
     ax_b.legend(fontsize=7, loc="upper left", ncol=2)
     ax_b.set_ylim(0, top / scale * 1.45)
     worst = max(self.traces, key=lambda t: t.peak)
-    _timeline(ax_t, worst, scale, f"rank {worst.rank}")
+    plot_timeline(ax_t, worst, scale, f"rank {worst.rank}")
     if device_memory: ax_t.axhline(device_memory / scale, color="k", ls="--", lw=1.2)
     ax_t.set(xlabel="progress through the second iteration (ops in order)", ylabel=unit,
              title=f"memory over the step, rank {worst.rank}")

@@ -14,8 +14,8 @@ from torch import nn
 
 from ..families import PLAN_TARGETS, text_model_of
 from ..units import fmt_bytes, fmt_count, parse_bytes
-from .core import (RESERVE, FitsError, StepMemory, _dtype_short, _is_adapter, _ranks_text, _stack,
-                                _storage_dtype, _timeline, _unit, position_table, predict_job, predict_step_memory)
+from .core import (RESERVE, FitsError, StepMemory, dtype_short, is_adapter_name, ranks_text, plot_stack,
+                                storage_dtype, plot_timeline, plot_unit, position_table, predict_job, predict_step_memory)
 from ..plan.policies import resolve_layer_classes
 from ..shards import shard_group_size
 from ..plan.wrap import WrapConfig
@@ -58,7 +58,7 @@ def _sb(n:int)->str:
 # %% ../../nbs/11b_fits_report.ipynb #1f4c22aa
 def _dtype_word(v:str|torch.dtype, keep:str)->str:
     "A storage dtype as the kit writes it ('bfloat16', `torch.bfloat16` -> 'bf16'); the word `keep` ('config') as is."
-    return v if isinstance(v, str) and v.lower() == keep else _dtype_short(_storage_dtype(v, "dtype", {}))
+    return v if isinstance(v, str) and v.lower() == keep else dtype_short(storage_dtype(v, "dtype", {}))
 
 @dataclass(frozen=True)
 class Setting:
@@ -120,13 +120,13 @@ def settings_table(settings:list[Setting],            # the rows
 def plot_settings(settings:list[Setting], device:int, reserve:int=0):
     "Stacked categories of each setting's worst rank against the device (and its reserve), and memory over each step."
     from lora_fsdp_kit.figures import new_figure
-    unit, scale = _unit(max([device] + [s.memory.worst for s in settings]))
+    unit, scale = plot_unit(max([device] + [s.memory.worst for s in settings]))
     fig = new_figure(figsize=(14, 5.5))
     ax_b, ax_t = fig.subplots(1, 2, gridspec_kw=dict(width_ratios=[1.2, 1]))
     worst = [max(s.memory.traces, key=lambda t: t.peak) for s in settings]
     apart = _varying(settings)[1]
     labels = [" ".join(t for t in s.words if t in apart).replace(" ", "\n", 1) for s in settings]
-    _stack(ax_b, labels, [t.by_category for t in worst], scale)
+    plot_stack(ax_b, labels, [t.by_category for t in worst], scale)
     ax_b.axhline(device / scale, color="k", ls="--", lw=1.5, label=f"device {fmt_bytes(device)}")
     if reserve: ax_b.axhline((device - reserve) / scale, color="k", ls=":", lw=1.2,
                              label=f"less the reserve {fmt_bytes(reserve)}")
@@ -134,7 +134,7 @@ def plot_settings(settings:list[Setting], device:int, reserve:int=0):
     ax_b.set_ylim(0, max([device] + [t.peak for t in worst]) / scale * 1.45)
     ax_b.legend(fontsize=7, ncol=2, loc="upper left")
     for i, (s, t) in enumerate(zip(settings, worst)):
-        _timeline(ax_t, t, scale, labels[i].replace("\n", " "), color=f"C{i % 10}", annotate=False)
+        plot_timeline(ax_t, t, scale, labels[i].replace("\n", " "), color=f"C{i % 10}", annotate=False)
     ax_t.axhline(device / scale, color="k", ls="--", lw=1.5)
     ax_t.set(xlabel="progress through the second iteration (ops in order)", ylabel=unit, title="memory over the step")
     ax_t.legend(fontsize=7, loc="upper right")
@@ -179,7 +179,7 @@ def _sweep(text:str|int, what:str, lowest:int=1)->list[int]:
 def _dtype_words(text:str|torch.dtype, what:str, key:str)->list:
     "A comma list of storage dtypes, each checked now (before any model is built), in the kit's words ('bf16')."
     out = [v.strip() for v in text.split(",")] if isinstance(text, str) else [text]
-    for v in out: _storage_dtype(v, what, {key: torch.float32})
+    for v in out: storage_dtype(v, what, {key: torch.float32})
     return [_dtype_word(v, key) for v in out]
 
 def _probe(model, cfg, world, batch, seq, pd, ld, backend, attention, job=None)->StepMemory:
@@ -206,7 +206,7 @@ def _dora(model)->bool: return any(getattr(c, "use_dora", False) for c in model.
 def _header(model, config:str, lora_r:int, targets:str, world:int, backend:str, batches, seqs, device:int,
             reserve:int, common:list[str], search:str|None, job=None, wraps=(), dtypes=None)->list[str]:
     "What the answer is about: the model, its parameters and LoRA's, the job, the device and what the verdict counts."
-    n = [sum(p.numel() for k, p in model.named_parameters() if _is_adapter(k) == a) for a in (False, True)]
+    n = [sum(p.numel() for k, p in model.named_parameters() if is_adapter_name(k) == a) for a in (False, True)]
     size = lambda v, what: ("largest that fits" if search == what else ",".join(map(str, v)))
     name = type(model.get_base_model()).__name__ + (f" ({config})" if isinstance(config, str) else "")
     head = [f"will it fit? {name}: {n[0]:,} parameters ({fmt_count(n[0])}), "
@@ -257,7 +257,7 @@ def _details(s:Setting, usable:int)->list[str]:
     if len(set(m.peak_bytes)) > 1:
         by = {}
         for r, p in zip(m.ranks, m.peak_bytes): by.setdefault(p, []).append(r)
-        out.append("  ranks differ: " + "; ".join(f"{_ranks_text(rs)} {fmt_bytes(p)}" for p, rs in
+        out.append("  ranks differ: " + "; ".join(f"{ranks_text(rs)} {fmt_bytes(p)}" for p, rs in
                                                  sorted(by.items(), reverse=True)))
     return out
 
@@ -383,10 +383,10 @@ def _model_of(job, world, config, lora_r:int, targets:str, dora:bool, wraps):
     "The meta model `fits_report` traces (its wrappings checked), its world, config, LoRA rank and targets (`job`'s)."
     if job is None: out = _fits_model(config, lora_r, targets, dora), world, config, lora_r, targets
     else:
-        from lora_fsdp_kit.fits.core import _job_model
+        from lora_fsdp_kit.fits.core import job_model
         world = job.world if world is None else world   # the job's world unless one is given
         if not isinstance(world, int) or not 1 <= world <= 1024: raise FitsError(f"--world must be 1-1024, got {world}")
-        out = _job_model(job), world, job.model, job.lora_r, ",".join(job.lora_targets + job.target_parameters)
+        out = job_model(job), world, job.model, job.lora_r, ",".join(job.lora_targets + job.target_parameters)
     _check_wraps(out[0], wraps, out[1])
     return out
 
