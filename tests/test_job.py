@@ -1,6 +1,7 @@
 """A job read from the trainer's own files (accelerate YAML, the Trainer's arguments JSON, peft's adapter_config.json,
 verl's YAML) is the same `Job`, and plans the same units, as the flags that say the same; a config.json typo is refused
 by the command line (exit 2) unless --lenient."""
+import itertools
 import json
 from pathlib import Path
 
@@ -65,7 +66,8 @@ def test_verl_yaml_is_its_flags(tmp_path:Path):
 def test_a_flag_beside_a_file_wins(tmp_path:Path, capsys):
     (tmp_path/"a.yaml").write_text(ACCELERATE)
     assert main(["plan", "--model", "llama", "--job", str(tmp_path/"a.yaml"), "--world", "4"]) == 0
-    first = capsys.readouterr().out.splitlines()[0]
+    lines = capsys.readouterr().out.splitlines()   # the job line, folded at 100 columns: its indented rest follows
+    first = " ".join([lines[0]] + [l.strip() for l in itertools.takewhile(lambda l: l.startswith(" "), lines[1:])])
     assert first.startswith("job: llama · fsdp2:layer") and "world 4" in first, first
 
 def test_config_typo_is_refused_unless_lenient(tmp_path:Path, capsys):
