@@ -46,7 +46,8 @@ demo: $(STAMP)
 # orders them). One thread per process, as torchrun sets for its ranks, unless OMP_NUM_THREADS says otherwise: the
 # models are tiny and 2 cores run up to 6 ranks at once, where more threads only wait for each other.
 # tests/test_device_check.py runs in `make test-oldest` only (see there): once, where it proves something new.
-PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --ignore=tests/test_device_check.py tests
+PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --ignore=tests/test_device_check.py \
+          --ignore=tests/test_install.py tests
 test nbtest pytest test-oldest: export OMP_NUM_THREADS ?= 1
 # A prediction's traces run in forked copies of the process, one per core (lora_fsdp_kit.forks): the suite's 2 workers
 # already keep both cores busy, where the copies would only add their copy-on-write pages. The chapters and tests of
@@ -121,12 +122,15 @@ OLDEST_NBS   := (00c_doctor|03_plan|05_gather|06_memory)\.ipynb
 # is the one test that trains, gathers and measures on real ranks with the oldest of them (the notebooks above plan and
 # gather). In `make test` it ran too (40 CPU-s), proving again on the newest versions what test_gather_ranks and
 # test_measure prove there; `make test` skips it.
-OLDEST_TESTS := tests/test_device_check.py
+# tests/test_install.py runs the README's Install section as a user would: a fresh venv beside this environment's
+# packages (the oldest stack the kit admits), `pip install` of a clone, then each `lfk` line (about 70 CPU-s; CI runs
+# this target beside test-vllm, which takes longer).
+OLDEST_TESTS := tests/test_device_check.py tests/test_install.py
 
 # The package goes in first WITHOUT its dev extras, as a user installs it beside their own torch: every module must
 # import and `doctor` must pass with the runtime requirements alone (no module may import a dev-only package such as
 # fastcore at load time). Only then are the dev tools added for the tests.
-$(STAMP_OLDEST): settings.ini setup.py $(wildcard lora_fsdp_kit/*.py lora_fsdp_kit/configs/*.json)
+$(STAMP_OLDEST): settings.ini setup.py $(wildcard lora_fsdp_kit/*.py lora_fsdp_kit/*/*.py lora_fsdp_kit/configs/*.json)
 	test -x $(PY_OLDEST) || $(PYTHON) -m venv $(VENV_OLDEST)
 	echo '*' > $(VENV_OLDEST)/.gitignore
 	$(PY_OLDEST) -m pip install --quiet uv || true

@@ -4,8 +4,8 @@ user+system time of pytest and every process it starts (ranks, fork servers, bro
 `-p no:cacheprovider` under a child subreaper, so that fork servers and other orphans are reaped, and counted, too,
 with the venv's .pyc files written as `make` lets them be (2026-12-02, issue 30; on a 2-core machine shared with other
 jobs, so the wall seconds beside them vary, the CPU-seconds much less). `=`: not measured this time (its owner's, or
-the previous measurement). tests/test_device_check.py is not here: it runs in `make test-oldest` only (see the
-Makefile). A file not listed runs after these, in collection order."""
+the previous measurement). tests/test_device_check.py and tests/test_install.py are not here: they run in `make test-oldest` only (see
+the Makefile). A file not listed runs after these, in collection order."""
 COST = {"test_fits_accuracy": 154,   # 2026-12-03: 168 less the forked-trace test (14 s; it lives in chapter 11a now)
         "test_fits_heldout": 100,    # 2026-12-06: 4 ranks, 10 cases (67 s wall at load 7)
         "test_trainer_fits": 110,    # 2026-12-06: fits beside 13 real Trainer / accelerate steps (108 s alone)
@@ -35,7 +35,7 @@ COST = {"test_fits_accuracy": 154,   # 2026-12-03: 168 less the forked-trace tes
         "test_shards": 16,           # 43 s
         "test_nothing_lost": 14,     # 60 s
         "test_prior_art": 13,        # 82 s
-        "test_readme": 70,           # 2026-12-06: + the Install section run in a fresh venv (pip install, 3 lfk lines)
+        "test_readme": 12,           # = (the Install section's run, tests/test_install.py, is make test-oldest's)
         "test_notebooks": 9,         # 42 s
         "test_doctor": 6,            # 31 s
         "test_flavour_defaults": 8,  # 2026-12-06
