@@ -136,6 +136,7 @@ $(STAMP_OLDEST): settings.ini setup.py $(wildcard lora_fsdp_kit/*.py lora_fsdp_k
 	$(PY_OLDEST) -m pip install --quiet uv || true
 	$(call INSTALL_TORCH,$(PY_OLDEST))
 	$(PY_OLDEST) -m pip uninstall --quiet --yes fastcore nbdev execnb ghapi pytest 2>/dev/null || true
+	rm -rf build lora_fsdp_kit.egg-info   # setuptools builds in the tree: a stale build/ installs moved modules too
 	$(call INSTALL,$(PY_OLDEST),. $$(PYTHONPATH=. $(PYTHON) -c \
 	    "from lora_fsdp_kit.doctor import oldest_requirements as o; print(' '.join(o()))"))
 	$(PY_OLDEST) -m pip check

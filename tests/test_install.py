@@ -38,7 +38,11 @@ def test_install_commands_run_where_shown(tmp_path):
         if "--max-batch" in args:   # one setting's search, not four (the same code; test_answer_width runs it whole)
             args += ["--flavour", "fsdp2", "--activation-checkpointing", "off"]
         r = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, f"{line}: exit {r.returncode}\n{r.stdout[-1500:]}\n{r.stderr[-1500:]}"
+        # exit 1 is an answer (a ✖ finding; a setting that does not fit or whose step fails: with the oldest
+        # transformers, checkpointing with config.json's use_cache on fails its recompute, and fits says so)
+        assert r.returncode in (0, 1) and "Traceback" not in r.stderr, \
+            f"{line}: exit {r.returncode}\n{r.stdout[-1500:]}\n{r.stderr[-1500:]}"
+        assert r.stdout.startswith("job: ") and ("verdict" in r.stdout or "findings" in r.stdout), r.stdout[:500]
         print(line, "->", r.stdout.strip().splitlines()[0][:100])
     # the package lfk ran is the one pip installed into the environment, not the repository's
     where = subprocess.run([str(env_dir/"bin/python"), "-c", "import lora_fsdp_kit; print(lora_fsdp_kit.__file__)"],
