@@ -145,6 +145,13 @@ def _missing()->str|None:
     except ImportError: return "python package playwright is not installed (make browser-deps installs it)"
     return None
 
+def _need_browser():
+    "Skip when Chromium or Playwright is missing; under CI a missing browser fails the test instead."
+    why = _missing()
+    if why:
+        if os.environ.get("CI") == "true": pytest.fail(f"browser test must run under CI=true: {why}")
+        pytest.skip(f"browser test skipped: {why}")
+
 @pytest.fixture(scope="module")
 def real_book(tmp_path_factory):
     out = tmp_path_factory.mktemp("book")
@@ -164,10 +171,7 @@ def test_real_book_folds_every_export_cell(real_book):
         assert text.count('src="data:image/png;base64,') >= pngs, page.name
 
 def test_book_in_chromium(real_book):
-    why = _missing()
-    if why:
-        if os.environ.get("CI") == "true": pytest.fail(f"browser test must run under CI=true: {why}")
-        pytest.skip(f"browser test skipped: {why}")
+    _need_browser()
     from playwright.sync_api import sync_playwright
     out, pages = real_book
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -234,10 +238,7 @@ GLANCE = ("13_rollout", "08_tour")                  # chapters photographed at 1
 
 def test_code_fits_at_1280(real_book):
     "At 1280 px every code block the chapters show open fits its box: nothing runs off the page (WIDE_PENDING aside)."
-    why = _missing()
-    if why:
-        if os.environ.get("CI") == "true": pytest.fail(f"browser test must run under CI=true: {why}")
-        pytest.skip(f"browser test skipped: {why}")
+    _need_browser()
     from playwright.sync_api import sync_playwright
     out, pages = real_book
     SHOTS.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from ..doctor import require
+from ..methods import patch_to
 from .reduced import (REDUCED_H, LayerSegments, NotReduced, combine_reduced, reduced_model,
     decoder_layers, why_not_reduced)
 from ..families import attention_heads, text_config
@@ -66,22 +67,6 @@ class _StepPeak(LayerSegments):
 
     def _total(self)->int: return sum(s.get("Total", 0) for s in tracker_live(self).values())
 
-    def _snap(self, extra:int=0, category:str="")->dict:
-        snap = {}
-        for dev in tracker_live(self).values():
-            for k, v in dev.items():
-                if k != "Total": snap[str(getattr(k, "value", k))] = snap.get(str(getattr(k, "value", k)), 0) + v
-        if extra: snap[category] = snap.get(category, 0) + extra
-        return snap
-
-    def _where(self)->tuple[str, str]:
-        mods = tracker_modules(self)
-        parents = [p for p in mods.parents if p != "Global"]
-        mod = max(sorted(parents), key=lambda p: p.count("."), default="")   # a tie: the first by name, every run
-        mod = clean_name(mod.split(".", 1)[1]) if "." in mod else ""   # ModTracker prefixes the root's class name
-        phase = "optimizer step" if tracker_in_optimizer(self) else "backward" if mods.is_bw else "forward"
-        return mod, phase
-
     def _note(self, extra:int=0, category:str="backend staging"):
         if not self.recording: return
         total = self._total() + extra
@@ -109,6 +94,27 @@ class _StepPeak(LayerSegments):
                  if self.cpu_threads else 0)
             if n: self._note(n, "Temp")
         return res
+
+# %% ../../nbs/11a_fits_trace.ipynb #976477c5
+@patch_to(_StepPeak)
+def _snap(self, extra:int=0, category:str="")->dict:
+    "The live bytes by category now (torch's categories), with `extra` bytes added under `category`."
+    snap = {}
+    for dev in tracker_live(self).values():
+        for k, v in dev.items():
+            if k != "Total": snap[str(getattr(k, "value", k))] = snap.get(str(getattr(k, "value", k)), 0) + v
+    if extra: snap[category] = snap.get(category, 0) + extra
+    return snap
+
+@patch_to(_StepPeak)
+def _where(self)->tuple[str, str]:
+    "Where the step is now: the innermost module running (its clean name) and the phase."
+    mods = tracker_modules(self)
+    parents = [p for p in mods.parents if p != "Global"]
+    mod = max(sorted(parents), key=lambda p: p.count("."), default="")   # a tie: the first by name, every run
+    mod = clean_name(mod.split(".", 1)[1]) if "." in mod else ""   # ModTracker prefixes the root's class name
+    phase = "optimizer step" if tracker_in_optimizer(self) else "backward" if mods.is_bw else "forward"
+    return mod, phase
 
 # %% ../../nbs/11a_fits_trace.ipynb #74044ea0
 _DEVICE = torch.ops.prim.device.default
