@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 # %% auto #0
-__all__ = ['ITEMSIZE', 'SHORT', 'WORDS', 'canonical', 'itemsize', 'short', 'torch_dtype']
+__all__ = ['ITEMSIZE', 'SHORT', 'WORDS', 'canonical', 'itemsize', 'short', 'name', 'torch_dtype']
 
 # %% ../nbs/00g_dtypes.ipynb #a5352b25
 ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
@@ -32,6 +32,12 @@ def short(dtype)->str:
     "The kit's short word for a float dtype ('bfloat16' -> 'bf16'); other dtypes keep torch's name."
     n = canonical(dtype)
     return SHORT.get(n, n)
+
+# %% ../nbs/00g_dtypes.ipynb #4744cc46
+def name(dtype)->str:
+    "torch's name of `dtype` (a `torch.dtype` or a word), known to the kit or not: `torch.bfloat16` -> 'bfloat16'."
+    w = str(dtype).strip().removeprefix("torch.")
+    return WORDS.get(w.lower(), w)
 
 # %% ../nbs/00g_dtypes.ipynb #79e35eb6
 def torch_dtype(dtype):
