@@ -127,6 +127,10 @@ def heartbeat(store, members:str, rank:int)->Heartbeat:
     key = pulse_key(members, rank)
     hb = _BEATS.get(key)
     if hb is None or hb.store is not store or not hb.is_alive():
+        # the first beat now, not in the thread: the key exists before the caller's next store call (a peer that
+        # counts the store's keys, or watches this one, never sees it appear late)
+        try: store.add(key, 1)
+        except Exception: pass   # the store is gone: the vote's own calls say so
         hb = _BEATS[key] = Heartbeat(store, key); hb.start()
     return hb
 
