@@ -93,6 +93,9 @@ def _build(config, device, dtype, seed:int)->nn.Module:
         torch.manual_seed(seed)
         if device.type == "meta":
             with torch.device("meta"): model = cls._from_config(config, dtype=dtype)
+            # a class that makes a tensor with a legacy constructor (`torch.FloatTensor(n)`: DiffLlama's lambdas,
+            # XLNet's attention weights) puts it on the CPU whatever the default device: on meta with the rest
+            if any(t.device.type != "meta" for t in (*model.parameters(), *model.buffers())): model.to("meta")
         else:
             with _nan_for_uninitialized(): model = cls._from_config(config, dtype=dtype)
             gen = torch.Generator().manual_seed(seed + 1)
