@@ -94,8 +94,8 @@ def live_tensor_bytes(device:str|None="cpu", # count only storages on this devic
     seen, total = set(), 0
     for o in gc.get_objects():
         try:
-            # type(), not isinstance: isinstance reads `o.__class__`, and torch's deprecated `reduce_op` object
-            # warns (a FutureWarning) on every attribute read
+            # type(), not isinstance: isinstance reads `o.__class__`, and torch's deprecated
+            # `reduce_op` object warns (a FutureWarning) on every attribute read
             if not issubclass(type(o), torch.Tensor) or o.is_meta: continue
             if device is not None and o.device.type != device: continue
             st = o.untyped_storage()
@@ -125,7 +125,7 @@ class PlatformBase(abc.ABC):
     def is_available(cls)->bool:
         "Whether torch can use this device in this process."
 
-    # --- addressing devices -------------------------------------------------------------------------------
+    # --- addressing devices -----------------------------------------------------------------------
     def current_device(self)->int: return self.device_module.current_device()
     def device_count(self)->int: return self.device_module.device_count()
     def set_device(self, i:int): self.device_module.set_device(i)
@@ -134,17 +134,17 @@ class PlatformBase(abc.ABC):
         "A `torch.device` for device `i` (default: the current one)."
         return torch.device(self.device_name, self.current_device() if i is None else i)
 
-    # --- randomness ---------------------------------------------------------------------------------------
+    # --- randomness -------------------------------------------------------------------------------
     def manual_seed(self, seed:int): self.device_module.manual_seed(seed)
     def manual_seed_all(self, seed:int): self.device_module.manual_seed_all(seed)
 
-    # --- memory -------------------------------------------------------------------------------------------
+    # --- memory -----------------------------------------------------------------------------------
     def empty_cache(self): self.device_module.empty_cache()
     def memory_allocated(self)->int: return self.device_module.memory_allocated()
     def max_memory_allocated(self)->int: return self.device_module.max_memory_allocated()
     def reset_peak_memory_stats(self): self.device_module.reset_peak_memory_stats()
 
-    # --- communication ------------------------------------------------------------------------------------
+    # --- communication ----------------------------------------------------------------------------
     def communication_backend_name(self)->str: return self.dist_backend
     def visible_devices_envvar(self)->str|None: return self.visible_env
 
@@ -208,7 +208,8 @@ class PlatformRegistry:
             old = cls._platforms.get(key)
             if old is not None and old is not pcls:
                 log.info("overriding platform %s (%s -> %s)", key, old.__qualname__, pcls.__qualname__)
-                del cls._platforms[key]   # re-insert at the end: probe order follows the latest registration
+                # re-insert at the end: probe order follows the latest registration
+                del cls._platforms[key]
             pcls.name = key
             cls._platforms[key] = pcls
             return pcls

@@ -85,7 +85,8 @@ def publish(tmp:Path, path:Path):
     if not path.exists(): os.rename(tmp, path); return        # a new folder: one rename
     names = sorted(f.name for f in tmp.iterdir())
     (tmp/_OLD).mkdir()
-    for n in names:                                            # the files replaced, kept until the move is over
+    # the files replaced, kept until the move is over
+    for n in names:
         if os.path.lexists(path/n):
             try: os.link(path/n, tmp/_OLD/n, follow_symlinks=False)
             except OSError: shutil.copy2(path/n, tmp/_OLD/n, follow_symlinks=False)   # no hard links here
@@ -94,7 +95,8 @@ def publish(tmp:Path, path:Path):
         for n in names: os.replace(tmp/n, path/n)
     except BaseException:
         roll_back(tmp, path); raise
-    os.unlink(tmp/_JOURNAL)                                    # published: from here on the new files stay
+    # published: from here on the new files stay
+    os.unlink(tmp/_JOURNAL)
     shutil.rmtree(tmp, ignore_errors=True)
 
 def roll_back(tmp:Path, path:Path):
@@ -109,8 +111,10 @@ def owner_alive(tmp:Path)->bool:
     "Is the process that made this temporary folder (its name says host and pid) still running?"
     host, _, rest = tmp.name.split(".saving-", 1)[1].partition("-")
     pid = rest.split("-")[0]
-    if host != _HOST: return time.time() - tmp.stat().st_mtime < 3600   # another machine's: its process can't be asked
-    if not pid.isdigit() or int(pid) == os.getpid(): return False        # this process is not saving it now
+    # another machine's: its process can't be asked
+    if host != _HOST: return time.time() - tmp.stat().st_mtime < 3600
+    # this process is not saving it now
+    if not pid.isdigit() or int(pid) == os.getpid(): return False
     try: os.kill(int(pid), 0); return True
     except ProcessLookupError: return False
     except PermissionError: return True                                  # another user's live process
@@ -118,7 +122,7 @@ def owner_alive(tmp:Path)->bool:
 def clean_leftovers(path:Path)->list[str]:
     "Roll back and remove what saves into `path` killed half way left beside it; the names of what was removed."
     gone = []
-    # the name escaped: a folder `run[1]` would match `run1`'s leftovers, and roll them back into itself
+    # escaped: a folder `run[1]` would match `run1`'s leftovers, and roll them back into itself
     for tmp in sorted(path.parent.glob(f"{glob.escape(_stem(path))}*")):
         if owner_alive(tmp): continue
         if (tmp/_JOURNAL).exists() and path.is_dir(): roll_back(tmp, path)

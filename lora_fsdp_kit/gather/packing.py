@@ -119,13 +119,15 @@ def pack_plan(tensors:list[TensorShards],  # one shard group's tensors (all with
               me:int,                      # this rank's place in the shard group
              )->PackPlan:
     "Work out one packed collective of `tensors` once: every later call only reads, copies and moves bytes."
-    groups: dict = {}   # packed and returned by dtype, then by shape (the tensors of one shape: one `unbind`)
+    # packed and returned by dtype, then by shape (the tensors of one shape: one `unbind`)
+    groups: dict = {}
     for t in tensors: groups.setdefault(t.dtype, {}).setdefault(t.shape, []).append(t)
     world, tensors = tensors[0].layout.world, [t for g in groups.values() for ts in g.values() for t in ts]
     sizes = [sum(t.piece_bytes(r) for t in tensors) for r in range(world)]
     even = evenly(sizes)
     starts = [r * max(sizes) for r in range(world)] if even else [sum(sizes[:r]) for r in range(world)]
-    runs, outs, pos, at = [], [], 0, list(starts)   # `at`: where each rank's next piece lies in the receive buffer
+    # `at`: where each rank's next piece lies in the receive buffer
+    runs, outs, pos, at = [], [], 0, list(starts)
     for dtype, shapes in groups.items():             # the output: one aligned region per dtype
         pos = _align(pos)
         for shape, ts in shapes.items():
@@ -158,12 +160,14 @@ def pack_sources(plan:PackPlan)->list[torch.Tensor]:
     "This rank's pieces, read now, as `pack` copies them: views of the master weights (as bytes where dtypes mix)."
     bases = list(map(call, plan.reads))   # one C-level loop: a gather reads every base
     ptrs = list(map(torch.Tensor.data_ptr, bases))
-    kept = plan.memo.get("pieces")   # (bases, their data pointers, views): same tensors, same storage -> same views
+    # (bases, their data pointers, views): same tensors, same storage -> same views
+    kept = plan.memo.get("pieces")
     if kept and kept[1] == ptrs and all(map(is_, kept[0], bases)): return kept[2]
     flat = [b.detach().reshape(-1) for b in bases]
     views = [flat[b].narrow(0, off, n) for b, off, n in plan.runs]
-    if plan.send_dtype is None: views = [v.view(torch.uint8) for v in views]   # several dtypes: one byte buffer
-    # a base that is not contiguous was copied by `reshape`: its views would go stale, so nothing is kept
+    # several dtypes: one byte buffer
+    if plan.send_dtype is None: views = [v.view(torch.uint8) for v in views]
+    # a non-contiguous base was copied by `reshape`: its views would go stale, so nothing is kept
     if all(b.is_contiguous() for b in bases): plan.memo["pieces"] = (bases, ptrs, views)
     return views
 

@@ -49,7 +49,8 @@ class RankVote:
             members = "all" if group is None else "-".join(map(str, dist.get_process_group_ranks(group)))
         else: members = "local"
         self.on, self.store, self.group = store is not None, store, group
-        self.collective = self.on and members != "local"   # seats from a process group: `check` may all-gather
+        # seats from a process group: `check` may all-gather
+        self.collective = self.on and members != "local"
         self.rank, self.world = (rank, world) if self.on else (0, 1)
         base = f"lfk/{name}/{members}"
         _OPENED[base, self.rank] = n = _OPENED.get((base, self.rank), 0) + 1
@@ -75,7 +76,7 @@ def post(self:RankVote, stage:str, err:BaseException|None=None):
         self.store.set(self._key("cause", self.rank), f"{stage}\n{self.posted[stage]}")
         self.store.add(self._key("failed"), 1)
     self.store.set(self._key(stage, "at", self.rank), "1")   # who arrived: what a waiting rank names
-    # the last rank to arrive, or a rank failing here, wakes every rank waiting on this stage (`failures`)
+    # the last rank in, or one failing here, wakes every rank waiting on this stage (`failures`)
     if self.store.add(self._key(stage, "arrived"), 1) >= self.world or err is not None:
         self.store.set(self._key(stage, "done"), "1")
 
@@ -95,7 +96,7 @@ def failures(self:RankVote, stage:str)->dict[int, str]:
         self.failed_at = {0: s for s, c in self.posted.items() if c}
         return {0: c for c in self.posted.values() if c}
     done, failed = self._key(stage, "done"), self._key("failed")
-    # A rank counts its failure before its arrival, so once every rank arrived the count of failures is final.
+    # A rank counts its failure before its arrival: once all arrived, the failure count is final.
     late = self.poll(lambda: self.store.check([done]) or self.store.add(failed, 0) > 0, f"reach {stage!r}",
                      lambda: [r for r in range(self.world) if not self.store.check([self._key(stage, "at", r)])])
     if late: return late
@@ -127,8 +128,8 @@ def heartbeat(store, members:str, rank:int)->Heartbeat:
     key = pulse_key(members, rank)
     hb = _BEATS.get(key)
     if hb is None or hb.store is not store or not hb.is_alive():
-        # the first beat now, not in the thread: the key exists before the caller's next store call (a peer that
-        # counts the store's keys, or watches this one, never sees it appear late)
+        # the first beat now, not in the thread: the key exists before the caller's next store call
+        # (a peer that counts the store's keys, or watches this one, never sees it appear late)
         try: store.add(key, 1)
         except Exception: pass   # the store is gone: the vote's own calls say so
         hb = _BEATS[key] = Heartbeat(store, key); hb.start()
@@ -157,8 +158,9 @@ def poll(self:RankVote, ready:Callable[[], bool],  # True once the wait is over
                limit:float|None=None,                    # seconds (default: the vote's `wait`)
               )->dict[int, str]:                         # {} when ready; {rank: why} if a peer died; {-1: ...} late
     "Wait until `ready()`: quietly, naming what it waits for every 10 s, and only as long as the peers live."
-    # Polled with short naps, not a blocking `Store.wait`: each timed-out wait makes c10d print two warnings (hundreds
-    # a minute), and a long one would hold the store client's lock, which the heartbeat thread shares.
+    # Polled with short naps, not a blocking `Store.wait`: each timed-out wait makes c10d print two
+    # warnings (hundreds a minute), and a long one would hold the store client's lock, which the
+    # heartbeat thread shares.
     t0 = said = looked = time.monotonic(); nap, limit = 1e-4, self.wait if limit is None else limit
     while not ready():
         now = time.monotonic()
@@ -302,7 +304,7 @@ def __enter__(self): return self
 @patch_to(RankVote)
 def __exit__(self:RankVote, typ, exc, tb):
     "Leaving a `with` block: a failure not yet posted (Ctrl-C while waiting, say) is posted, then the vote closes."
-    # (a stream closed by its caller, GeneratorExit, has told its peers already, or may not: see `_stop_peers`)
+    # (a stream closed by its caller, GeneratorExit, has told its peers, or may not: `_stop_peers`)
     _BUSY.discard(self)
     if exc is not None and not isinstance(exc, (RankFailure, GeneratorExit)) and not any(self.posted.values()):
         try: self.post("interrupted", exc)
@@ -314,7 +316,8 @@ _set_pg_timeout = internal("torch.distributed.distributed_c10d:_set_pg_timeout",
                            feature="the bounded wait in save_lora's and the gathers' collectives (votes.bounded_wait)")
 
 def collective_device()->torch.device:
-    from lora_fsdp_kit.platform import get_platform   # imported late: platform imports more than a vote needs
+    # imported late: platform imports more than a vote needs
+    from lora_fsdp_kit.platform import get_platform
     return get_platform().torch_device()
 
 def _pg_timeout(group)->datetime.timedelta|None:
@@ -396,29 +399,37 @@ def check_async(self:RankVote, stage:str, err:BaseException|None=None, **agree_k
     work, stale, told = None, [], None
     if self.collective and self.world > 1:
         tag = [_code(self.name), self.call, self.checks, _code(stage)]
-        # every rank made this call (through the store, bounded); the first check rides on it: {rank: [flag, *tag]}
+        # every rank made this call (through the store, bounded); the first check rides on it:
+        # {rank: [flag, *tag]}
         if self.checks == 1: told = self.arrive(stale=stale, tag=[int(err is not None), *tag])
-        if told is None:   # a later check, or a call inside another: the peers meet it in an all-reduce
-            # one all-reduce (MAX) of the flag, the tag and the tag negated: max == -max(-tag) iff every rank's is equal
+        # a later check, or a call inside another: the peers meet it in an all-reduce
+        if told is None:
+            # one all-reduce (MAX) of the flag, the tag and the tag negated: max == -max(-tag) iff
+            # every rank's is equal
             v = torch.tensor([int(err is not None), *tag, *(-x for x in tag)], dtype=torch.int64,
                              device=collective_device())
             work = dist.all_reduce(v, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
-        for k in stale: self.store.delete_key(k)   # the earlier calls' arrivals (rank 0), while any all-reduce travels
+        # the earlier calls' arrivals (rank 0), while any all-reduce travels
+        for k in stale: self.store.delete_key(k)
     def finish():
-        if told is not None:   # every rank read the same arrivals: every rank decides alike, with no collective
+        # every rank read the same arrivals: every rank decides alike, with no collective
+        if told is not None:
             if any(t[1:] != tag for t in told.values()): self.mismatch(tag, [told[r][1:] for r in range(self.world)])
             if not any(t[0] for t in told.values()): return
         elif work is not None:
             work.wait(); got = v.tolist()
-            if any(got[1 + i] != -got[5 + i] for i in range(4)): self.mismatch(tag)   # every rank sees it, and raises
+            # every rank sees it, and raises
+            if any(got[1 + i] != -got[5 + i] for i in range(4)): self.mismatch(tag)
             if not got[0]: return
         elif not self.on and err is None: return   # a vote of one, all clear (seats on a store: `agree` below)
-        if not isinstance(err, (Exception, type(None))): self.post(stage, err); raise err   # Ctrl-C: said, then on up
+        # Ctrl-C: said, then on up
+        if not isinstance(err, (Exception, type(None))): self.post(stage, err); raise err
         self.agree(stage, err, **agree_kw)
     return finish
 
 # %% ../../nbs/04b_votes.ipynb #4c93dd29
-ARRIVAL_ENV = "LFK_ARRIVAL_TIMEOUT"   # seconds a rank waits at a kit collective for the others to call it (default 60)
+# seconds a rank waits at a kit collective for the others to call it (default 60)
+ARRIVAL_ENV = "LFK_ARRIVAL_TIMEOUT"
 COLLECTIVES = ("save_lora", "load_lora", "gather_lora", "iter_lora", "iter_lora_buckets", "iter_merged_weights")
 
 def arrival_timeout()->float:
@@ -459,14 +470,17 @@ def arrive(self:RankVote, seconds:float|None=None,
            tag:list[int]|None=None,   # this rank's first check, [flag, *tag], carried in its arrival
           )->dict[int, list[int]]|None: # every rank's check, if every rank's arrival carried one
     "Wait (at most `seconds`, default `arrival_timeout()`) until every rank made this call; else `PartialCall`."
-    # seats on an explicit store (threads of one process) share its call counter: they arrive under the vote's own keys
+    # seats on an explicit store (threads of one process) share its call counter: they arrive under
+    # the vote's own keys
     key = f"lfk/arrive/{self.members}/{self.call}" if self.collective else f"lfk/arrive/{self.prefix}"
     inside = self.collective and any(v.members == self.members for v in list(_BUSY))
-    check = "" if inside or tag is None else ":" + ".".join(map(str, tag))   # inside: its check is an all-reduce
+    # inside: its check is an all-reduce
+    check = "" if inside or tag is None else ":" + ".".join(map(str, tag))
     self.store.append(key, f"{self.rank}{check},")
     _PENDING.setdefault(seat := (self.members, self.rank), []).append(key)
     _BUSY.add(self)
-    if inside: return    # a nested call, or a stream left mid-way: the all-reduce that follows meets the peers there
+    # a nested call, or a stream left mid-way: the all-reduce that follows meets the peers there
+    if inside: return
     limit, seen = arrival_timeout() if seconds is None else seconds, {}
     def ready()->bool:
         seen["came"], seen["gave_up"], seen["told"] = _arrivals(self.store.get(key).decode())
@@ -481,7 +495,8 @@ def arrive(self:RankVote, seconds:float|None=None,
             if stale is not None: stale.extend(done)
             else:
                 for k in done: self.store.delete_key(k)
-        return seen["told"] if len(seen["told"]) >= self.world else None   # the same entries on every rank
+        # the same entries on every rank
+        return seen["told"] if len(seen["told"]) >= self.world else None
     _BUSY.discard(self)
     self._partial(seen["came"], bad, limit)
 
@@ -492,7 +507,8 @@ def _partial(self:RankVote, came:list[int], bad:dict[int, str], limit:float):
     what = _called_as(self.name)
     if dead := {r: why for r, why in bad.items() if r >= 0}:
         raise RankFailure(failure_message(what, dead, "waiting for every rank to call it"), dead)
-    _MISMATCHES[0] += 1   # as for any call the ranks part at: an open stream does not go on after it
+    # as for any call the ranks part at: an open stream does not go on after it
+    _MISMATCHES[0] += 1
     missing = [r for r in range(self.world) if r not in came]
     fix = ("call it on every rank (it is a collective), e.g. outside `if is_world_process_zero`; a rank that is "
            f"only slow to come needs more time: {ARRIVAL_ENV}=<seconds>")
