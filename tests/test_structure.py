@@ -120,3 +120,45 @@ def test_few_private_names_cross_modules():
 def test_private_import_check_can_fail():
     node = ast.parse("from ..fits.core import _unit, plot\n").body[0]
     assert _resolve("fits.report", node)[-1] == "fits.core"   # the module the names come from
+
+# ---- issue 49: the walk from `WrapConfig.plan` to its plan. A move: a call from one kit module into another (the caller
+# is the nearest kit frame, so torch's callbacks into the kit count from the module that handed them over), each pair
+# of modules once; a climb: a move into a lower floor. The goal is <= 7 moves and <= 3 climbs; held here at what it is
+# (2026-12-07: 8 moves, 5 climbs — wrap -> core, wrap -> policies, policies -> families, policies -> doctor (the check
+# of torch's private walk), core -> shards (names), core -> dtypes, core -> routing (experts), routing -> shards).
+MAX_PLAN_MOVES, MAX_PLAN_CLIMBS = 8, 5
+
+def kit_walk(fn)->tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    "The (caller module, callee module) moves between kit modules while `fn()` runs, in order, and those that climb."
+    import sys
+    mod = lambda f: (f.f_globals.get("__name__", "") or "").removeprefix(KIT + ".") \
+        if f is not None and (f.f_globals.get("__name__") or "").startswith(KIT + ".") else None
+    moves = []
+    def prof(frame, event, arg):
+        if event != "call" or (m := mod(frame)) is None: return
+        f = frame.f_back
+        while f is not None and mod(f) is None: f = f.f_back
+        if f is not None and (c := mod(f)) != m and (c, m) not in moves: moves.append((c, m))
+    sys.setprofile(prof)
+    try: fn()
+    finally: sys.setprofile(None)
+    fl = floors()
+    return moves, [(a, b) for a, b in moves if a in fl and b in fl and fl[b][0] < fl[a][0]]
+
+def test_the_plan_walk_stays_short():
+    from lora_fsdp_kit.models import tiny_lora_model
+    from lora_fsdp_kit.plan.wrap import WrapConfig
+    pm = tiny_lora_model("llama")
+    for cfg in (WrapConfig(), WrapConfig(flavour="fsdp1", policy="lora")):   # layer units; LoRA leaves | layers
+        cfg.plan(pm)   # once before: caches and lazy imports are not the walk
+        moves, climbs = kit_walk(lambda: cfg.plan(pm))
+        assert moves[0] == ("plan.wrap", "plan.core"), moves   # the door's first step: the plan's own module
+        assert len(moves) <= MAX_PLAN_MOVES and len(climbs) <= MAX_PLAN_CLIMBS, \
+            f"{cfg.label}: {len(moves)} moves, {len(climbs)} climbs (at most {MAX_PLAN_MOVES}, {MAX_PLAN_CLIMBS}): {moves}"
+
+def test_the_walk_sees_moves_and_climbs():
+    from lora_fsdp_kit.models import tiny_lora_model
+    from lora_fsdp_kit.plan.policies import resolve_layer_classes
+    pm = tiny_lora_model("llama")
+    moves, climbs = kit_walk(lambda: resolve_layer_classes(pm, "auto"))
+    assert ("plan.policies", "families") in climbs and climbs == [m for m in moves if m[1] == "families"], moves

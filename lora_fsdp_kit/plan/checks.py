@@ -9,7 +9,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .policies import is_lora_name   # a plan is read, never imported: `plan` imports this module
+from ..shards import is_lora_name   # a plan is read, never imported: `plan` imports this module
 
 # %% auto #0
 __all__ = ['SEVERITIES', 'CHECKS', 'Finding', 'Check', 'plan_check', 'check_plan', 'nested_lambda_units', 'lora_name_hidden',

@@ -13,27 +13,25 @@ import torch
 import torch.nn as nn
 
 from ..units import fmt_bytes, fmt_count
-from ..dtypes import canonical, itemsize
+from .. import dtypes   # dtype names and item sizes: `dtypes.name`, `dtypes.itemsize`
 from ..methods import patch_to
-from ..shards import clean_name, join_name   # the kit's one name function
-from .policies import (WrapPolicy, is_lora_name, fsdp1_unit_modules, resolve_targets,
-    name_pattern, targets_repr, ignored_sets)
+from ..shards import clean_name, is_lora_name, join_name   # the kit's name rules
+from .policies import (WrapPolicy, fsdp1_unit_modules,
+    resolve_targets, name_pattern, targets_repr, ignored_sets)
 from .checks import Finding, check_plan   # the checks read a plan, and import nothing of this module
+from .text import MARKS, plan_summary, plan_text   # so does its text
 from ..routing import expert_modules, fused_experts, param_wrappers   # experts: what the forward routes
 from ..doctor import internal
 _managed_modules = internal("torch.distributed.fsdp._fully_shard._fsdp_init:_get_managed_modules")
 
 # %% auto #0
-__all__ = ['MARKS', 'dtype_itemsize', 'ParamInfo', 'param_info', 'Unit', 'Plan', 'conditional_modules', 'mixed_precision_dtype',
-           'idle_modules', 'build_plan', 'refuse_wrapped', 'plan_fsdp1', 'plan_fsdp2', 'plan_summary', 'policy_line',
-           'plan_text', 'plan_html']
+__all__ = ['dtype_itemsize', 'ParamInfo', 'param_info', 'Unit', 'Plan', 'conditional_modules', 'mixed_precision_dtype',
+           'idle_modules', 'build_plan', 'refuse_wrapped', 'plan_fsdp1', 'plan_fsdp2', 'plan_html']
 
 # %% ../../nbs/03_plan.ipynb #a34cc58f
-def _dtype_name(dt:torch.dtype)->str: return str(dt).removeprefix("torch.")
-
 def dtype_itemsize(dtype:str)->int:
     "Bytes per element of a dtype given by name (\"bfloat16\" -> 2): `dtypes`' table, else torch's."
-    try: return itemsize(dtype)
+    try: return dtypes.itemsize(dtype)
     except ValueError: return getattr(torch, dtype).itemsize   # a dtype the table does not list
 
 # %% ../../nbs/03_plan.ipynb #c6152ea8
@@ -55,11 +53,12 @@ class ParamInfo:
         return dict(name=self.name, numel=self.numel, dtype=self.dtype, requires_grad=self.requires_grad,
                     is_lora=self.is_lora, shape=list(self.shape), shard_dim=self.shard_dim)
 
+# %% ../../nbs/03_plan.ipynb #f6475c34
 def param_info(name:str, p:torch.Tensor,
                shard_dim:int=0,   # FSDP2's placement dim; a tensor with fewer dims is cut on dim 0, as FSDP2 does
               )->ParamInfo:
     "The `ParamInfo` of parameter `p` under its clean `name`."
-    return ParamInfo(name, p.numel(), _dtype_name(p.dtype), bool(p.requires_grad), is_lora_name(name), tuple(p.shape),
+    return ParamInfo(name, p.numel(), dtypes.name(p.dtype), bool(p.requires_grad), is_lora_name(name), tuple(p.shape),
                      shard_dim if p.dim() > shard_dim else 0)
 
 # %% ../../nbs/03_plan.ipynb #4556366a
@@ -178,13 +177,14 @@ def lora_units(self:Plan)->tuple[Unit, ...]: return tuple(u for u in self.units 
 @patch_to(Plan)
 def children_of(self:Plan, u:Unit)->list[Unit]: return [self[c] for c in u.children]
 
+# %% ../../nbs/03_plan.ipynb #357dcf57
 @patch_to(Plan)
 def check(self:Plan)->list[Finding]:
     "Findings: the known failures this configuration will hit (every check of `checks.CHECKS`)."
     return check_plan(self)
 
 @patch_to(Plan)
-def __repr__(self:Plan)->str: return plan_text(self, max_units=60 if len(self.units) > 80 else None)
+def __repr__(self:Plan)->str: return plan_text(self, collapse=len(self.units) > 40)   # merged as the chart merges
 
 @patch_to(Plan)
 def _repr_html_(self:Plan)->str: return plan_html(self)
@@ -251,9 +251,9 @@ def mixed_precision_dtype(mp)->str|None:
     if mp is None: return None
     if hasattr(mp, "param_dtype"): mp = mp.param_dtype
     if mp is None: return None
-    if isinstance(mp, torch.dtype): return _dtype_name(mp)
+    if isinstance(mp, torch.dtype): return dtypes.name(mp)
     if isinstance(mp, str):
-        try: return canonical(mp)   # any word `dtypes` reads ('bf16' too)
+        try: return dtypes.canonical(mp)   # any word `dtypes` reads ('bf16' too)
         except ValueError: pass
     raise ValueError(f"mixed_precision must be a MixedPrecision / MixedPrecisionPolicy, a torch dtype or its name "
                      f"(e.g. 'bfloat16'), got {mp!r}")
@@ -424,8 +424,6 @@ def plan_fsdp2(model:nn.Module,                        # the model as it will be
                        conditional, shard_dim, detect_experts=detect_experts)
 
 # %% ../../nbs/03_plan.ipynb #c11ac0b1
-MARKS = {"error": "✖", "warning": "▲", "info": "·"}   # a finding's marker, in every view of a plan
-
 def _tree_rows(plan:Plan)->list[tuple[Unit, str, str]]:
     "(unit, indent prefix, short name) in tree order, children after their parent."
     rows = []
@@ -438,49 +436,6 @@ def _tree_rows(plan:Plan)->list[tuple[Unit, str, str]]:
             visit(c, "" if top else prefix + ("   " if last else "│  "), i == len(kids) - 1, False)
     visit(plan.root, "", True, True)
     return rows
-
-# %% ../../nbs/03_plan.ipynb #580e7ade
-def plan_summary(plan:Plan)->str:
-    "One line: flavour, model, units, size, LoRA share, gather figures."
-    share = plan.lora_numel / plan.numel if plan.numel else 0
-    return (f"{plan.flavour.upper()} plan of {plan.model_class}: {len(plan)} units, {fmt_count(plan.numel)} params "
-            f"({fmt_bytes(plan.nbytes)}), LoRA {plan.n_lora} tensors ({share:.2%}) in {len(plan.lora_units)} units; "
-            f"per-unit gather peak {fmt_bytes(plan.gather_peak_bytes)}, total {fmt_bytes(plan.gather_total_bytes)}")
-
-def policy_line(plan:Plan)->str:
-    "The plan's second line: what made its units (and, for FSDP1, whether it keeps the original parameters)."
-    uop = f" (use_orig_params={plan.use_orig_params})" if plan.flavour == "fsdp1" else ""
-    return f"policy{uop}: {plan.policy}"
-
-# %% ../../nbs/03_plan.ipynb #4546a9bd
-def plan_text(plan:Plan, findings:list[Finding]|None=None, max_units:int|None=None)->str:
-    "The plan as an indented text tree with sizes, LoRA counts and finding markers."
-    findings = plan.check() if findings is None else findings
-    marks: dict[str, str] = {}
-    for f in findings: marks[f.unit] = marks.get(f.unit, "") + MARKS.get(f.severity, "?")
-    rows = _tree_rows(plan)
-    w = min(max(len(p + s) for _, p, s in rows), 72)
-    lines = [plan_summary(plan), policy_line(plan)]
-    for i, (u, pre, short) in enumerate(rows):
-        if max_units is not None and i >= max_units:
-            lines.append(f"... {len(rows) - max_units} more units "
-                         "(lora_fsdp_kit.plan.viz.plan_text_grouped merges repeats)")
-            break
-        label = (pre + short)
-        if len(label) > w: label = label[:w-1] + "…"
-        lora = f"LoRA {u.n_lora}/{len(u.params)}" if u.n_lora else f"{len(u.params)} tensors"
-        dts = "/".join(sorted(u.bytes_by_dtype)) or "-"
-        lines.append(f"{label:<{w}}  {u.module_class[:28]:<28} {u.claimed_by:<11} {fmt_bytes(u.nbytes):>10} "
-                     f"{dts:<16} {lora:<14} {marks.get(u.name, '')}")
-    if findings:
-        lines.append(f"findings ({len(findings)}):")
-        seen = {}
-        for f in findings: seen.setdefault((f.severity, f.check), []).append(f)
-        for (sev, chk), fs in seen.items():
-            lines.append(f"  {MARKS.get(sev, '?')} {sev} [{chk}] ×{len(fs)}, e.g. {fs[0].unit or '<root>'}: "
-                         f"{fs[0].message}")
-    else: lines.append("findings: none")
-    return "\n".join(lines)
 
 # %% ../../nbs/03_plan.ipynb #12bfcfd8
 def plan_html(plan:Plan, findings:list[Finding]|None=None)->str:

@@ -17,9 +17,10 @@ from ..families import PLAN_TARGETS, text_model_of
 from .checks import Finding, check_plan
 from .core import Plan
 from .wrap import WrapConfig
+from .job_files import as_names, read_job_file   # the job from the trainer's own files
 
 # %% auto #0
-__all__ = ['OPTIMIZERS', 'PREFETCH', 'STEP_KEYWORDS', 'READERS', 'default_wrap', 'Job', 'JobFile', 'file_kind', 'read_job_file']
+__all__ = ['OPTIMIZERS', 'PREFETCH', 'STEP_KEYWORDS', 'default_wrap', 'Job']
 
 # %% ../../nbs/03e_job.ipynb #29a25af3
 # what a flavour's name means: one table, `WrapConfig`'s own (the CLI reads it from wrap's source, with no torch import)
@@ -113,6 +114,8 @@ def flavour(self)->str: return self.wrap.flavour
 def autocast_dtype(self)->str|None:
     "The dtype the forward runs under `torch.autocast` ('bf16', 'fp16'), None: no autocast."
     return self.wrap.mixed_precision if self.autocast else None
+
+# %% ../../nbs/03e_job.ipynb #ed31b6b7
 @patch_to(Job)
 @classmethod
 def of(cls, **fields)->Job:
@@ -123,6 +126,8 @@ def of(cls, **fields)->Job:
 def from_files(cls, *paths:str, **overrides)->Job:
     "A job read from the trainer's own files (accelerate, Trainer, peft, verl), `overrides` (flat fields) on top."
     return _from_files(cls, paths, overrides)
+
+# %% ../../nbs/03e_job.ipynb #d7595094
 @patch_to(Job)
 def build(self, step:bool=False)->nn.Module:
     "The model with the job's LoRA on the meta device; `step`: the sub-model a step trains (an Omni thinker)."
@@ -144,11 +149,6 @@ def step_kwargs(self, fn:Callable)->tuple[dict, list[str]]:
 def _fix(job:Job, **kw):
     for k, v in kw.items(): object.__setattr__(job, k, v)   # frozen: only `_validate_job` normalises, once
 
-def _words(v)->tuple[str, ...]:
-    "A comma list or a sequence of names as a tuple."
-    if v is None: return ()
-    return tuple(x.strip() for x in v.split(",") if x.strip()) if isinstance(v, str) else tuple(v)
-
 def _one_of(name:str, v, ok:tuple)->None:
     if v not in ok:
         near = difflib.get_close_matches(str(v), ok, n=1)
@@ -159,8 +159,8 @@ def _one_of(name:str, v, ok:tuple)->None:
 def _validate_job(job:Job):
     "Normalise spellings (comma lists to tuples, the default wrapping) and refuse what no job can be, naming the fix."
     whole = lambda v: isinstance(v, int) and not isinstance(v, bool)
-    _fix(job, lora_targets=_words(job.lora_targets), modules_to_save=_words(job.modules_to_save),
-         target_parameters=_words(job.target_parameters))
+    _fix(job, lora_targets=as_names(job.lora_targets), modules_to_save=as_names(job.modules_to_save),
+         target_parameters=as_names(job.target_parameters))
     if job.wrap is None: _fix(job, wrap=default_wrap())
     elif isinstance(job.wrap, dict): _fix(job, wrap=WrapConfig.from_dict(job.wrap))
     elif not isinstance(job.wrap, WrapConfig):
@@ -269,269 +269,7 @@ def _step_kwargs(job:Job, fn:Callable)->tuple[dict, list[str]]:
               and not (name == "optimizer" and "adamw" in v)): left.append(f"{name}={v!r}")
     return kw, left
 
-# %% ../../nbs/03e_job.ipynb #c232d4ba
-class JobFile:
-    "What one file says about a job: fields (flat `Job.of` names), where each came from, and what is left unread."
-    def __init__(self, path:str, kind:str):
-        self.path, self.kind, self.fields, self.sources, self.notes = path, kind, {}, {}, []
-    def set(self, name:str, value, key:str, default:bool=False):
-        "Field `name` from the file's `key` (`default`: the tool's own default, the key being absent)."
-        self.fields[name] = value
-        self.sources[name] = f"{self.path}: " + (f"{key} absent ({self.kind}'s default)" if default else key)
-    def note(self, text:str): self.notes.append(f"{self.path}: {text}")
-
-def _read_data(path:str)->tuple[Any, str]:
-    "The file's JSON or YAML (by its content, whatever its name) and which of the two."
-    import json
-    from pathlib import Path
-    text = Path(path).read_text()
-    try: return json.loads(text), "json"
-    except ValueError: pass
-    import yaml   # PyYAML: a requirement of transformers, accelerate and huggingface_hub alike
-    try: return yaml.safe_load(text), "yaml"
-    except yaml.YAMLError as e: raise ValueError(f"{path} is neither JSON nor YAML: {str(e).splitlines()[0]}") from None
-
-def file_kind(data:Any)->str|None:
-    "Which tool's file `data` is: 'accelerate', 'trainer', 'peft', 'verl', 'model' (a config.json), or None."
-    if not isinstance(data, dict): return None
-    if "actor_rollout_ref" in data: return "verl"
-    if "fsdp_config" in data and ("distributed_type" in data or "num_processes" in data) or \
-       data.get("distributed_type") is not None: return "accelerate"
-    if "per_device_train_batch_size" in data or "gradient_accumulation_steps" in data: return "trainer"
-    if "peft_type" in data or ("target_modules" in data and "r" in data): return "peft"
-    if "model_type" in data or "architectures" in data: return "model"
-    return None
-
-# %% ../../nbs/03e_job.ipynb #5a18a621
-_SHARDING = {"1": "FULL_SHARD", "2": "SHARD_GRAD_OP", "3": "NO_SHARD", "4": "HYBRID_SHARD", "5": "_HYBRID_SHARD_ZERO2",
-             "HYBRID_SHARD_ZERO2": "_HYBRID_SHARD_ZERO2"}
-# keys of an accelerate config that change nothing a plan or a step's memory sees
-_ACCELERATE_QUIET = {"compute_environment", "debug", "machine_rank", "main_training_function", "num_machines",
-                     "rdzv_backend", "same_network", "tpu_env", "tpu_use_cluster", "tpu_use_sudo", "use_cpu",
-                     "downcast_bf16", "enable_cpu_affinity", "main_process_ip", "main_process_port", "gpu_ids",
-                     "dynamo_config", "fsdp_state_dict_type", "fsdp_sync_module_states",
-                     "fsdp_cpu_ram_efficient_loading"}
-
-def _bool(v)->bool: return v if isinstance(v, bool) else str(v).strip().lower() in ("true", "1", "yes", "on")
-
-def _sharding(v)->str:
-    s = str(v).strip().upper()
-    return _SHARDING.get(s, s)
-
-def _precision(f:JobFile, mp, key:str):
-    "accelerate's and the Trainer's mixed precision: FSDP's compute dtype and `torch.autocast` around the forward."
-    if mp in (None, "no", False): return
-    f.set("mixed_precision", {"bf16": "bf16", "fp16": "fp16", True: "bf16"}.get(mp, mp), key)
-    f.set("autocast", True, key)   # accelerate runs the forward under torch.autocast(compute dtype)
-
-# %% ../../nbs/03e_job.ipynb #77d8fef3
-def _accelerate_policy(f:JobFile, fc:dict):
-    "accelerate's `fsdp_auto_wrap_policy` as the kit's policy: layers (of the named classes), size, or the root only."
-    pol = str(fc.get("fsdp_auto_wrap_policy", "NO_WRAP")).upper()
-    src = "fsdp_config.fsdp_auto_wrap_policy"
-    if pol == "TRANSFORMER_BASED_WRAP":
-        f.set("policy", "layer", src)
-        cls = fc.get("fsdp_transformer_layer_cls_to_wrap")   # None: the model's _no_split_modules, as here
-        if cls: f.set("layer_cls", tuple(_words(cls)), "fsdp_config.fsdp_transformer_layer_cls_to_wrap")
-    elif pol == "SIZE_BASED_WRAP":
-        f.set("policy", "size", src); f.set("min_num_params", int(fc.get("fsdp_min_num_params", 0)), src)
-    elif pol == "NO_WRAP": f.set("policy", "root", src, "fsdp_auto_wrap_policy" not in fc)
-    else: f.note(f"fsdp_auto_wrap_policy {pol!r} is none of TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP")
-
-# %% ../../nbs/03e_job.ipynb #6e60acc8
-def _read_accelerate(f:JobFile, d:dict):
-    "An accelerate config (`accelerate config`'s YAML): the world, the precision, and `fsdp_config`."
-    fc = {k if k.startswith("fsdp_") else "fsdp_" + k: v for k, v in (d.get("fsdp_config") or {}).items()}
-    if str(d.get("distributed_type", "FSDP")).upper() != "FSDP":
-        f.note(f"distributed_type {d['distributed_type']!r}: not FSDP (accelerate runs no fsdp_config)")
-    if "num_processes" in d: f.set("world", int(d["num_processes"]), "num_processes")
-    _precision(f, d.get("mixed_precision"), "mixed_precision")
-    v = int(fc.get("fsdp_version", 1))
-    f.set("flavour", f"fsdp{v}", "fsdp_config.fsdp_version", "fsdp_version" not in fc)
-    _accelerate_policy(f, fc)
-    if v == 1:
-        if "fsdp_sharding_strategy" in fc:
-            s = _sharding(fc["fsdp_sharding_strategy"])
-            if s != "FULL_SHARD": f.set("sharding", s, "fsdp_config.fsdp_sharding_strategy")
-        elif "fsdp_reshard_after_forward" in fc and _sharding(fc["fsdp_reshard_after_forward"]) != "FULL_SHARD":
-            f.set("sharding", _sharding(fc["fsdp_reshard_after_forward"]), "fsdp_config.fsdp_reshard_after_forward")
-        f.set("use_orig_params", _bool(fc.get("fsdp_use_orig_params", False)), "fsdp_config.fsdp_use_orig_params",
-              "fsdp_use_orig_params" not in fc)
-        bp = str(fc.get("fsdp_backward_prefetch") or "NO_PREFETCH").upper()   # accelerate passes None: no prefetch
-        f.set("backward_prefetch", bp, "fsdp_config.fsdp_backward_prefetch", "fsdp_backward_prefetch" not in fc)
-    else:
-        _carve(f, "fsdp_config.fsdp_version")
-        if "fsdp_reshard_after_forward" in fc:
-            f.set("reshard_after_forward", _bool(fc["fsdp_reshard_after_forward"]),
-                  "fsdp_config.fsdp_reshard_after_forward")
-    if _bool(fc.get("fsdp_activation_checkpointing", False)):
-        _accelerate_ac(f, v, "fsdp_config.fsdp_activation_checkpointing")
-    if _bool(fc.get("fsdp_offload_params", False)): f.set("cpu_offload", True, "fsdp_config.fsdp_offload_params")
-    if _bool(fc.get("fsdp_forward_prefetch", False)): f.note("fsdp_forward_prefetch true: not in the Job (no field)")
-    read = {"fsdp_version", "fsdp_auto_wrap_policy", "fsdp_transformer_layer_cls_to_wrap", "fsdp_min_num_params",
-            "fsdp_sharding_strategy", "fsdp_reshard_after_forward", "fsdp_use_orig_params", "fsdp_backward_prefetch",
-            "fsdp_activation_checkpointing", "fsdp_offload_params", "fsdp_forward_prefetch"}
-    for k in sorted(set(fc) - read - _ACCELERATE_QUIET): f.note(f"fsdp_config.{k}: not read")
-    top = {"fsdp_config", "distributed_type", "num_processes", "mixed_precision"}
-    for k in sorted(set(d) - top - _ACCELERATE_QUIET):
-        f.note(f"{k}: not read")
-
-
-# %% ../../nbs/03e_job.ipynb #72d64e0a
-def _carve(f:JobFile, key:str):
-    "accelerate's FSDP2 (`fsdp2_prepare_model`): the input embedding and the head sharded beside the policy's units."
-    why = f"{key} 2 (accelerate's fsdp2_prepare_model shards the input embedding and the head; tied: one group)"
-    for name in ("wrap_embedding", "wrap_lm_head", "tie_group"): f.set(name, True, why)
-
-def _accelerate_ac(f:JobFile, version:int, key:str):
-    "accelerate's activation checkpointing: FSDP1 wraps what its policy wraps; FSDP2 the layers, keeping no RNG state."
-    f.set("activation_checkpointing", _ac("wrapper"), key)
-    if version == 1: f.set("checkpoint_targets", "units", f"{key} (FSDP1: every unit)")
-    else: f.set("checkpoint_rng_state", False, f"{key} (FSDP2: checkpoint_wrapper(preserve_rng_state=False))")
-
-def _ac(impl:str):
-    "An activation checkpointing implementation as `WrapConfig` takes it: 'wrapper'/'hf' where it knows them, else on."
-    hint = next((f.type for f in dataclasses.fields(WrapConfig) if f.name == "activation_checkpointing"), "bool")
-    return impl if "str" in str(hint) else True
-
-# %% ../../nbs/03e_job.ipynb #1da2139a
-def _trainer_step(f:JobFile, d:dict):
-    "The step the Trainer's arguments say: batch, accumulation, precision, cache, checkpointing, optimizer, clipping."
-    f.set("batch", int(d.get("per_device_train_batch_size", 8)), "per_device_train_batch_size",
-          "per_device_train_batch_size" not in d)
-    if "gradient_accumulation_steps" in d:
-        f.set("grad_accum", int(d["gradient_accumulation_steps"]), "gradient_accumulation_steps")
-    _precision(f, "bf16" if d.get("bf16") else "fp16" if d.get("fp16") else None, "bf16" if d.get("bf16") else "fp16")
-    if "use_cache" in d:   # transformers >= 5 sets the model's config.use_cache to it (False by default) in Trainer()
-        f.set("use_cache", bool(d["use_cache"]), "use_cache")
-    for k in ("activation_checkpointing", "gradient_checkpointing"):   # the new name, and its deprecated alias
-        if d.get(k) is True: f.set("activation_checkpointing", _ac("hf"), k); break
-    if d.get("optim"): f.set("optimizer", str(d["optim"]).lower(), "optim")
-    if d.get("max_grad_norm") is not None: f.set("max_grad_norm", float(d["max_grad_norm"]), "max_grad_norm")
-
-# %% ../../nbs/03e_job.ipynb #fab82ec9
-def _read_trainer(f:JobFile, d:dict):
-    "The Trainer's arguments (`TrainingArguments.to_json_string()`): the step, and `fsdp_config` as it reads it."
-    _trainer_step(f, d)
-    if not d.get("fsdp"): f.note("fsdp is off: the Trainer runs DDP, not FSDP"); return
-    fc = {k.removeprefix("fsdp_"): v for k, v in (d.get("fsdp_config") or {}).items()}
-    v = int(fc.get("version", 2)); f.set("flavour", f"fsdp{v}", "fsdp_config.version", "version" not in fc)
-    if v == 1:   # the Trainer wraps a peft model with peft's own policy (LoRA leaves, layers: fsdp_auto_wrap_policy)
-        f.set("policy", "peft", "fsdp (the Trainer's FSDP1 policy for a peft model)")
-    else:        # FSDP2: its auto_wrap_policy as given (accelerate cannot apply peft's), the embedding and head carved
-        pol = str(fc.get("auto_wrap_policy", "TRANSFORMER_BASED_WRAP")).upper()
-        if pol == "SIZE_BASED_WRAP" and int(fc.get("min_num_params", 0) or 0) > 0:
-            f.set("policy", "size", "fsdp_config.auto_wrap_policy"); f.set("min_num_params", int(fc["min_num_params"]),
-                                                                          "fsdp_config.min_num_params")
-        else: f.set("policy", "layer" if pol == "TRANSFORMER_BASED_WRAP" else "root", "fsdp_config.auto_wrap_policy",
-                    "auto_wrap_policy" not in fc)
-        _carve(f, "fsdp_config.version")
-    if cls := fc.get("transformer_layer_cls_to_wrap"):
-        f.set("layer_cls", tuple(_words(cls)), "fsdp_config.transformer_layer_cls_to_wrap")
-    if v == 1:
-        f.set("use_orig_params", _bool(fc.get("use_orig_params", True)), "fsdp_config.use_orig_params",
-              "use_orig_params" not in fc)
-        f.set("backward_prefetch", str(fc.get("backward_prefetch", "NO_PREFETCH")).upper(),
-              "fsdp_config.backward_prefetch", "backward_prefetch" not in fc)
-        if (s := _sharding(fc.get("reshard_after_forward", "FULL_SHARD"))) != "FULL_SHARD":
-            f.set("sharding", s, "fsdp_config.reshard_after_forward")
-    elif "reshard_after_forward" in fc:
-        f.set("reshard_after_forward", _bool(fc["reshard_after_forward"]), "fsdp_config.reshard_after_forward")
-    if _bool(fc.get("activation_checkpointing", False)): _accelerate_ac(f, v, "fsdp_config.activation_checkpointing")
-    if _bool(fc.get("cpu_offload", False)) or "offload" in str(d.get("fsdp")):
-        f.set("cpu_offload", True, "fsdp_config.cpu_offload")
-    if v == 1 and int(fc.get("min_num_params", 0) or 0) > 0:
-        f.note("fsdp_config.min_num_params: the Trainer installs peft's policy over it")
-
-# %% ../../nbs/03e_job.ipynb #5fb895c6
-def _read_peft(f:JobFile, d:dict):
-    "A peft `adapter_config.json` (`LoraConfig`): the rank, alpha, targets, dropout, DoRA and what is trained whole."
-    if str(d.get("peft_type", "LORA")).upper() != "LORA": f.note(f"peft_type {d['peft_type']!r}: the kit plans LoRA")
-    for key, name in (("r", "lora_r"), ("lora_alpha", "lora_alpha"), ("lora_dropout", "lora_dropout"),
-                      ("use_dora", "dora")):
-        if d.get(key) is not None: f.set(name, d[key], key)
-    for key, name in (("target_modules", "lora_targets"), ("modules_to_save", "modules_to_save"),
-                      ("target_parameters", "target_parameters")):
-        v = d.get(key)
-        if isinstance(v, str) and key == "target_modules" and not v.replace("_", "").replace(",", "").isalnum():
-            f.note(f"target_modules {v!r} is a regex: give the names with --lora-targets"); continue
-        if v: f.set(name, tuple(_words(v)), key)
-    if d.get("base_model_name_or_path"): f.note(f"base_model_name_or_path {d['base_model_name_or_path']!r}: give its "
-                                                "config.json as a file (the kit downloads nothing)")
-
-# %% ../../nbs/03e_job.ipynb #9c209e1a
-def _at(d:dict, path:str, default=None):
-    "The value at a dotted `path` of nested dicts (`default` where a part is missing)."
-    for k in path.split("."):
-        if not isinstance(d, dict) or k not in d: return default
-        d = d[k]
-    return d
-
-# %% ../../nbs/03e_job.ipynb #e82c0697
-def _verl_lora(f:JobFile, d:dict, m:str):
-    "verl's LoRA, under `actor_rollout_ref.model` (`m`): rank (0: no LoRA), alpha, target modules."
-    if r := int(_at(d, m + "lora_rank", 0) or 0): f.set("lora_r", r, m + "lora_rank")
-    else: f.note(f"{m}lora_rank is 0: verl trains the whole model, not LoRA")
-    if (al := _at(d, m + "lora_alpha")) is not None: f.set("lora_alpha", al, m + "lora_alpha")
-    tm = _at(d, m + "target_modules")
-    if tm == "all-linear": f.note(f"{m}target_modules 'all-linear': name the modules with --lora-targets")
-    elif tm: f.set("lora_targets", tuple(_words(tm)), m + "target_modules")
-
-# %% ../../nbs/03e_job.ipynb #86b55e9d
-def _read_verl(f:JobFile, d:dict):
-    "verl's trainer config: `actor_rollout_ref.actor` and `.model`, `data`'s lengths, `trainer`'s GPUs."
-    a, m = "actor_rollout_ref.actor.", "actor_rollout_ref.model."
-    strat = str(_at(d, a + "strategy", "fsdp"))
-    if strat not in ("fsdp", "fsdp2"): f.note(f"{a}strategy {strat!r}: not FSDP"); return
-    f.set("flavour", "fsdp2" if strat == "fsdp2" else "fsdp1", a + "strategy")
-    n, g = _at(d, "trainer.nnodes"), _at(d, "trainer.n_gpus_per_node")
-    if isinstance(n, int) and isinstance(g, int): f.set("world", n * g, "trainer.nnodes x trainer.n_gpus_per_node")
-    wp = a + "fsdp_config.wrap_policy."
-    if cls := _at(d, wp + "transformer_layer_cls_to_wrap"):
-        f.set("layer_cls", tuple(_words(cls)), wp + "transformer_layer_cls_to_wrap")
-    if strat == "fsdp":   # LoRA leaves | layers, the leaves left out under a size policy (verl's get_fsdp_wrap_policy)
-        f.set("policy", "lora", a + "strategy (verl's LoRA wrap policy)")
-        if mn := int(_at(d, wp + "min_num_params", 0) or 0): f.set("min_num_params", mn, wp + "min_num_params")
-        f.set("use_orig_params", _bool(_at(d, a + "fsdp_config.use_orig_params", False)),
-              a + "fsdp_config.use_orig_params", _at(d, a + "fsdp_config.use_orig_params") is None)
-    else: f.set("policy", "layer", a + "strategy (verl's fully_shard on the layer classes)")
-    # verl's actor: fp32 master weights, bf16 compute, its forward under torch.autocast(bfloat16)
-    mp = str(_at(d, a + "fsdp_config.mixed_precision.param_dtype", "bf16"))
-    try: mp = short(mp)
-    except ValueError: pass   # a word no dtype has: no mixed precision, below
-    f.set("param_dtype", "fp32", a + "fsdp_config (verl loads the actor in fp32)", True)
-    _precision(f, mp if mp in ("bf16", "fp16") else None, a + "fsdp_config.mixed_precision.param_dtype")
-    _verl_lora(f, d, m)
-    if _bool(_at(d, m + "enable_gradient_checkpointing", False)):
-        f.set("activation_checkpointing", _ac("hf"), m + "enable_gradient_checkpointing")
-    if (b := _at(d, a + "ppo_micro_batch_size_per_gpu")) is not None:
-        f.set("batch", int(b), a + "ppo_micro_batch_size_per_gpu")
-    p, r = _at(d, "data.max_prompt_length"), _at(d, "data.max_response_length")
-    if p is not None and r is not None:
-        f.set("seq", int(p) + int(r), "data.max_prompt_length + data.max_response_length")
-    for k, name in (("param_offload", "cpu_offload"), ("optimizer_offload", "optimizer_offload")):
-        if _bool(_at(d, a + f"fsdp_config.{k}", False)): f.set(name, True, a + f"fsdp_config.{k}")
-    if (g := _at(d, a + "grad_clip")) is not None: f.set("max_grad_norm", float(g), a + "grad_clip")
-    if _bool(_at(d, a + "use_dynamic_bsz", False)):
-        f.note(f"{a}use_dynamic_bsz: batches vary; the job takes the micro batch")
-
-# %% ../../nbs/03e_job.ipynb #6e92beab
-READERS = dict(accelerate=_read_accelerate, trainer=_read_trainer, peft=_read_peft, verl=_read_verl)
-
-def read_job_file(path:str)->JobFile:
-    "What one file says about the job, its tool found from its content (accelerate, Trainer, peft, verl, config.json)."
-    from pathlib import Path
-    if not Path(path).is_file(): raise FileNotFoundError(f"--job {path}: no such file")
-    data, fmt = _read_data(path)
-    kind = file_kind(data)
-    f = JobFile(str(path), kind or fmt)
-    if kind is None:
-        raise ValueError(f"--job {path}: not an accelerate config, Trainer arguments (to_json_string), peft "
-                         "adapter_config.json, verl config or model config.json (none of their keys is in it)")
-    if kind == "model": f.set("model", str(path), "the file (a model config)")
-    else: READERS[kind](f, data)
-    return f
-
+# %% ../../nbs/03e_job.ipynb #456e98d3
 def _from_files(cls, paths, overrides:dict)->Job:
     "`Job.from_files`: each file's fields in turn (a later file wins), then `overrides`; the source of each field kept."
     fields, sources, notes = {}, {}, []

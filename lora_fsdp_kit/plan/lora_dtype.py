@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from .core import plan_fsdp1
+from ..dtypes import name as dtype_name
 from ..shards import clean_name
 
 # %% auto #0
@@ -61,12 +62,12 @@ def _unit_params(model:nn.Module, policy:Callable|None, use_orig_params:bool)->t
     groups = [(u.name or "<root>", [by_name[q.name] for q in u.params]) for u in plan.units]
     return groups, getattr(policy, "name", None) or repr(policy)
 
+# %% ../../nbs/03d_lora_dtype.ipynb #0938cb4f
 def _check_uniform(groups:list, want:dict):
     "Refuse a unit that would still mix dtypes: two base dtypes, or adapters cast to another than its base's."
-    dn = lambda dt: str(dt).removeprefix("torch.")
     for unit, params in groups:
-        base = sorted({dn(p.dtype) for p in params if id(p) not in want})
-        adapters = sorted({dn(want[id(p)]) for p in params if id(p) in want})
+        base = sorted({dtype_name(p.dtype) for p in params if id(p) not in want})
+        adapters = sorted({dtype_name(want[id(p)]) for p in params if id(p) in want})
         if len(base) > 1:
             raise ValueError(f"FSDP1 unit {unit} mixes base parameter dtypes {base}: casting the adapters cannot make "
                              f"its flat parameter uniform; cast the base (e.g. model.to(dtype)), make those parts "
@@ -92,14 +93,13 @@ def align_lora_dtype(model:nn.Module,                       # a peft model (real
         want[id(p)] = w
     groups, pol = _unit_params(model, policy, use_orig_params)
     _check_uniform(groups, want)   # check first, cast after: a refused model is left as it was
-    dn = lambda dt: str(dt).removeprefix("torch.")
     casts, unchanged = {}, 0
     for name, p, _ in tensors:
         w = want[id(p)]
         if p.dtype == w: unchanged += 1; continue
-        key = f"{dn(p.dtype)} -> {dn(w)}"
+        key = f"{dtype_name(p.dtype)} -> {dtype_name(w)}"
         casts[key] = casts.get(key, 0) + 1
         p.data = p.data.to(w)        # keeps the Parameter object, its name and requires_grad
         if p.grad is not None: p.grad = p.grad.to(w)
-    target = "base" if dtype is None else str(dtype).removeprefix("torch.")
+    target = "base" if dtype is None else dtype_name(dtype)
     return LoraDtypeReport(casts, unchanged, target, len(groups), pol)

@@ -14,27 +14,21 @@ from torch.distributed.fsdp import wrap as fsdp_wrap
 
 from ..doctor import require
 from ..families import layer_class_names
-from ..shards import (WRAPPER_SEGMENTS, clean_name, flat_spans, fsdp1_align, fsdp1_flat_numels,
-                                  join_name, piece_length)
+from ..shards import (WRAPPER_SEGMENTS, clean_name, flat_spans, fsdp1_align, fsdp1_chunk_numel,
+                                  fsdp1_flat_numels, join_name, piece_length)
 
 # %% auto #0
-__all__ = ['LORA_PREFIX', 'is_lora_name', 'is_trainable_leaf', 'WrapPolicy', 'module_classes_in', 'resolve_layer_classes',
-           'lambda_part', 'size_part', 'lora_wrap_policy', 'peft_wrap_policy', 'layer_wrap_policy', 'size_wrap_policy',
-           'policy_parts', 'ignored_sets', 'fsdp1_unit_modules', 'post_order', 'name_pattern', 'resolve_targets',
-           'targets_repr']
+__all__ = ['is_trainable_leaf', 'WrapPolicy', 'module_classes_in', 'resolve_layer_classes', 'lambda_part', 'size_part',
+           'lora_wrap_policy', 'peft_wrap_policy', 'layer_wrap_policy', 'size_wrap_policy', 'policy_parts',
+           'ignored_sets', 'fsdp1_unit_modules', 'post_order', 'name_pattern', 'resolve_targets', 'targets_repr']
 
 # %% ../../nbs/03a_policies.ipynb #03f35ca9
-LORA_PREFIX = "lora_"   # peft's `LoraModel.prefix` (not imported: importing peft costs seconds; tested below)
-
-def is_lora_name(name:str)->bool:
-    "True when a (clean) parameter name belongs to a peft LoRA adapter."
-    return any(seg.startswith(LORA_PREFIX) for seg in name.split("."))
-
 def is_trainable_leaf(module:nn.Module)->bool:
     "The lambda rule of the RL collector and of peft: a leaf whose `weight` requires grad (each LoRA A/B linear)."
     return (len(list(module.named_children())) == 0 and getattr(module, "weight", None) is not None
             and module.weight.requires_grad)
 
+# %% ../../nbs/03a_policies.ipynb #d8414cbb
 @dataclass(frozen=True)
 class WrapPolicy:
     "An FSDP1 auto-wrap policy made of named torch policies (OR-ed), usable as `auto_wrap_policy`."
@@ -63,6 +57,7 @@ def module_classes_in(model:nn.Module)->dict[str, type]:
     "Class name -> class, for every module class in `model`."
     return {type(m).__name__: type(m) for m in model.modules()}
 
+# %% ../../nbs/03a_policies.ipynb #06e780d5
 def resolve_layer_classes(model:nn.Module, layer_cls:str|Iterable[type|str]|None="auto")->tuple[type, ...]:
     "Layer classes for the layer part: `'auto'` (`_no_split_modules`, else repeated blocks), classes or names."
     if layer_cls is None: return ()
@@ -101,6 +96,7 @@ def _layer_part(classes): return functools.partial(fsdp_wrap.transformer_auto_wr
                                                    transformer_layer_cls=set(classes))
 def size_part(n): return functools.partial(fsdp_wrap.size_based_auto_wrap_policy, min_num_params=int(n))
 
+# %% ../../nbs/03a_policies.ipynb #dd7a07da
 def lora_wrap_policy(model:nn.Module,                        # the (peft) model to wrap
                      *,
                      min_num_params:int=0,                   # size part threshold; > 0 drops the lambda part
@@ -152,6 +148,7 @@ def peft_wrap_policy(model:nn.Module,                      # the peft model
     classes = tuple(c for c in layer.keywords["transformer_layer_cls"] if any(issubclass(t, c) for t in present))
     return WrapPolicy("peft_wrap_policy", (("lambda", lam), ("layer", layer)), (), classes, 0)
 
+# %% ../../nbs/03a_policies.ipynb #15137688
 def layer_wrap_policy(model:nn.Module, layer_cls:str|Iterable[type|str]="auto")->WrapPolicy:
     "Layer-only policy: each decoder layer (or each given class) is a unit."
     classes = resolve_layer_classes(model, layer_cls)
@@ -185,6 +182,7 @@ def ignored_sets(model:nn.Module, ignored_modules)->tuple[set, set]:
     mods = _get_ignored_modules(model, ignored_modules)
     return mods, _get_ignored_params(model, mods)
 
+# %% ../../nbs/03a_policies.ipynb #a2461a1f
 def _to_fsdp1_shards(module:nn.Module, ignored:set, shrunk:dict, world:int, rank:int):
     "Leave the parameters FSDP1 (use_orig_params=True) flattens into `module`'s unit as this rank's piece of them."
     # FSDP1 sets each flattened parameter's data to its piece of the rank's shard (`_use_sharded_views`), and
@@ -197,11 +195,38 @@ def _to_fsdp1_shards(module:nn.Module, ignored:set, shrunk:dict, world:int, rank
     # moves a piece by at most a few elements)
     numels, pad = fsdp1_flat_numels([p.numel() for p in params], fsdp1_align(params[0].element_size(), True))
     spans = flat_spans(numels, pad)
-    c = -(-sum(numels) // world)
+    c = fsdp1_chunk_numel(sum(numels), world)
     for p, (s, e) in zip(params, spans):
         k = piece_length(s, e, c, rank)
         shrunk[p] = p.data
         p.data = p.data.new_empty(1).expand(k) if k else p.data.new_empty(0)   # numel k, no memory
+
+# %% ../../nbs/03a_policies.ipynb #e2bc5c49
+def _policy_object_claims(model:nn.Module, policy, ign_mods:set)->dict[nn.Module, str]:
+    "The modules a torch `_Policy` (`ModuleWrapPolicy`, `CustomPolicy`) names, asked as FSDP1's `_auto_wrap` asks it."
+    label = "layer" if isinstance(policy, fsdp_wrap.ModuleWrapPolicy) else _part_label(policy)
+    return {m: label for m in policy._run_policy(model, ign_mods, {}) if m is not model}
+
+# %% ../../nbs/03a_policies.ipynb #c89018db
+def _walk_claims(model:nn.Module, policy:Callable, ign_mods:set, ign_params:set, use_orig_params:bool,
+                 world_size:int, rank:int)->dict[nn.Module, str]:
+    "torch's `_recursive_wrap` under a callable policy, its wrapper recording each claim and wrapping nothing."
+    if not callable(policy): raise TypeError(f"an FSDP1 policy must be callable, got {policy!r}")
+    claims, parts, shrunk = {}, policy_parts(policy), {}
+    def recording_policy(module, recurse, nonwrapped_numel):
+        ok = policy(module=module, recurse=recurse, nonwrapped_numel=nonwrapped_numel)
+        if ok and not recurse:   # _recursive_wrap wraps right after this answer
+            kw = dict(module=module, recurse=False, nonwrapped_numel=nonwrapped_numel)
+            claims[module] = "+".join(n for n, p in parts if p(**kw)) or "policy"
+        return ok
+    def record_only(module, **kw):   # the "wrapper": leaves the module as it is, its parameters as FSDP1 does
+        if use_orig_params and world_size > 1: _to_fsdp1_shards(module, ign_params, shrunk, world_size, rank)
+        return module
+    try: fsdp_wrap._recursive_wrap(model, recording_policy, record_only, ign_mods, ign_params,
+                                   only_wrap_children=True)
+    finally:
+        for p, data in shrunk.items(): p.data = data   # the model as it was
+    return claims
 
 # %% ../../nbs/03a_policies.ipynb #1b291bd3
 def fsdp1_unit_modules(model:nn.Module,               # the model as it will be passed to FSDP1
@@ -217,32 +242,14 @@ def fsdp1_unit_modules(model:nn.Module,               # the model as it will be 
             "torch.distributed.fsdp._init_utils:_get_ignored_modules",
             "torch.distributed.fsdp._init_utils:_get_ignored_params")   # private: checked by `doctor`
     ign_mods, ign_params = ignored_sets(model, ignored_modules)
-    claims: dict[nn.Module, str] = {}
-    if isinstance(policy, fsdp_wrap._Policy):
-        label = "layer" if isinstance(policy, fsdp_wrap.ModuleWrapPolicy) else _part_label(policy)
-        for m in policy._run_policy(model, ign_mods, {}):
-            if m is not model: claims[m] = label
-    else:
-        if not callable(policy): raise TypeError(f"an FSDP1 policy must be callable, got {policy!r}")
-        parts, shrunk = policy_parts(policy), {}
-        def recording_policy(module, recurse, nonwrapped_numel):
-            ok = policy(module=module, recurse=recurse, nonwrapped_numel=nonwrapped_numel)
-            if ok and not recurse:   # _recursive_wrap wraps right after this answer
-                kw = dict(module=module, recurse=False, nonwrapped_numel=nonwrapped_numel)
-                claims[module] = "+".join(n for n, p in parts if p(**kw)) or "policy"
-            return ok
-        def record_only(module, **kw):   # the "wrapper": leaves the module as it is, its parameters as FSDP1 does
-            if use_orig_params and world_size > 1: _to_fsdp1_shards(module, ign_params, shrunk, world_size, rank)
-            return module
-        try: fsdp_wrap._recursive_wrap(model, recording_policy, record_only, ign_mods, ign_params,
-                                       only_wrap_children=True)
-        finally:
-            for p, data in shrunk.items(): p.data = data   # the model as it was
+    if isinstance(policy, fsdp_wrap._Policy): claims = _policy_object_claims(model, policy, ign_mods)
+    else: claims = _walk_claims(model, policy, ign_mods, ign_params, use_orig_params, world_size, rank)
     order = {m: i for i, m in enumerate(post_order(model))}
     out = dict(sorted(claims.items(), key=lambda kv: order[kv[0]]))
     out[model] = "root"
     return out
 
+# %% ../../nbs/03a_policies.ipynb #168b474e
 def post_order(model:nn.Module)->list[nn.Module]:
     "Modules in post-order (children first), each once — the order FSDP creates units in."
     seen, out = set(), []
@@ -265,6 +272,7 @@ def name_pattern(pattern:str)->re.Pattern:
         else: out += re.escape(pattern[i]); i += 1
     return re.compile(out + r"\Z")
 
+# %% ../../nbs/03a_policies.ipynb #eb6cedb6
 def resolve_targets(model:nn.Module,                        # the model to shard
                     targets:type|str|Sequence[type|str],    # module classes and/or dotted-name globs
                    )->list[tuple[str, nn.Module]]:

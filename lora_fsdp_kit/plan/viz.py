@@ -12,99 +12,21 @@ import torch.nn as nn
 
 from ..methods import patch_to
 from ..units import fmt_bytes
-from .core import MARKS, Plan, Unit, plan_summary, policy_line
+from .core import Plan
+from .text import (MARKS, UnitGroup, group_units,
+    shorten_middle, distinct_labels, group_findings, plan_text)   # the text tree's rows and words: the chart's
 from .checks import Finding
 from .policies import resolve_layer_classes
 from .wrap import WrapConfig
 from ..figures import KitFigure, byte_axis, new_figure
 
 # %% auto #0
-__all__ = ['PART_COLOURS', 'LINE_WIDTH', 'UnitGroup', 'group_units', 'shorten_middle', 'distinct_labels', 'plot_plan',
-           'group_findings', 'findings_html', 'PlanReport', 'plan_text_grouped', 'plan_command']
-
-# %% ../../nbs/04_viz.ipynb #d7149cc7
-_SEV_RANK = {"error": 3, "warning": 2, "info": 1}
-
-@dataclass(frozen=True)
-class UnitGroup:
-    "Units that repeat the same shape (e.g. `layers.*`), shown as one row."
-    label: str                 # short name with indices replaced by `*`, relative to the parent row
-    depth: int                 # nesting depth of the units
-    module_class: str
-    claimed_by: str
-    units: tuple[Unit, ...]    # the units in the group
-    findings: tuple[Finding, ...]
-    @property
-    def count(self)->int: return len(self.units)
-    @property
-    def nbytes(self)->int: return max(u.nbytes for u in self.units)          # per unit (the largest)
-    @property
-    def total_bytes(self)->int: return sum(u.nbytes for u in self.units)
-    @property
-    def lora_share(self)->float:
-        n = sum(u.numel for u in self.units)
-        return sum(u.lora_numel for u in self.units) / n if n else 0.0
-    @property
-    def n_lora(self)->int: return sum(u.n_lora for u in self.units)
-    @property
-    def severity(self)->str|None:
-        return max((f.severity for f in self.findings), key=lambda s: _SEV_RANK.get(s, 0), default=None)
-
-# %% ../../nbs/04_viz.ipynb #66692a44
-def _pattern(short:str)->str: return re.sub(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)", "*", short)
-
-def group_units(plan:Plan, findings:list[Finding]|None=None, collapse:bool=True)->list[UnitGroup]:
-    "Rows for a view: units in tree order, repeated ones merged into one group (`collapse=False`: one per unit)."
-    findings = plan.check() if findings is None else findings
-    by_unit: dict[str, list[Finding]] = {}
-    for f in findings: by_unit.setdefault(f.unit, []).append(f)
-    rows: dict[tuple, list] = {}
-    def visit(u:Unit, parent_key:tuple):
-        short = "<root>" if u.is_root else (u.name[len(u.parent)+1:] if u.parent else u.name)
-        key = (parent_key, _pattern(short) if collapse else u.name, u.module_class, u.claimed_by)
-        rows.setdefault(key, [key[1] if collapse else short, u.depth, []])[2].append(u)
-        for c in plan.children_of(u): visit(c, key)
-    visit(plan.root, ())
-    return [UnitGroup(label, depth, key[2], key[3], tuple(us), tuple(f for u in us for f in by_unit.get(u.name, ())))
-            for key, (label, depth, us) in rows.items()]
+__all__ = ['PART_COLOURS', 'plot_plan', 'findings_html', 'PlanReport', 'plan_text_grouped', 'plan_command']
 
 # %% ../../nbs/04_viz.ipynb #dbdc6241
 PART_COLOURS = {"root": "#455a64", "layer": "#1565c0", "size": "#6a1b9a", "lambda": "#ef6c00", "target": "#1565c0",
                 "embedding": "#00897b", "head": "#2e7d32", "group": "#ad1457"}   # any other claim: black, still named
 _SEV_COLOUR = {"error": "#c62828", "warning": "#ef6c00", "info": "#607d8b"}
-
-def shorten_middle(s:str,       # the text to shorten
-                   n:int,       # at most this many characters
-                   head:int|None=None,  # characters kept at the start (default: a third of `n`)
-                  )->str:       # `s`, or its start and its tail around a `…`
-    "Cut `s` from the middle, keeping the start and the distinguishing tail (`base_mo…q_proj.lora_A.default`)."
-    if len(s) <= n: return s
-    head = n // 3 if head is None else max(0, min(head, n - 2))
-    return s[:head] + "…" + s[len(s) - (n - head - 1):]
-
-# %% ../../nbs/04_viz.ipynb #fb4ad8b5
-def distinct_labels(labels:list[str],  # full row labels
-                    n:int,             # the width to fit
-                   )->list[str]:       # shortened labels, pairwise distinct where the full ones are
-    "Shorten every label from the middle; where two collide, also keep the part where they differ (`a…b…c`)."
-    out = [shorten_middle(l, n) for l in labels]
-    groups: dict[str, list[str]] = {}
-    for s, l in zip(out, labels): groups.setdefault(s, []).append(l)
-    tail = n - n // 3 - 1                                   # the tail the first pass kept
-    for i, (s, l) in enumerate(zip(out, labels)):
-        others = [o for o in groups[s] if o != l]
-        if not others: continue
-        # where `l` first differs from the labels it collides with: show a window there, between two ellipses
-        head = len(l) - len(l.lstrip(" └"))                 # the indentation that shows the nesting
-        mid = n - head - tail - 2
-        p = min(next((k for k, (a, b) in enumerate(zip(l, o)) if a != b), min(len(l), len(o))) for o in others)
-        if p >= len(l) - (n - head - 1): out[i] = l[:head] + "…" + l[len(l) - (n - head - 1):]   # a longer tail
-        elif mid >= 4:
-            start = min(max(head + 1, p - 2), len(l) - tail - mid)
-            out[i] = l[:head] + "…" + l[start:start + mid] + "…" + l[len(l) - tail:]
-    seen: dict[str, int] = {}
-    for s in out: seen[s] = seen.get(s, 0) + 1
-    return [s if seen[s] == 1 else l for s, l in zip(out, labels)]   # at worst, the whole label
 
 # %% ../../nbs/04_viz.ipynb #9cfc1f5b
 def _fit_text_right(fig, ax, texts, lo:float):
@@ -155,6 +77,7 @@ def _bar_text(g:UnitGroup)->str:
     if fs: txt += "  (" + ", ".join(sorted(fs)) + ")"
     return MARKS[g.severity] + " " + txt if g.severity else txt
 
+# %% ../../nbs/04_viz.ipynb #9eb3b613
 def _row_labels(ax, shown:list[UnitGroup], ys:list[int], label_chars:int):
     "Tree labels, left-aligned so that indentation shows the nesting; cut from the middle, so rows stay distinct."
     full = ["  " * max(g.depth - 1, 0) + ("└ " if g.depth else "") + g.label
@@ -166,6 +89,7 @@ def _row_labels(ax, shown:list[UnitGroup], ys:list[int], label_chars:int):
         t.set_horizontalalignment("left")
         if g.severity == "error": t.set_color(_SEV_COLOUR["error"])
 
+# %% ../../nbs/04_viz.ipynb #0dcac7a4
 def _chart_title(plan:Plan, findings:list[Finding], rows:int, shown:int)->str:
     "Three lines over the chart: what is drawn, the plan's totals and findings, and the policy (its first line)."
     more = f" (first {shown} of {rows} rows)" if rows > shown else ""
@@ -218,13 +142,6 @@ def plot_plan(plan:Plan,                 # the plan to draw
     return fig
 
 # %% ../../nbs/04_viz.ipynb #93b55f6e
-def group_findings(findings:list[Finding],  # a plan's findings
-                  )->list[tuple[str, str, list[Finding]]]:  # (severity, check, its findings), worst first
-    "Findings of one kind on many units as one entry: what the command line prints and the explorer lists."
-    by_check: dict = {}
-    for f in findings: by_check.setdefault((f.severity, f.check), []).append(f)
-    return [(s, c, fs) for (s, c), fs in sorted(by_check.items(), key=lambda kv: -_SEV_RANK.get(kv[0][0], 0))]
-
 def findings_html(findings:list[Finding],  # a plan's findings
                   max_units:int=30,        # list at most this many units per kind
                  )->str:                   # HTML: one foldable entry per kind, its message, fix and units
@@ -270,49 +187,13 @@ class PlanReport:
         "The report's tail: the findings grouped by kind, each with its fix."
         return self.text[self.text.index("\nfindings:") + 1:]
 
-# %% ../../nbs/04_viz.ipynb #cc0a1692
-LINE_WIDTH = 120   # the command-line report never runs past this many characters
-
-def _wrap(text:str, indent:str="", first:str="")->list[str]:
-    "Wrap `text` at LINE_WIDTH; long names (no spaces) are broken at dots rather than cut."
-    import textwrap
-    return textwrap.wrap(text, LINE_WIDTH, initial_indent=first, subsequent_indent=indent, break_on_hyphens=False,
-                         break_long_words=True) or [first]
-
 # %% ../../nbs/04_viz.ipynb #ff7b2114
 def plan_text_grouped(plan:Plan,                          # the plan to report
                       findings:list[Finding]|None=None,   # default: plan.check()
                       speak=None,                         # rewrites the settings' spelling (the CLI: its flags)
-                     )->str:                              # lines of at most LINE_WIDTH characters
-    "The plan as a text tree with repeated units merged (`layers.*  ×48`), then its findings grouped by check."
-    findings = plan.check() if findings is None else findings
-    speak = speak or (lambda t: t)
-    groups = group_units(plan, findings, collapse=True)
-    lines = _wrap(plan_summary(plan), indent="    ")
-    for i, pl in enumerate(speak(policy_line(plan)).splitlines()):
-        lines += _wrap(pl.strip(), indent="    ", first="" if i == 0 else "  ")
-    full = ["  " * g.depth + g.label + (f" ×{g.count}" if g.count > 1 else "") for g in groups]
-    w = min(max(map(len, full)), 40)      # with a 35-character class name the row is 120 wide
-    for label, g in zip(distinct_labels(full, w), groups):
-        n_params = len(g.units[0].params)
-        lora = f"LoRA {g.n_lora // g.count}/{n_params}" if g.n_lora else f"{n_params} tensors"
-        marks = "".join(sorted({MARKS[f.severity] for f in g.findings}))
-        row = f"{label:<{w}}  {fmt_bytes(g.nbytes):>10} each  {g.claimed_by:<8} {lora:<12} {marks:<3} "
-        if len(row) + len(g.module_class) <= LINE_WIDTH: lines.append(row + g.module_class)
-        else: lines += [row.rstrip(), " " * (LINE_WIDTH - len(g.module_class)) + g.module_class]  # class names whole
-    if not findings:
-        lines.append("findings: none")
-        return "\n".join(lines)
-    counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
-    lines.append(f"findings: ✖ {counts['error']} errors, ▲ {counts['warning']} warnings, · {counts['info']} info, "
-                 f"in {len(set((f.severity, f.check) for f in findings))} kind(s) (one entry per kind; each unit's own "
-                 "in plan.check())")
-    for sev, chk, fs in group_findings(findings):
-        lines += _wrap(f"{MARKS[sev]} {sev} [{chk}] on {len(fs)} unit(s), e.g. {fs[0].unit or '<root>'}",
-                       indent="      ", first="  ")
-        lines += _wrap(speak(fs[0].message), indent="      ", first="      ")
-        if fs[0].fix: lines += _wrap("fix: " + speak(fs[0].fix), indent="      ", first="      ")
-    return "\n".join(lines)
+                     )->str:                              # lines of at most `plan.text.LINE_WIDTH` characters
+    "The command line's tree: `plan_text` with repeated units merged (`layers.*  ×48`)."
+    return plan_text(plan, findings, collapse=True, speak=speak)
 
 # %% ../../nbs/04_viz.ipynb #3dd2855b
 def plan_command(model:str|None=None,        # a zoo name or a shipped full-size config name (e.g. qwen3_omni_default)
@@ -338,7 +219,7 @@ def plan_command(model:str|None=None,        # a zoo name or a shipped full-size
     m = build_for_plan(model, config, lora_r, targets)
     plan = wrap.plan(m, world_size=world)
     findings = plan.check()
-    text = plan_text_grouped(plan, findings, speak)
+    text = plan_text(plan, findings, collapse=True, speak=speak)
     if targets == PLAN_TARGETS:   # the default list, partly absent (Phi-3 fuses q/k/v): said (a user's list is refused)
         got = {n.rsplit(".", 1)[-1] for n, mod in m.named_modules() if hasattr(mod, "lora_A")}   # peft's LoRA layers
         if idle := [t for t in targets.split(",") if t not in got]:

@@ -13,14 +13,15 @@ import torch
 import torch.nn as nn
 from torch.distributed.fsdp import wrap as fsdp_wrap
 
-from ..dtypes import WORDS, canonical, short, torch_dtype
+from ..dtypes import WORDS, canonical, name as dtype_name, short, torch_dtype
 from ..methods import patch_to
 from ..platform import get_platform
 from .policies import (WrapPolicy, lora_wrap_policy, peft_wrap_policy, layer_wrap_policy,
                                     size_wrap_policy, resolve_layer_classes, resolve_targets, fsdp1_unit_modules,
                                     module_classes_in, lambda_part, size_part, post_order)
 from ..shards import clean_name, shard_group_size
-from .lora_dtype import adapter_tensors, align_lora_dtype
+from .lora_dtype import adapter_tensors
+from .apply import device_mesh, prepare_model, shard_fsdp1, shard_fsdp2   # the FSDP calls
 from .core import Plan, build_plan, refuse_wrapped
 
 # %% auto #0
@@ -237,6 +238,7 @@ def _base_policy(cfg:WrapConfig, model:nn.Module)->WrapPolicy:
     if cfg.policy == "root": return WrapPolicy("root only", (), (), (), 0)
     raise ValueError(f"policy {cfg.policy!r} has no FSDP1 form: targets are FSDP2's")
 
+# %% ../../nbs/03c_wrap.ipynb #f33c7f04
 @patch_to(WrapConfig)
 def auto_wrap_policy(self:WrapConfig, model:nn.Module)->WrapPolicy:
     "The FSDP1 auto-wrap policy this configuration names (for FSDP2: the same choice, see `shard_modules`)."
@@ -266,6 +268,7 @@ def _single_claims(self:WrapConfig, model:nn.Module, pol:WrapPolicy|None=None, w
     if self.flavour == "fsdp2": world_size, rank = 1, 0   # FSDP2 keeps whole parameters: no FSDP1 shard sizes
     return fsdp1_unit_modules(model, pol, use_orig_params=self.use_orig_params, world_size=world_size, rank=rank)
 
+# %% ../../nbs/03c_wrap.ipynb #270f0e13
 @patch_to(WrapConfig)
 def shard_modules(self:WrapConfig, model:nn.Module)->list[nn.Module]:
     "The modules to `fully_shard` before the root, children first (FSDP2's form of the policy); a group as a list."
@@ -321,6 +324,7 @@ def _grouped_claims(cfg:WrapConfig, model:nn.Module, pol:WrapPolicy|None=None, w
     out[model] = claims.get(model, "root")
     return out, {g[0]: g for g, _ in groups}
 
+# %% ../../nbs/03c_wrap.ipynb #04339847
 def _name_of(model:nn.Module, m:nn.Module)->str: return next(n for n, x in model.named_modules() if x is m)
 
 def _groups_text(cfg:WrapConfig)->str:
@@ -331,7 +335,7 @@ def _groups_text(cfg:WrapConfig)->str:
 # %% ../../nbs/03c_wrap.ipynb #72c3c49d
 def _adapter_dtypes(model:nn.Module)->dict[str, str]:
     "Clean adapter parameter name -> the dtype `align_lora_dtype` will give it (its base layer's)."
-    return {n: str(bt).removeprefix("torch.") for n, _, bt in adapter_tensors(model) if bt is not None}
+    return {n: dtype_name(bt) for n, _, bt in adapter_tensors(model) if bt is not None}
 
 def _aligned(plan:Plan, dtypes:dict[str, str])->Plan:
     "`plan` with the adapters in their base layer's dtype."
@@ -423,87 +427,7 @@ def label(self:WrapConfig)->str:
 @patch_to(WrapConfig)
 def prepare(self:WrapConfig, model:nn.Module)->nn.Module:
     "In place, what comes before sharding: cast the adapters (`align_lora_dtype`), checkpoint each decoder layer."
-    if self.align_lora_dtype:
-        align_lora_dtype(model, policy=None if self.policy == "targets" else self.auto_wrap_policy(model),
-                         use_orig_params=self.use_orig_params or self.flavour == "fsdp2")
-    if self.activation_checkpointing == "hf": _hf_checkpointing(model)
-    if self.activation_checkpointing == "wrapper":
-        # torch's own wrapper (FSDP's tests and torchtitan use it); NO_REENTRANT is the variant FSDP2 supports
-        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-            CheckpointImpl, CheckpointWrapper, apply_activation_checkpointing, checkpoint_wrapper)
-        if not any(isinstance(m, CheckpointWrapper) for m in model.modules()):
-            classes = resolve_layer_classes(model, "auto" if self.layer_cls is None else self.layer_cls)
-            wrapper = functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT,
-                                        preserve_rng_state=self.checkpoint_rng_state)
-            if self.checkpoint_targets == "units":   # accelerate's FSDP1: what the auto-wrap policy wraps
-                apply_activation_checkpointing(model, checkpoint_wrapper_fn=wrapper,
-                                               auto_wrap_policy=self.auto_wrap_policy(model))
-            else: apply_activation_checkpointing(model, checkpoint_wrapper_fn=wrapper,
-                                                 check_fn=lambda m: isinstance(m, classes))
-        # the KV cache stays as the forward's `use_cache` (config.json's unless given) has it, as under accelerate:
-        # transformers turns it off under its own checkpointing only ('hf'), which does not see torch's wrapper
-    return model
-
-# %% ../../nbs/03c_wrap.ipynb #acfce320
-def _hf_checkpointing(model:nn.Module):
-    "transformers' own checkpointing, enabled on the outermost transformers model in `model`, as the Trainer does."
-    from transformers import PreTrainedModel
-    hf = next((m for m in model.modules() if isinstance(m, PreTrainedModel)
-               and getattr(m, "supports_gradient_checkpointing", False)), None)
-    if hf is None: raise ValueError(f"activation_checkpointing='hf' needs a transformers model that supports gradient "
-                                    f"checkpointing; {type(model).__name__} holds none: use 'wrapper'")
-    # transformers 5 renamed it (the old name warns); each layer runs in torch.utils.checkpoint, use_reentrant=False
-    getattr(hf, "activation_checkpointing_enable", hf.gradient_checkpointing_enable)()
-
-def _device_mesh(cfg:WrapConfig, mesh=None):
-    "A `DeviceMesh` from `mesh` (a mesh or a process group), else over the whole world (2-D for hybrid)."
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-    dev = get_platform().torch_device().type
-    if isinstance(mesh, DeviceMesh): return mesh
-    if mesh is not None:
-        if cfg.hybrid: raise ValueError("hybrid sharding needs a 2-D DeviceMesh (replicate, shard), not a group")
-        return DeviceMesh.from_group(mesh, dev)
-    world = dist.get_world_size()
-    if not cfg.hybrid: return init_device_mesh(dev, (world,))
-    k = shard_group_size(world, True, cfg.shard_size)   # raises where the world does not split into groups of it
-    return init_device_mesh(dev, (world // k, k), mesh_dim_names=("replicate", "shard"))
-
-# %% ../../nbs/03c_wrap.ipynb #5d1fcc17
-def _placement(dim:int, p:nn.Parameter):
-    "FSDP2's `shard_placement_fn`: shard on `dim`, tensors with fewer dimensions on dim 0."
-    from torch.distributed.tensor import Shard
-    return Shard(dim if p.dim() > dim else 0)
-
-def _wrap_fsdp2(cfg:WrapConfig, model:nn.Module, modules:list[nn.Module], mesh, fsdp_kw:dict)->nn.Module:
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    mesh, kw = _device_mesh(cfg, mesh), {}
-    if cfg.compute_dtype is not None:
-        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=cfg.compute_dtype, reduce_dtype=torch.float32)
-    if not cfg.reshard_after_forward: kw["reshard_after_forward"] = False
-    if cfg.shard_dim: kw["shard_placement_fn"] = functools.partial(_placement, cfg.shard_dim)
-    kw.update(fsdp_kw)
-    for m in modules: fully_shard(m, mesh=mesh, **kw)
-    fully_shard(model, mesh=mesh, **kw)
-    return model
-
-# %% ../../nbs/03c_wrap.ipynb #91f92169
-def _wrap_fsdp1(cfg:WrapConfig, model:nn.Module, mesh, fsdp_kw:dict)->nn.Module:
-    from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.fsdp import (BackwardPrefetch, FullyShardedDataParallel as FSDP, MixedPrecision,
-                                        ShardingStrategy)
-    kw = dict(auto_wrap_policy=cfg.auto_wrap_policy(model), use_orig_params=cfg.use_orig_params,
-              device_id=get_platform().torch_device())     # device_id=None fails on the CPU
-    if cfg.compute_dtype is not None:
-        kw["mixed_precision"] = MixedPrecision(param_dtype=cfg.compute_dtype, reduce_dtype=torch.float32)
-    if cfg.sharding:
-        kw["sharding_strategy"] = ShardingStrategy["HYBRID_SHARD" if cfg.sharding == "HYBRID" else cfg.sharding]
-    if cfg.backward_prefetch != "BACKWARD_PRE":   # FSDP1's default; None: no prefetch
-        kw["backward_prefetch"] = cfg.backward_prefetch and BackwardPrefetch[cfg.backward_prefetch]
-    if cfg.hybrid: kw["device_mesh"] = _device_mesh(cfg, mesh)
-    elif mesh is not None: kw["process_group"] = mesh.get_group() if isinstance(mesh, DeviceMesh) else mesh
-    kw.update(fsdp_kw)
-    return FSDP(model, **kw)
+    return prepare_model(self, model)
 
 # %% ../../nbs/03c_wrap.ipynb #af915846
 @patch_to(WrapConfig)
@@ -514,9 +438,9 @@ def wrap(self:WrapConfig,
          )->nn.Module:
     "Prepare and shard `model` as configured; returns the wrapped model (FSDP1) or `model` itself (FSDP2)."
     refuse_wrapped(model, "WrapConfig.wrap")
-    if self.flavour == "fsdp1": return _wrap_fsdp1(self, self.prepare(model), mesh, fsdp_kw)
+    if self.flavour == "fsdp1": return shard_fsdp1(self, self.prepare(model), mesh, fsdp_kw)
     modules = self.shard_modules(model)          # before checkpoint wrappers exist
-    return _wrap_fsdp2(self, self.prepare(model), modules, mesh, fsdp_kw)
+    return shard_fsdp2(self, self.prepare(model), modules, mesh, fsdp_kw)
 
 # %% ../../nbs/03c_wrap.ipynb #0a0d46aa
 def wrap_fsdp1(model:nn.Module,                 # the model to wrap (inside a process group)
@@ -532,6 +456,7 @@ def wrap_fsdp1(model:nn.Module,                 # the model to wrap (inside a pr
     return FSDP(model, auto_wrap_policy=policy, use_orig_params=use_orig_params, ignored_modules=ignored_modules,
                 **fsdp_kwargs)
 
+# %% ../../nbs/03c_wrap.ipynb #0225da22
 def wrap_fsdp2(model:nn.Module,                         # the model to shard (inside a process group)
                targets:type|str|Sequence[type|str],     # as for `plan_fsdp2`
                *,
@@ -554,7 +479,7 @@ def wrap_fsdp2_like(model:nn.Module,                    # the model to shard (in
 def _fully_shard_all(model:nn.Module, modules:list[nn.Module], mesh=None, **kw)->nn.Module:
     "`fully_shard` each of `modules` (already children first), then the root, on the platform's device mesh."
     from torch.distributed.fsdp import fully_shard
-    mesh = _device_mesh(WrapConfig(), mesh)
+    mesh = device_mesh(mesh)
     for m in modules: fully_shard(m, mesh=mesh, **kw)
     fully_shard(model, mesh=mesh, **kw)
     return model
