@@ -1,1 +1,1 @@
-"""The plan: which modules become FSDP units (policies, the WrapConfig, the job), what FSDP will refuse (checks), and the pictures of it (viz)."""
+"""The plan: which modules become FSDP units (policies, the WrapConfig, the job and the trainer files it is read from), what FSDP will refuse (checks), the plan as text and pictures (text, viz), and the wrapping applied in a process group (apply)."""
