@@ -61,7 +61,8 @@ def main(argv=None):
                    fsdp1_gather_peak=P.fmt_bytes(plan1.gather_peak_bytes),
                    fsdp2_gather_peak=P.fmt_bytes(plan2.gather_peak_bytes),
                    largest_unit=f"{plan1.largest_unit.name} ({P.fmt_bytes(plan1.largest_unit.nbytes)})")
-    print(cfg1.label, "->", P.plan_summary(plan1)); print(cfg2.label, "->", P.plan_summary(plan2))
+    from lora_fsdp_kit.plan.text import plan_summary
+    print(cfg1.label, "->", plan_summary(plan1)); print(cfg2.label, "->", plan_summary(plan2))
     for k, v in figures.items(): print(f"{k:>22}: {v}")
     ok = t_plan1 <= 1.0 and rss_mib() < 1024
     print("targets (plan <= 1 s, peak RSS < 1 GiB):", "met" if ok else "NOT met")
