@@ -5,17 +5,17 @@
 # %% ../nbs/90_cli.ipynb #65c0ba79
 from __future__ import annotations
 
-import argparse, contextlib, functools, json, os, signal, sys, threading, time
+import argparse, contextlib, os, signal, sys, threading, time
 from pathlib import Path
-from typing import Any
 
-from .cli_input import (Parser, VersionAction, raised_in_transformers, input_problem, prog_name, parse_seconds, whole_number,
-                                     did_you_mean, unknown_input)
+from .cli_input import (Parser, VersionAction, raised_in_transformers, input_problem, prog_name,
+                                     parse_seconds, whole_number, unknown_input)
+from .cli_wrap import (add_wrap_flags, dtype_words, flag_value, flavour_defaults, module_constant,
+                                    wrap_config_of, wrap_configs_of, wrap_fields, wrap_problem)
 
 # %% auto #0
-__all__ = ['FLAG_WORDS', 'FITS_DEFAULTS', 'render_readme', 'flag_language', 'folded', 'job_of_args', 'wrap_fields',
-           'flavour_defaults', 'add_wrap_flags', 'wrap_configs_of', 'wrap_config_of', 'module_constant',
-           'fits_job_of_args', 'parser', 'main']
+__all__ = ['FLAG_WORDS', 'FITS_DEFAULTS', 'render_readme', 'flag_language', 'folded', 'job_of_args', 'fits_job_of_args', 'parser',
+           'main']
 
 # %% ../nbs/90_cli.ipynb #e74413cb
 def _readme_block(text:str, lang:str="")->str: return f"```{lang}\n{text.rstrip()}\n```"
@@ -49,14 +49,17 @@ def _repo_root()->Path:
         if (d/"settings.ini").exists(): return d
     raise FileNotFoundError("not inside the lora_fsdp_kit project (no settings.ini above the current folder)")
 
-# %% ../nbs/90_cli.ipynb #3c7a0161
-def _process_start()->float:
-    "When this process started (`time.time()` scale), so that totals include Python's start-up and the imports."
-    try:
-        import psutil
-        return psutil.Process().create_time()
-    except Exception: return time.time()
+# %% ../nbs/90_cli.ipynb #rdme0002
+def _cmd_readme(a)->int:
+    root = _repo_root()
+    images = {}
+    text = render_readme(root/"nbs/index.ipynb", images)
+    (root/"README.md").write_text(text)
+    for path, png in images.items(): (root/path).write_bytes(png)
+    print(f"wrote {root/'README.md'} ({len(text.splitlines())} lines)")
+    return 0
 
+# %% ../nbs/90_cli.ipynb #3c7a0161
 def _cmd_detect(a)->int:
     from lora_fsdp_kit.platform import detect_platform
     print(detect_platform(smi_timeout=a.smi_timeout))
@@ -70,15 +73,6 @@ def _cmd_smoke(a)->int:
                         f"all_reduce sum {r['sum']:g} (expected {r['expected']:g})")
     print(f"smoke run: {a.nprocs} ranks in {time.perf_counter()-t0:.1f} s")
     return 0 if all(r["sum"] == r["expected"] for r in res) else 1
-
-def _cmd_readme(a)->int:
-    root = _repo_root()
-    images = {}
-    text = render_readme(root/"nbs/index.ipynb", images)
-    (root/"README.md").write_text(text)
-    for path, png in images.items(): (root/path).write_bytes(png)
-    print(f"wrote {root/'README.md'} ({len(text.splitlines())} lines)")
-    return 0
 
 # %% ../nbs/90_cli.ipynb #8581d73b
 from .families import PLAN_TARGETS   # one default for plan, fits and the demo (no torch: --help stays instant)
@@ -107,6 +101,7 @@ def folded(text:str, width:int=100)->str:
     fold = lambda t, lead: textwrap.fill(t, width, subsequent_indent=lead + "  ", break_on_hyphens=False)
     return "\n".join(t if len(t) <= width else fold(t, t[:len(t) - len(t.lstrip())]) for t in text.split("\n"))
 
+# %% ../nbs/90_cli.ipynb #plan0002
 def _cmd_plan(a)->int:
     from lora_fsdp_kit.plan.viz import plan_command, plan_text_grouped   # the arguments were checked (`_plan_args`)
     job = job_of_args(a)
@@ -134,7 +129,7 @@ def _plan_args(a)->int|None:
         try:
             if path is not None: check_output_path(path, what=flag)
         except ValueError as e: return refuse(str(e))
-    return refuse(why) if (why := _wrap_args(a)) else None
+    return refuse(why) if (why := wrap_problem(a)) else None
 
 # %% ../nbs/90_cli.ipynb #5350a206
 def _job_flags(p:argparse.ArgumentParser):
@@ -146,6 +141,7 @@ def _job_flags(p:argparse.ArgumentParser):
     p.add_argument("--lenient", action="store_true", help="accept a config.json key its config class does not know "
                    "(a warning, not exit 2)")
 
+# %% ../nbs/90_cli.ipynb #jobf0002
 def _typed(a:argparse.Namespace)->set[str]:
     "The destinations of the flags typed on the command line (a default is not typed)."
     from lora_fsdp_kit.cli_input import commands_of
@@ -160,7 +156,7 @@ def job_of_args(a:argparse.Namespace)->"Job":
     flags = dict(model=a.model or a.config, lora_r=a.lora_r, lora_targets=a.lora_targets, world=a.world)
     if not a.job: return Job.of(wrap=wrap_config_of(a), **flags)
     given = {k: v for k, v in flags.items() if k in typed or (k == "model" and v is not None)}
-    given |= {k: _value(getattr(a, k), k, wnames[k]) if isinstance(getattr(a, k), str) else getattr(a, k)
+    given |= {k: flag_value(getattr(a, k), k, wnames[k]) if isinstance(getattr(a, k), str) else getattr(a, k)
               for k in wnames if k in typed}
     return Job.from_files(*a.job, **given)
 
@@ -172,141 +168,25 @@ def _cmd_doctor(a)->int:
     return 0 if r.ok else 1
 
 def _cmd_explore(a)->int:
-    from lora_fsdp_kit.explore.core import serve   # Voilà serves the explorer as an app, until Ctrl-C
+    from lora_fsdp_kit.explore.app import serve   # Voilà serves the explorer as an app, until Ctrl-C
     given = {k: v for k, v in dict(model=a.model or a.config, lora_r=a.lora_r, lora_targets=a.lora_targets).items()
              if a.job and (k in _typed(a) or k == "model" and v)}   # beside --job files: the flags typed win
     serve(config=a.config, model=a.model, port=a.port, lora_r=a.lora_r, targets=a.lora_targets, job=a.job,
           given=given)
     return 0
 
+# %% ../nbs/90_cli.ipynb #demo0002
+def _process_start()->float:
+    "When this process started (`time.time()` scale), so that totals include Python's start-up and the imports."
+    try:
+        import psutil
+        return psutil.Process().create_time()
+    except Exception: return time.time()
+
 def _cmd_demo(a)->int:
     from lora_fsdp_kit.demo import run_demo
     run_demo(out=a.out, model=a.model, config=a.config, nprocs=a.nprocs, started=_process_start())
     return 0
-
-# %% ../nbs/90_cli.ipynb #5f5a3964
-def wrap_fields()->list[tuple[str, Any, str, str]]:
-    "(name, default, type, docstring) of each `WrapConfig` field, read from `wrap`'s source (no torch import)."
-    import ast, importlib.util
-    tree = ast.parse(Path(importlib.util.find_spec("lora_fsdp_kit.plan.wrap").origin).read_text())
-    body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WrapConfig").body
-    out = []
-    for n, nxt in zip(body, body[1:] + [None]):
-        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name):
-            doc = nxt.value.value if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) else ""
-            out.append((n.target.id, ast.literal_eval(n.value), ast.unparse(n.annotation), " ".join(doc.split())))
-    return out
-
-# %% ../nbs/90_cli.ipynb #45c7d090
-def _literal(module:str, name:str):
-    "A literal constant of a kit module, read from its source (no torch import: the help stays instant)."
-    import ast, importlib.util
-    tree = ast.parse(Path(importlib.util.find_spec(f"lora_fsdp_kit.{module}").origin).read_text())
-    return next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
-                and any(getattr(t, "id", None) == name for t in n.targets))
-
-def flavour_defaults()->dict:
-    "`wrap.FLAVOUR_DEFAULTS`: what each flavour's name means, in every command."
-    return _literal("plan.wrap", "FLAVOUR_DEFAULTS")
-
-def _text(v)->str:
-    "A field's value as a flag writes it (`groups` as `_groups` reads it: members joined by '+', groups by ';')."
-    if v is None or v == (): return "none"
-    if isinstance(v, bool): return "on" if v else "off"
-    if isinstance(v, tuple) and v and isinstance(v[0], tuple): return ";".join("+".join(g) for g in v)
-    return str(v)
-
-# %% ../nbs/90_cli.ipynb #6df8949d
-def add_wrap_flags(p:argparse.ArgumentParser,  # a command's parser
-                   sweep:bool=False,           # a value may be a comma list (every combination is a WrapConfig)
-                   defaults:dict|None=None,    # the command's own defaults, by field name (text when sweeping)
-                  )->None:
-    "One flag per `WrapConfig` field, named after it and helped by its docstring."
-    g = p.add_argument_group("wrapping: WrapConfig's fields" + (" (a comma list sweeps)" if sweep else ""))
-    by_flavour = flavour_defaults()   # what a flavour means, unless a flag says otherwise
-    for name, default, typ, doc in wrap_fields():
-        d, flag = (defaults or {}).get(name, default), "--" + name.replace("_", "-")
-        if name not in (defaults or {}) and any(name in v for v in by_flavour.values()):
-            each = ", ".join(f"{k}: {_text(v.get(name, default))}" for k, v in by_flavour.items())
-            doc += f" (default: the flavour's, {each})"
-            on = typ.replace(" ", "") in ("bool", "bool|None")   # a flag: None is the flavour's own
-            g.add_argument(flag, dest=name, default=None, metavar="on|off" if on else "VALUE",
-                           nargs="?" if on else None, const="on" if on else None, help=doc)
-            if on: g.add_argument(f"--no-{flag[2:]}", dest=name, action="store_const", const="off",
-                                  help=argparse.SUPPRESS)
-            continue
-        if typ.startswith("bool"):   # every command the same three forms: --flag alone on, --no-flag off, or on|off
-            # (a bool|str field takes its words too: --activation-checkpointing wrapper|hf)
-            words = ("on|off" if typ == "bool"
-                     else "|".join(k for k in _literal("plan.wrap", "_AC") if isinstance(k, str)))
-            g.add_argument(flag, dest=name, default=_text(d), nargs="?", const="on", metavar=words,
-                           help=f"{doc} (default: {_text(d)})")
-            g.add_argument(f"--no-{flag[2:]}", dest=name, action="store_const", const="off", help=argparse.SUPPRESS)
-        else: g.add_argument(flag, dest=name, default=_text(d), metavar="VALUE", help=f"{doc} (default: {_text(d)})")
-
-# %% ../nbs/90_cli.ipynb #8c5018fc
-def _value(text:str, name:str, typ:str):
-    "One flag value as the field's type: on/off for a flag, a whole number, `none`, or the text itself."
-    t = text.strip()
-    if t.lower() == "none" and "None" in typ: return None
-    if typ.startswith("bool"):   # bool|str: on/off, else the field's own word (WrapConfig checks it)
-        if t.lower() in ("on", "true", "yes", "1"): return True
-        if t.lower() in ("off", "false", "no", "0"): return False
-        if typ == "bool": raise ValueError(f"--{name.replace('_', '-')} takes on or off, got {t!r}")
-    if typ.startswith("int"):
-        try: return int(t)
-        except ValueError: raise ValueError(f"--{name.replace('_', '-')} takes a whole number, got {t!r}") from None
-    return t
-
-def _groups(text:str)->tuple[tuple[str, ...], ...]:
-    "`--groups` as `WrapConfig.groups`: 'none', or groups split by ';', each its modules joined by '+'."
-    if text.strip().lower() in ("", "none", "()"): return ()
-    return tuple(tuple(m.strip() for m in g.split("+") if m.strip()) for g in text.split(";") if g.strip())
-
-# %% ../nbs/90_cli.ipynb #4ee84610
-def wrap_configs_of(a:argparse.Namespace,  # parsed flags of a command with `add_wrap_flags`
-                    sweep:bool=False,      # comma lists sweep: one WrapConfig per combination
-                   )->list:                # [WrapConfig, ...] (one when not sweeping)
-    "The `WrapConfig`s the wrap flags spell (a comma list in a field of names, `layer_cls`, `targets`, is one value)."
-    import itertools
-    from lora_fsdp_kit.plan.job import default_wrap   # a field no flag gave: the flavour's one default
-    axes, unset = [], object()
-    for name, _, typ, _ in wrap_fields():
-        v = getattr(a, name)
-        if v is None: axes.append([unset])
-        elif not isinstance(v, str): axes.append([v])
-        elif typ.startswith("tuple[tuple"): axes.append([_groups(v)])
-        elif "tuple" in typ: axes.append([tuple(x.strip() for x in v.split(",")) if "," in v else _value(v, name, typ)])
-        else: axes.append(list(dict.fromkeys(_value(x, name, typ) for x in (v.split(",") if sweep else [v]))))
-    names = [f[0] for f in wrap_fields()]
-    out = [{k: v for k, v in zip(names, combo) if v is not unset} for combo in itertools.product(*axes)]
-    return list(dict.fromkeys(default_wrap(kw.pop("flavour"), **kw) for kw in out))
-
-def wrap_config_of(a:argparse.Namespace)->"WrapConfig":
-    "The one `WrapConfig` a command's wrap flags spell."
-    return wrap_configs_of(a)[0]
-
-# %% ../nbs/90_cli.ipynb #83009db6
-def _wrap_args(a:argparse.Namespace,  # parsed flags of a command with `add_wrap_flags`
-               sweep:bool=False,      # comma lists sweep (fits)
-              )->str|None:            # one line, in the flags' words, or None
-    "What the wrap flags alone refuse, before any import: a word no field takes, a number out of its range."
-    words = dict(flavour=("fsdp1", "fsdp2"), mixed_precision=("none", "bf16", "bfloat16", "fp16", "float16"),
-                 policy=("none", *module_constant("plan.wrap", "POLICIES")),   # read from the source: no torch
-                 sharding=("none", *module_constant("plan.wrap", "FSDP1_SHARDING")))
-    for name, _, typ, _ in wrap_fields():
-        text, flag = getattr(a, name), "--" + name.replace("_", "-")
-        if not isinstance(text, str) or "tuple" in typ: continue   # names of classes and modules: checked on the model
-        for v in (text.split(",") if sweep else [text]):
-            v = v.strip()
-            ok = words.get(name)   # policies and FSDP1's shardings exactly as spelled; the rest in any case
-            if ok and v not in ok and not (name in ("flavour", "mixed_precision") and v.lower() in ok):
-                return f"{flag} takes {', '.join(words[name])}; got {v!r}{did_you_mean(v, words[name])}"
-            try: x = _value(v, name, typ)
-            except ValueError as e: return str(e)
-            low = 1 if name == "shard_size" else 0   # the shard group's size; counts and dims from 0
-            if isinstance(x, int) and not isinstance(x, bool) and x < low: return f"{flag} must be >= {low}, got {x}"
-    return None
 
 # %% ../nbs/90_cli.ipynb #c7f0d8b1
 def _shipped_names()->str:
@@ -344,19 +224,6 @@ def _plan_parser(sub):
     pl.add_argument("--json", default=None, help="write the plan as JSON here")
     pl.set_defaults(fn=_cmd_plan, precheck=_plan_args)
 
-# %% ../nbs/90_cli.ipynb #0571338a
-@functools.cache
-def _module_tree(module:str):
-    import ast, importlib.util
-    return ast.parse(Path(importlib.util.find_spec(f"lora_fsdp_kit.{module}").origin).read_text())
-
-def module_constant(module:str, name:str):
-    "A constant of a kit module (a literal assignment), read from its source: the help needs no torch import."
-    import ast
-    tree = _module_tree(module)
-    return next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id == name for t in n.targets))
-
 # %% ../nbs/90_cli.ipynb #e13ea149
 def _fits_size_flags(f:argparse.ArgumentParser):
     "`fits`' flags of the step's size: the world and the device, the batch and sequence swept, the dtypes, the LoRA."
@@ -380,6 +247,17 @@ def _fits_size_flags(f:argparse.ArgumentParser):
     f.add_argument("--lora-targets", default=PLAN_TARGETS, help=f"comma-separated LoRA target modules (default "
                    f"{PLAN_TARGETS})")   # --targets is WrapConfig's: the modules FSDP2 shards
 
+# %% ../nbs/90_cli.ipynb #step0002
+def _fits_step_flags(f:argparse.ArgumentParser):
+    "`fits`' flags of the step itself: the forward under autocast, micro-batches per step, the KV cache."
+    f.add_argument("--autocast", default=None, nargs="?", const="on", metavar="on|off", help="the forward under "
+                   "torch.autocast in the compute dtype (--mixed-precision), as accelerate and the Trainer run it "
+                   "(default off; a --job file's mixed precision sets it)")
+    f.add_argument("--grad-accum", type=whole_number(1), default=None, metavar="N", help="micro-batches per optimizer "
+                   "step, the gradients reduced after the last (default 1)")
+    f.add_argument("--use-cache", default=None, metavar="on|off", help="the forward's KV cache (default: "
+                   "config.json's; off under --activation-checkpointing hf)")
+
 # %% ../nbs/90_cli.ipynb #4dcf06ce
 def _fits_parser(sub):
     "The `fits` sub-command's flags: the model, the job, the device, the precision, and the wrap flags (comma lists)."
@@ -401,13 +279,7 @@ def _fits_parser(sub):
                    "(its own classes, 2 layers, width 64) stepped on real CPU ranks at --world (at most the cores "
                    "here), predicted vs measured")
     f.add_argument("--out", default=".", help="folder for the PNG (default: here)")
-    f.add_argument("--autocast", default=None, nargs="?", const="on", metavar="on|off", help="the forward under "
-                   "torch.autocast in the compute dtype (--mixed-precision), as accelerate and the Trainer run it "
-                   "(default off; a --job file's mixed precision sets it)")
-    f.add_argument("--grad-accum", type=whole_number(1), default=None, metavar="N", help="micro-batches per optimizer "
-                   "step, the gradients reduced after the last (default 1)")
-    f.add_argument("--use-cache", default=None, metavar="on|off", help="the forward's KV cache (default: "
-                   "config.json's; off under --activation-checkpointing hf)")
+    _fits_step_flags(f)   # autocast, micro-batches, the KV cache
     add_wrap_flags(f, sweep=True, defaults=FITS_DEFAULTS)
     _job_flags(f)   # --job FILE (repeatable) and --lenient
     f.set_defaults(fn=_cmd_fits, precheck=_fits_args)
@@ -417,14 +289,33 @@ def _fits_parser(sub):
 FITS_DEFAULTS = dict(flavour="fsdp2,fsdp1", activation_checkpointing="off,on",
                      mixed_precision="bf16")
 
+# %% ../nbs/90_cli.ipynb #size0002
+def _fits_sizes_problem(a)->str|None:
+    "What `fits`' sizes alone refuse: the device and its reserve, the world, the batches and seqs, the dtype words."
+    from lora_fsdp_kit.units import parse_bytes   # the standard library only: no torch, no matplotlib
+    sizes = {}
+    words = dict(param_dtype=("config", *dtype_words("fp32", "bf16", "fp16")),   # the kit's words (`dtypes`)
+                 lora_dtype=("base", *dtype_words("fp32", "bf16", "fp16")))
+    for flag, text in (("--device-memory", a.device_memory), ("--reserve", a.reserve)):
+        try: sizes[flag] = parse_bytes(text)
+        except ValueError as e: return f"{flag} {e}"
+    if sizes["--device-memory"] <= 0:
+        return f"--device-memory {a.device_memory}: a device has more than 0 bytes"
+    if sizes["--reserve"] >= sizes["--device-memory"]:
+        return f"--reserve {a.reserve} leaves nothing of --device-memory {a.device_memory}"
+    if a.world is not None and not 1 <= a.world <= 1024: return f"--world must be 1-1024, got {a.world}"
+    for flag in ("batch", "seq"):
+        if not all(v.strip().isdigit() and int(v) >= 1 for v in getattr(a, flag).split(",")):
+            return f"--{flag} takes whole numbers >= 1 (comma-separated), got {getattr(a, flag)!r}"
+    for name, ok in words.items():
+        bad = [v for v in str(getattr(a, name)).split(",") if v.strip().lower() not in ok]
+        if bad: return f"--{name.replace('_', '-')} takes {', '.join(ok)}; got {bad[0]!r}"
+    return None
+
 # %% ../nbs/90_cli.ipynb #1840577b
 def _fits_args(a)->int|None:
     "2 (one line on stderr) for what the arguments alone refuse; `main` asks before it imports anything (torch)."
-    from lora_fsdp_kit.units import parse_bytes   # the standard library only: no torch, no matplotlib
-    from lora_fsdp_kit.publish import check_output_path
-    sizes = {}
-    words = dict(param_dtype=("config", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16"),
-                 lora_dtype=("base", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16"))
+    from lora_fsdp_kit.publish import check_output_path   # the standard library only: no torch
     def refuse(text): print(f"fits: error: {text}", file=sys.stderr); return 2
     if a.model is None and a.config is None and not a.job:
         return refuse("give --model NAME or --config path/to/config.json (or a --job file naming it)")
@@ -432,23 +323,10 @@ def _fits_args(a)->int|None:
     for flag in ("autocast", "use_cache"):
         if getattr(a, flag) is not None and getattr(a, flag).lower() not in ("on", "off"):
             return refuse(f"--{flag.replace('_', '-')} takes on or off, got {getattr(a, flag)!r}")
-    for flag, text in (("--device-memory", a.device_memory), ("--reserve", a.reserve)):
-        try: sizes[flag] = parse_bytes(text)
-        except ValueError as e: return refuse(f"{flag} {e}")
-    if sizes["--device-memory"] <= 0:
-        return refuse(f"--device-memory {a.device_memory}: a device has more than 0 bytes")
-    if sizes["--reserve"] >= sizes["--device-memory"]:
-        return refuse(f"--reserve {a.reserve} leaves nothing of --device-memory {a.device_memory}")
-    if a.world is not None and not 1 <= a.world <= 1024: return refuse(f"--world must be 1-1024, got {a.world}")
-    for flag in ("batch", "seq"):
-        if not all(v.strip().isdigit() and int(v) >= 1 for v in getattr(a, flag).split(",")):
-            return refuse(f"--{flag} takes whole numbers >= 1 (comma-separated), got {getattr(a, flag)!r}")
-    for name, ok in words.items():
-        bad = [v for v in str(getattr(a, name)).split(",") if v.strip().lower() not in ok]
-        if bad: return refuse(f"--{name.replace('_', '-')} takes {', '.join(ok)}; got {bad[0]!r}")
+    if why := _fits_sizes_problem(a): return refuse(why)
     if str(a.targets).lower() != "none" and (str(a.policy).lower() != "none" or "fsdp1" in str(a.flavour)):
         return refuse("--targets names FSDP2's units in place of a policy: add --policy none --flavour fsdp2")
-    if why := _wrap_args(a, sweep=True): return refuse(why)
+    if why := wrap_problem(a, sweep=True): return refuse(why)
     only1 = [s for s in str(a.sharding).split(",") if s.strip() not in ("none", "HYBRID")]   # FSDP1's words
     if only1 and "fsdp2" in str(a.flavour): return refuse(f"--sharding {only1[0]} is FSDP1's: add --flavour fsdp1")
     try:
@@ -495,19 +373,42 @@ def fits_job_of_args(a:argparse.Namespace)->tuple["Job", list]:
     typed, wtypes = _typed(a), {f[0]: f[2] for f in wrap_fields()}
     given = {k: v for k, v in flags.items() if k in typed or (k == "model" and v is not None)}
     axes = {k: [tuple(t.strip() for t in getattr(a, k).split(","))] if "tuple" in wtypes[k] and "," in getattr(a, k)
-            else list(dict.fromkeys(_value(v, k, wtypes[k]) for v in getattr(a, k).split(",")))
+            else list(dict.fromkeys(flag_value(v, k, wtypes[k]) for v in getattr(a, k).split(",")))
             for k in wtypes if k in typed}   # a wrap flag beside the files: its values swept over the file's job
     jobs = [Job.from_files(*a.job, **given, **dict(zip(axes, combo))) for combo in itertools.product(*axes.values())]
     return jobs[0], list(dict.fromkeys(j.wrap for j in jobs))
+
+# %% ../nbs/90_cli.ipynb #expl0002
+def _explore_parser(sub):
+    "The `explore` sub-command's flags: the model and its LoRA, the port, or a job's files."
+    about = "the plan explorer and its 'will it fit?' tab as a web app (Voilà), at the URL it prints; Ctrl-C stops it"
+    ex = sub.add_parser("explore", help=about, description=about + " (pip install 'lora_fsdp_kit[explore]')")
+    _model_flags(ex)
+    ex.add_argument("--lora-r", type=whole_number(1), default=8, help="LoRA rank of the models it builds (default 8)")
+    ex.add_argument("--lora-targets", default=PLAN_TARGETS, help=f"their LoRA target modules (default {PLAN_TARGETS})")
+    ex.add_argument("--port", type=whole_number(1, 65535), default=None,
+                    help="the port (default 8866, or the next free one)")
+    _job_flags(ex)   # --job FILE (repeatable): the panel starts on that job (its wrapping, LoRA and step)
+    ex.set_defaults(fn=_cmd_explore)
+
+def _demo_parser(sub):
+    "The `demo` sub-command's flags: the model, the ranks, the folder it writes."
+    de = sub.add_parser("demo", help="the end-to-end tour: strip, LoRA, plan, FSDP1/FSDP2 gathers, plots, report")
+    de.add_argument("--out", default="demo_out", help="folder for the figures and the report (the previous demo's "
+                    "files in it are replaced at the end; other files stay)")
+    _model_flags(de, model_help="a tiny model shipped with the kit (default: qwen3_omni; see plan --help for the "
+                 "names)", config_help="a transformers config.json (meta: plan + strip only)")
+    de.add_argument("--nprocs", type=whole_number(1), default=2, help="ranks to launch (default 2)")
+    de.set_defaults(fn=_cmd_demo)
 
 # %% ../nbs/90_cli.ipynb #442db780
 def parser()->argparse.ArgumentParser:
     "The argument parser of `python -m lora_fsdp_kit`."
     p = Parser(prog=prog_name(),
-                                description="See which FSDP units a LoRA model gets, what per-unit gathers cost, "
-                                            "and which known failure a configuration would hit.",
-                                epilog="exit codes: 0 done; 1 a rank failed or a result is wrong; 2 bad input "
-                                       "(one line on stderr); 130 Ctrl-C; 128+N stopped by signal N (143: SIGTERM)")
+               description="See which FSDP units a LoRA model gets, what per-unit gathers cost, "
+                           "and which known failure a configuration would hit.",
+               epilog="exit codes: 0 done; 1 a rank failed or a result is wrong; 2 bad input "
+                      "(one line on stderr); 130 Ctrl-C; 128+N stopped by signal N (143: SIGTERM)")
     p.add_argument("--version", action=VersionAction)
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")   # a parser without help= is not listed
     d = sub.add_parser("detect", help="print the platform detection report")
@@ -519,21 +420,8 @@ def parser()->argparse.ArgumentParser:
     s.set_defaults(fn=_cmd_smoke)
     _plan_parser(sub)
     _fits_parser(sub)
-    about = "the plan explorer and its 'will it fit?' tab as a web app (Voilà), at the URL it prints; Ctrl-C stops it"
-    ex = sub.add_parser("explore", help=about, description=about + " (pip install 'lora_fsdp_kit[explore]')")
-    _model_flags(ex)
-    ex.add_argument("--lora-r", type=whole_number(1), default=8, help="LoRA rank of the models it builds (default 8)")
-    ex.add_argument("--lora-targets", default=PLAN_TARGETS, help=f"their LoRA target modules (default {PLAN_TARGETS})")
-    ex.add_argument("--port", type=whole_number(1, 65535), default=None, help="the port (default 8866, or the next free one)")
-    _job_flags(ex)   # --job FILE (repeatable): the panel starts on that job (its wrapping, LoRA and step)
-    ex.set_defaults(fn=_cmd_explore)
-    de = sub.add_parser("demo", help="the end-to-end tour: strip, LoRA, plan, FSDP1/FSDP2 gathers, plots, report")
-    de.add_argument("--out", default="demo_out", help="folder for the figures and the report (the previous demo's "
-                    "files in it are replaced at the end; other files stay)")
-    _model_flags(de, model_help="a tiny model shipped with the kit (default: qwen3_omni; see plan --help for the "
-                 "names)", config_help="a transformers config.json (meta: plan + strip only)")
-    de.add_argument("--nprocs", type=whole_number(1), default=2, help="ranks to launch (default 2)")
-    de.set_defaults(fn=_cmd_demo)
+    _explore_parser(sub)
+    _demo_parser(sub)
     dr = sub.add_parser("doctor", help="versions found, and every private torch/transformers/peft object the kit "
                                        "uses, checked (exit 1 on a problem)")
     dr.add_argument("--no-models", action="store_true", help="skip building the shipped models on the meta device")
@@ -551,6 +439,7 @@ def main(argv:list[str]|None=None)->int:
         print("interrupted", file=sys.stderr)
         return 130
 
+# %% ../nbs/90_cli.ipynb #intr0002
 @contextlib.contextmanager
 def _no_lost_interrupt():
     "A Ctrl-C that lands in a callback (a weakref's, in garbage collection) is raised again, outside it."

@@ -38,6 +38,7 @@ def _in_interactive_main()->bool:
     except NameError: return False
     return True
 
+# %% ../nbs/01_launch.ipynb #impt0001
 def check_importable(fn:Callable)->tuple[str, str]:
     "(module, qualname) of `fn` if a spawned process can import it; else a `LaunchError` saying how to fix it."
     mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
@@ -120,6 +121,7 @@ def launched_from_notebook()->bool:
     "True in a notebook (or IPython), and in ranks that `launch` started from one: progress bars default on there."
     return os.environ.get(NOTEBOOK_ENV) == "1" or _in_interactive_main()
 
+# %% ../nbs/01_launch.ipynb #ddie0001
 def _die_with_parent(parent_pid:int)->None:
     "Have the kernel SIGKILL this process when its parent dies (Linux `PR_SET_PDEATHSIG`); exit if it already has."
     if sys.platform.startswith("linux"):

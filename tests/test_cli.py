@@ -102,7 +102,8 @@ def test_fits_unitless_memory_refused_at_once():
 
 def test_wrap_flags_read_the_same_in_plan_and_fits():
     "A true/false wrap flag in every form, in both commands: alone it is on, --no-X is off, or it takes on|off."
-    from lora_fsdp_kit.__main__ import parser, wrap_config_of, wrap_configs_of
+    from lora_fsdp_kit.__main__ import parser
+    from lora_fsdp_kit.cli_wrap import wrap_config_of, wrap_configs_of
     p = parser()
     head = {"plan": ["plan", "--model", "llama", "--flavour", "fsdp2"],
             "fits": ["fits", "--model", "llama", "--world", "2", "--device-memory", "8GiB", "--flavour", "fsdp2"]}
