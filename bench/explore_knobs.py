@@ -26,7 +26,7 @@ def timed2(fn)->tuple[float, float]:
 
 def plan_knobs(ex)->None:
     from lora_fsdp_kit.plan import viz
-    from lora_fsdp_kit.explore.core import figure_svg
+    from lora_fsdp_kit.explore.fits import figure_svg
     parts, plan = {}, ex.make_plan()
     parts["plan"] = timed2(ex.make_plan)[1]
     parts["check"] = timed2(plan.check)[1]; fs = plan.check()

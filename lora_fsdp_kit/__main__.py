@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .cli_input import (Parser, VersionAction, raised_in_transformers, input_problem, prog_name,
                                      parse_seconds, whole_number, unknown_input)
-from .cli_wrap import (add_wrap_flags, dtype_words, flag_value, flavour_defaults, module_constant,
+from .cli_wrap import (add_wrap_flags, dtype_words, flag_value, module_constant,
                                     wrap_config_of, wrap_configs_of, wrap_fields, wrap_problem)
 
 # %% auto #0

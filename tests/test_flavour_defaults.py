@@ -5,7 +5,7 @@ import argparse
 
 import pytest
 
-from lora_fsdp_kit.__main__ import add_wrap_flags, wrap_config_of
+from lora_fsdp_kit.cli_wrap import add_wrap_flags, wrap_config_of
 from lora_fsdp_kit.plan import wrap
 from lora_fsdp_kit.plan.job import FLAVOUR_DEFAULTS, Job, default_wrap
 from lora_fsdp_kit.plan.wrap import WrapConfig
