@@ -103,7 +103,8 @@ def folded(text:str, width:int=100)->str:
 
 # %% ../nbs/90_cli.ipynb #plan0002
 def _cmd_plan(a)->int:
-    from lora_fsdp_kit.plan.viz import plan_command, plan_text_grouped   # the arguments were checked (`_plan_args`)
+    from lora_fsdp_kit.plan.viz import plan_command   # the arguments were checked (`_plan_args`)
+    from lora_fsdp_kit.plan.text import plan_text
     job = job_of_args(a)
     name = job.model if isinstance(job.model, str) and job.model in _shipped_names().split(", ") else None
     report = plan_command(model=name, config=None if name else job.model, lora_r=job.lora_r,
@@ -112,7 +113,7 @@ def _cmd_plan(a)->int:
     print(folded("\n".join([job.line()] + [f"note: {n}" for n in job.notes])))
     if job.autocast_dtype:   # the forward's autocast makes some errors run (Job.check): the findings for this step
         findings = job.check(report.plan)
-        print(folded(plan_text_grouped(report.plan, findings, flag_language)))
+        print(folded(plan_text(report.plan, findings, collapse=True, speak=flag_language)))
         return int(any(f.severity == "error" for f in findings))
     print(folded(str(report)))
     return report.exit_code   # 1 on a ✖ error finding: a CI job gates on it

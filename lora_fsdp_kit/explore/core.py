@@ -246,7 +246,7 @@ def _sync_knobs(self:PlanExplorer):
 @patch_to(PlanExplorer)
 def _answer(self:PlanExplorer, cfg:WrapConfig, text:str, pause=lambda: None)->dict:
     "What the panel shows for `cfg`: plan, findings, summary, findings view and chart (or why it cannot plan)."
-    from lora_fsdp_kit.plan.core import plan_summary
+    from lora_fsdp_kit.plan.text import plan_summary
     from lora_fsdp_kit.plan.viz import plot_plan, findings_html
     try: plan = cfg.plan(self.model, world_size=self.job.world if self.job is not None else None)
     except Exception as e:
@@ -324,7 +324,7 @@ def refresh(self:PlanExplorer):
 @patch_to(PlanExplorer)
 def _repr_mimebundle_(self:PlanExplorer, **kw):
     import base64
-    from lora_fsdp_kit.plan.core import plan_summary
+    from lora_fsdp_kit.plan.text import plan_summary
     b = self.widget._repr_mimebundle_(**kw)   # the live widget; below, what a viewer without a kernel shows
     b["text/plain"] = plan_summary(self.plan) if self.plan is not None else f"cannot plan: {self.error}"
     if self.plan is not None:                 # a PNG: what a book or a code host shows (the page gets the SVG)

@@ -21,7 +21,7 @@ from .wrap import WrapConfig
 from ..figures import KitFigure, byte_axis, new_figure
 
 # %% auto #0
-__all__ = ['PART_COLOURS', 'plot_plan', 'findings_html', 'PlanReport', 'plan_text_grouped', 'plan_command']
+__all__ = ['PART_COLOURS', 'plot_plan', 'findings_html', 'PlanReport', 'plan_command']
 
 # %% ../../nbs/04_viz.ipynb #dbdc6241
 PART_COLOURS = {"root": "#455a64", "layer": "#1565c0", "size": "#6a1b9a", "lambda": "#ef6c00", "target": "#1565c0",
@@ -186,14 +186,6 @@ class PlanReport:
     def findings_text(self)->str:
         "The report's tail: the findings grouped by kind, each with its fix."
         return self.text[self.text.index("\nfindings:") + 1:]
-
-# %% ../../nbs/04_viz.ipynb #ff7b2114
-def plan_text_grouped(plan:Plan,                          # the plan to report
-                      findings:list[Finding]|None=None,   # default: plan.check()
-                      speak=None,                         # rewrites the settings' spelling (the CLI: its flags)
-                     )->str:                              # lines of at most `plan.text.LINE_WIDTH` characters
-    "The command line's tree: `plan_text` with repeated units merged (`layers.*  ×48`)."
-    return plan_text(plan, findings, collapse=True, speak=speak)
 
 # %% ../../nbs/04_viz.ipynb #3dd2855b
 def plan_command(model:str|None=None,        # a zoo name or a shipped full-size config name (e.g. qwen3_omni_default)
