@@ -32,10 +32,15 @@ def reload_fsdp1_optimizer(model:nn.Module,   # the Trainer's FSDP1-wrapped mode
     "Collective: read the Trainer's FSDP1 optimizer checkpoint into `optimizer`, its state made first."
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
     opt = getattr(optimizer, "optimizer", optimizer)   # accelerate's AcceleratedOptimizer holds torch's
     # accelerate reads into `FSDP.optim_state_dict` of the fresh optimizer: no state, no keys, nothing read
     osd = get_optimizer_state_dict(model, opt)          # the state made first (zero gradients, lr 0)
-    dcp.load({"optimizer": osd}, checkpoint_id=str(Path(folder)/OPTIMIZER_FOLDER))
+    # a rank that holds no row of a small tensor (lora_A's r rows over more ranks than r: r=4 at world 3 splits
+    # its rows 2, 2, 0) has a ShardedTensor with no local shard; the default planner drops it, and that rank's
+    # keys then differ from the checkpoint's (it raises, 'Missing key ... optimizer.param_groups')
+    dcp.load({"optimizer": osd}, checkpoint_id=str(Path(folder)/OPTIMIZER_FOLDER),
+             planner=DefaultLoadPlanner(flatten_sharded_tensors=False))
     set_optimizer_state_dict(model, opt, osd)
     return len(opt.state)
 

@@ -29,11 +29,12 @@ __all__ = ['LAYER', 'TRAINER_KW', 'UNIT_CASES', 'ACCELERATE_FSDP1', 'chapter_mod
 def chapter_model(tied:bool=False,                   # tie the input embedding and the output head
                   modules_to_save:tuple[str, ...]=(), # peft's fully trained copies, e.g. ("lm_head",)
                   lora_head:bool=False,              # LoRA on the output head too
+                  r:int=4,                           # LoRA rank
                  )->nn.Module:                       # a peft model, seeded
     "The tiny Llama with LoRA on q/v (and the head): the same weights in every rank and every run."
     from lora_fsdp_kit.models import tiny_lora_model
     targets = ("q_proj", "v_proj") + (("lm_head",) if lora_head else ())
-    return tiny_lora_model("llama", target_modules=targets, config_overrides=dict(tie_word_embeddings=tied),
+    return tiny_lora_model("llama", r=r, target_modules=targets, config_overrides=dict(tie_word_embeddings=tied),
                            lora_kwargs=dict(modules_to_save=list(modules_to_save)) if modules_to_save else None)
 
 def token_data(n:int=24,      # examples
@@ -123,6 +124,8 @@ def resume_runs(root:str,                           # a folder every rank can re
                 flavours:tuple=("fsdp1", "fsdp2"),
                 steps:int=6,                        # optimizer steps in all
                 save_at:int=3,                      # the checkpoint resumed from
+                r:int=4,                            # LoRA rank (r=4 at 3 ranks: the last holds no row of lora_A)
+                plain:bool=True,                    # the runs without the callback too
                )->dict:                             # flavour -> {adapters: run -> digests, files: run -> digests}
     "Inside a rank: `steps` straight and `save_at` + resume + the rest, with and without the callback."
     from lora_fsdp_kit.export.integrations import LoraCheckpointCallback
@@ -132,17 +135,19 @@ def resume_runs(root:str,                           # a folder every rank can re
         def run(name, folder, callback=False, resume=None):
             args = trainer_args(str(folder), fl, max_steps=steps, save_steps=save_at)
             cbs = [LoraCheckpointCallback(resume_from=resume)] if callback else None
-            tr = fsdp_trainer(chapter_model(), args, callbacks=cbs)
+            tr = fsdp_trainer(chapter_model(r=r), args, callbacks=cbs)
             tr.train(resume_from_checkpoint=None if resume is None else str(resume))
             rec[name] = _adapter(tr)
-        run("straight", d/"run")
-        if dist.get_rank() == 0: os.rename(d/"run", d/"plain")   # the callback's run writes the same path
-        dist.barrier()
+        if plain:
+            run("straight", d/"run")
+            if dist.get_rank() == 0: os.rename(d/"run", d/"plain")   # the callback's run writes the same path
+            dist.barrier()
         run("straight+callback", d/"run", callback=True)
         run("resumed+callback", d/"resumed", callback=True, resume=d/"run"/ck)
-        run("resumed", d/"plain_resumed", resume=d/"plain"/ck)
-        out[fl] = dict(adapters=rec, files=dict(plain=checkpoint_files(d/"plain"/ck),
-                                                callback=checkpoint_files(d/"run"/ck)))
+        if plain: run("resumed", d/"plain_resumed", resume=d/"plain"/ck)
+        files = dict(callback=checkpoint_files(d/"run"/ck))
+        if plain: files["plain"] = checkpoint_files(d/"plain"/ck)
+        out[fl] = dict(adapters=rec, files=files)
     return out
 
 # %% ../../nbs/95g_trainer_runs.ipynb #83ded0ce
