@@ -1,6 +1,5 @@
-"""Real ranks measured while this process traces: the step peaks that tests/test_fits_accuracy.py and
-tests/test_fits_beyond.py hold `predict_step_memory` to (`fits_check.measure_beside`: `steppeak.measure_steps` on
-gloo ranks)."""
+"""Real ranks measured while this process traces: the step peaks that tests/test_fits_beyond.py holds
+`predict_step_memory` to (`steppeak.measure_beside`: `steppeak.measure_steps` on gloo ranks)."""
 from lora_fsdp_kit.fits.steppeak import measure_beside
 
 def measure_while_predicting(specs:list[dict], worlds:list[int], nprocs:int, predict, repeat:int=1)->list[list]:
