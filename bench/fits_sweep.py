@@ -1,6 +1,6 @@
 """`fits` against real ranks on every causal-LM architecture the installed transformers ships (issue 46 item 3).
 
-Each architecture's small config comes from its config class alone (`fits.steppeak.small_config`: 2 layers, width
+Each architecture's small config comes from its config class alone (`fits.small_config.small_config`: 2 layers, width
 64, 4 heads, vocabulary 128, and what its family's validator asks; where that cut cannot step, one whose sizes keep
 the defaults' ties, as MLA's heads and rope dims), LoRA on every linear layer (peft's `all-linear`, less the layers
 whose forward returns no tensor), in each setting of `fits.check.SETTINGS` at worlds 2 and 3: each real gloo rank's
@@ -126,7 +126,7 @@ def write(rows:dict, out:Path):
 
 def main(argv=None):
     from lora_fsdp_kit.fits.check import SETTINGS
-    from lora_fsdp_kit.fits.steppeak import causal_lm_types
+    from lora_fsdp_kit.fits.small_config import causal_lm_types
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", nargs="*", help="model types (default: every causal-LM type)")
     ap.add_argument("--setting", nargs="*", choices=list(SETTINGS), help="settings (default: all)")
