@@ -6,21 +6,19 @@ with the venv's .pyc files written as `make` lets them be (2026-12-02, issue 30;
 jobs, so the wall seconds beside them vary, the CPU-seconds much less). `=`: not measured this time (its owner's, or
 the previous measurement). tests/test_device_check.py and tests/test_install.py are not here: they run in `make test-oldest` only (see
 the Makefile). A file not listed runs after these, in collection order."""
-COST = {"test_fits_accuracy": 154,   # 2026-12-03: 168 less the forked-trace test (14 s; it lives in chapter 11a now)
-        "test_fits_heldout": 100,    # 2026-12-06: 4 ranks, 10 cases (67 s wall at load 7)
+COST = {"test_fits_beyond": 84,     # 2026-12-07: every real-rank fits case of four launches in one (4 ranks, 28 cases)
+        "test_fits_accuracy": 85,    # 2026-12-07: trace-equality rows (its real-rank cases moved to test_fits_beyond)
         "test_trainer_fits": 110,    # 2026-12-06: fits beside 13 real Trainer / accelerate steps (108 s alone)
-        "test_trainer": 90,          # 2026-12-06: the HF Trainer, 2 ranks (87 s wall at load 7)
+        "test_trainer": 100,         # 2026-12-07: the HF Trainer, 2 ranks, and a resume at 3 ranks (+12 s)
         "test_groups": 70,           # 2026-12-06: 2 ranks, 3 cases (70 s wall)
-        "test_fits_step": 60,        # 2026-12-06: 2 ranks, 5 cases twice (69 s wall at load 7)
         "test_fits_sweep": 50,       # 2026-12-06: a sample of the sweep that changes with the commit
         "test_job": 33,              # 2026-12-06
-        "test_fits_check": 140,      # 2026-12-06: check=True on Phi-3, a miss found on Mamba, the CLI (139 s at load 8)
+        "test_fits_check": 34,       # 2026-12-07: check=True on Phi-3; the CLI's --check finds Mamba's miss
         "test_partial_collective": 14,   # 2026-12-06: mostly waiting on the 2 s bound
         "test_fits_grouping": 59,    # 2026-12-03: 62 s wall (a sample of each group: 39 traces, not 80)
         "test_browser": 147,         # = (Chromium and Voila)
         "test_gather_ranks": 60,     # =
         "test_fits": 48,             # 412 s wall (B's figure, after the .pyc; was 139: the trace is faster)
-        "test_fits_beyond": 56,      # = (its owner's, A: psutil, pytest and its ranks)
         "test_gather": 36,           # =
         "test_book": 46,             # 2026-12-06: + every chapter's width, boxes at 1280 px in Chromium
         "test_hazards": 34,          # 90 s at load 7
@@ -41,7 +39,7 @@ COST = {"test_fits_accuracy": 154,   # 2026-12-03: 168 less the forked-trace tes
         "test_flavour_defaults": 8,  # 2026-12-06
         "test_explore_signals": 55,  # 2026-12-06: three `lfk explore`, each stopped by one signal
         "test_answer_width": 90,     # 2026-12-06: every answer within 100 columns (67 s quiet)
-        "test_structure": 1}         # 11 s
+        "test_structure": 8}         # 2026-12-07: + the plan walk (a tiny Llama planned under sys.setprofile)
 
 def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: -COST.get(item.path.stem, 0))   # stable: a file's tests keep their order
