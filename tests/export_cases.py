@@ -91,19 +91,22 @@ OLD_FIELDS = ("lora_bias", "exclude_modules", "trainable_token_indices", "target
               "eva_config")   # fields peft < 0.14 did not write
 
 def load_variants(fm, setting:str, d:Path, trained:dict)->dict:
-    "What peft loads, load_lora loads: an old peft's config, a regex naming the same modules (not: other modules)."
+    """What peft loads, load_lora loads: an old peft's config, a regex naming the same modules (not: other modules),
+    and peft's pickle (adapter_model.bin)."""
     src = d/"adapter"
     cfg = json.loads((src/E.ADAPTER_CONFIG).read_text())
     same = r".*\.(" + "|".join(sorted(cfg["target_modules"])) + ")"
     variants = {"peft < 0.14": {k: v for k, v in cfg.items() if k not in OLD_FIELDS},
                 "regex": dict(cfg, target_modules=same),
                 "regex, other modules": dict(cfg, target_modules=r".*\.q_proj")}
+    pickle = "adapter_model.bin"   # peft's own save_pretrained(safe_serialization=False): a pickle, no safetensors
     if dist.get_rank() == 0:
         for name, c in variants.items():
             shutil.copytree(src, d/name); (d/name/E.ADAPTER_CONFIG).write_text(json.dumps(c))
+        PeftModel.from_pretrained(tiny_model("llama"), src).save_pretrained(str(d/pickle), safe_serialization=False)
     dist.barrier()
-    out = {}
-    for name in variants:
+    out = {"pickle files": sorted(p.name for p in (d/pickle).iterdir())}
+    for name in [*variants, pickle]:
         fresh = wrap(build(setting, perturb=False), setting)
         try: E.load_lora(fresh, d/name); out[name] = _equal(gather_lora(fresh, progress=False), trained)
         except Exception as e: out[name] = f"{type(e).__name__}: {e}"

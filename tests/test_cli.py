@@ -117,3 +117,31 @@ def test_wrap_flags_read_the_same_in_plan_and_fits():
             assert got == {want}, (cmd, flags, got)
     help_ = {cmd: " ".join(p._subparsers._group_actions[0].choices[cmd].format_help().split()) for cmd in head}
     assert all("--lora-leaves [on|off]" in h and "--reshard-after-forward [on|off]" in h for h in help_.values()), help_
+
+def _paragraphs(out:str)->list[tuple[list[str], str, str]]:
+    "`lfk plan`'s paragraphs as printed: (their lines, first line's indent, the rest's), the summary and each finding's."
+    from lora_fsdp_kit.plan.text import MARKS
+    lines = out.splitlines()
+    head = next(i for i, l in enumerate(lines) if " plan of " in l)
+    paras = [(lines[head:next(i for i, l in enumerate(lines) if l.startswith("policy"))], "", "    ")]
+    for l in lines[next(i for i, l in enumerate(lines) if l.startswith("findings:")):]:
+        if l.startswith("findings:") or l[2] in MARKS.values(): paras.append(([l], l[:len(l) - len(l.lstrip())], None))
+        elif l.startswith(" " * 6) and (paras[-1][2] is None or l.lstrip().startswith("fix: ")):
+            paras.append(([l], " " * 6, " " * 6))   # a finding's message, then its fix: their own paragraphs
+        else: paras[-1][0].append(l)
+    return [(ls, first, rest if rest is not None else ("  " if ls[0].startswith("findings") else " " * 6))
+            for ls, first, rest in paras]
+
+def test_plan_wraps_each_paragraph_once(capsys):
+    """`lfk plan` printed the plan's text wrapped at 120 with each line over 100 folded again: 1-3-word tails ('but keeps
+    gradient' alone on a line). Each paragraph (the summary, a finding's line, its message, its fix) is wrapped once."""
+    import textwrap
+    from lora_fsdp_kit.__main__ import main
+    assert main(["plan", "--model", "llama"]) == 0
+    out = capsys.readouterr().out
+    paras = _paragraphs(out)
+    assert len(paras) >= 5 and sum(len(ls) > 1 for ls, *_ in paras) >= 3, out   # long enough to need a wrap
+    for ls, first, rest in paras:
+        once = textwrap.wrap(" ".join(" ".join(ls).split()), 100, initial_indent=first, subsequent_indent=rest,
+                             break_on_hyphens=False)
+        assert ls == once, "\n".join(ls)

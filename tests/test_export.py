@@ -170,6 +170,14 @@ def test_load_accepts_what_peft_loads(results):
         assert "target_modules" in str(v["regex, other modules"]), (key, v)
         if "default" in r: assert v["peft < 0.14 (peft)"] is True and v["regex (peft)"] is True, (key, v)
 
+def test_load_reads_peft_s_pickle(results):
+    "peft's save_pretrained(safe_serialization=False), adapter_model.bin (older Hub adapters): was 'not an adapter'."
+    for r in _rows(results):
+        v, key = r["peft_variants"], (r["setting"], r["world"])
+        assert v["pickle files"] == ["README.md", "adapter_config.json", "adapter_model.bin"], (key, v)
+        assert v["adapter_model.bin"] is True, (key, v)   # each rank's shards: the trained tensors, bit for bit
+        if "default" in r: assert v["adapter_model.bin (peft)"] is True, (key, v)   # and peft's own load of the folder
+
 def test_load_faults_raise_on_every_rank_and_change_no_model(fault_runs):
     "Issue 19: load_lora, a fault on one rank (each rank in turn): every rank raises, no rank's shards change."
     seen = set()

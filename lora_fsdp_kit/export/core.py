@@ -5,7 +5,7 @@
 # %% ../../nbs/09_export.ipynb #ef665317
 from __future__ import annotations
 
-import json, os, shutil, time, warnings
+import contextlib, json, os, shutil, time, warnings
 from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -27,9 +27,9 @@ from ..gather.votes import (CallMismatch, RankFailure, RankVote, bounded_wait, m
                                   sigint_held, collective_device)
 
 # %% auto #0
-__all__ = ['ADAPTER_CONFIG', 'ADAPTER_WEIGHTS', 'CONFIG_FIELDS', 'is_sharded', 'peft_model_of', 'adapter_config', 'lora_keys',
-           'SaveError', 'write_adapter', 'save_lora', 'config_differences', 'ShardWriter', 'LoadError', 'load_lora',
-           'tensor_nbytes', 'buckets', 'StreamClosed', 'iter_lora', 'iter_lora_buckets']
+__all__ = ['ADAPTER_CONFIG', 'ADAPTER_WEIGHTS', 'CONFIG_FIELDS', 'ADAPTER_BIN', 'is_sharded', 'peft_model_of', 'adapter_config',
+           'lora_keys', 'SaveError', 'write_adapter', 'save_lora', 'config_differences', 'ShardWriter', 'LoadError',
+           'load_lora', 'tensor_nbytes', 'buckets', 'StreamClosed', 'iter_lora', 'iter_lora_buckets']
 
 # %% ../../nbs/09_export.ipynb #3083927b
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"   # peft's own file names
@@ -306,17 +306,29 @@ def _check_adapter(model:nn.Module, path:Path, adapter_name:str, keys:dict[str, 
                                    for what, ks in (("missing", missing), ("unexpected", unexpected)) if ks))
 
 # %% ../../nbs/09_export.ipynb #16b137e4
+ADAPTER_BIN = "adapter_model.bin"   # peft's pickle (safe_serialization=False): read where no safetensors is
+
+@contextlib.contextmanager
+def _adapter_tensors(path:Path):
+    "(its keys, key -> tensor) of the adapter at `path`: the file peft's `load_peft_weights` reads, read as it does."
+    if (path/ADAPTER_WEIGHTS).is_file():
+        with safe_open(str(path/ADAPTER_WEIGHTS), framework="pt") as f: yield list(f.keys()), f.get_tensor
+    elif (path/ADAPTER_BIN).is_file():   # tensors only: a pickle may run code (peft: weights_only too)
+        sd = torch.load(path/ADAPTER_BIN, map_location="cpu", weights_only=True)
+        yield list(sd), sd.__getitem__
+    else: raise FileNotFoundError(f"{path} has no {ADAPTER_WEIGHTS} (nor {ADAPTER_BIN}): not a peft adapter "
+                                  f"directory (write one with save_lora or PeftModel.save_pretrained)")
+
 def _read_pieces(model:nn.Module, path:Path, adapter_name:str)->tuple[list[tuple[torch.Tensor, torch.Tensor]], int]:
     "Check the adapter at `path` against the model; this rank's pieces [(destination, values)] and the tensor count."
-    for f in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
-        if not (path/f).is_file():
-            raise FileNotFoundError(f"{path} has no {f}: not a peft adapter directory (write one with save_lora "
-                                    f"or PeftModel.save_pretrained)")
+    if not (path/ADAPTER_CONFIG).is_file():
+        raise FileNotFoundError(f"{path} has no {ADAPTER_CONFIG}: not a peft adapter directory (write one with "
+                                f"save_lora or PeftModel.save_pretrained)")
     keys = lora_keys(model, adapter_name)               # unwrapped parameter name -> key in the file
-    with safe_open(str(path/ADAPTER_WEIGHTS), framework="pt") as f:
-        _check_adapter(model, path, adapter_name, keys, list(f.keys()))
+    with _adapter_tensors(path) as (have, tensor):
+        _check_adapter(model, path, adapter_name, keys, have)
         writer = ShardWriter(model)
-        pieces = [writer.piece(name, f.get_tensor(key)) for name, key in keys.items()]
+        pieces = [writer.piece(name, tensor(key)) for name, key in keys.items()]
     return [p for p in pieces if p is not None], len(keys)
 
 # %% ../../nbs/09_export.ipynb #ld000011

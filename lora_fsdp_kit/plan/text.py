@@ -120,7 +120,7 @@ def group_findings(findings:list[Finding],  # a plan's findings
     return [(s, c, fs) for (s, c), fs in sorted(by_check.items(), key=lambda kv: -_SEV_RANK.get(kv[0][0], 0))]
 
 # %% ../../nbs/03f_text.ipynb #ba1fb1a6
-LINE_WIDTH = 120   # the text tree never runs past this many characters
+LINE_WIDTH = 100   # the text tree never runs past this many characters (a terminal's answer, the book's page)
 
 def _wrap(text:str, indent:str="", first:str="")->list[str]:
     "Wrap `text` at LINE_WIDTH; long names (no spaces) are broken at dots rather than cut."
@@ -140,7 +140,7 @@ def _header_lines(plan:Plan, speak:Callable)->list[str]:
 def _unit_lines(groups:list[UnitGroup], collapse:bool)->list[str]:
     "The tree's rows, one per group, within `LINE_WIDTH`."
     full = ["  " * g.depth + g.label + (f" ×{g.count}" if g.count > 1 else "") for g in groups]
-    w = min(max(map(len, full)), 40)      # with a 35-character class name the row is 120 wide
+    w = min(max(map(len, full)), 40)      # with a 35-character class name the row is 120 wide: the class goes on a line of its own
     each, lines = " each" if collapse else "", []
     for label, g in zip(distinct_labels(full, w), groups):
         n_params = len(g.units[0].params)
@@ -156,9 +156,9 @@ def _finding_lines(findings:list[Finding], speak:Callable)->list[str]:
     "The findings' count by severity, then one entry per kind: a unit, the message, the fix."
     if not findings: return ["findings: none"]
     counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
-    lines = [f"findings: ✖ {counts['error']} errors, ▲ {counts['warning']} warnings, · {counts['info']} info, "
-             f"in {len(set((f.severity, f.check) for f in findings))} kind(s) (one entry per kind; each unit's own "
-             "in plan.check())"]
+    lines = _wrap(f"findings: ✖ {counts['error']} errors, ▲ {counts['warning']} warnings, · {counts['info']} info, "
+                  f"in {len(set((f.severity, f.check) for f in findings))} kind(s) (one entry per kind; each unit's own "
+                  "in plan.check())", indent="  ")
     for sev, chk, fs in group_findings(findings):
         lines += _wrap(f"{MARKS[sev]} {sev} [{chk}] on {len(fs)} unit(s), e.g. {fs[0].unit or '<root>'}",
                        indent="      ", first="  ")

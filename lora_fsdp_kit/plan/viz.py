@@ -167,7 +167,7 @@ from ..models import build_for_plan   # what the CLI, the explorer and plan_comm
 @dataclass(frozen=True)
 class PlanReport:
     "What `plan_command` found: the text to print, the plan and its findings, and the exit code for a CI job."
-    text: str                        # the grouped tree and findings (lines of at most 120 characters)
+    text: str                        # the grouped tree and findings (lines of at most 100 characters)
     plan: Plan
     findings: tuple[Finding, ...]
     def __str__(self)->str: return self.text
