@@ -5,7 +5,7 @@
 # %% ../../nbs/11_fits.ipynb #2898ea87
 from __future__ import annotations
 
-import copy, dataclasses, functools, math, sys, time, types, weakref
+import copy, dataclasses, functools, sys, time, types, weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -17,10 +17,12 @@ from ..forks import copies
 from ..families import experts_implementation
 from ..units import fmt_bytes, fmt_count, parse_bytes
 from ..plan.core import dtype_itemsize
-from ..shards import (chunk_spans, clean_name, flat_spans, fsdp1_align, fsdp1_flat_numels, fsdp2_padded_numel,
-                                  piece_length, shard_group_size)
+from ..shards import (chunk_spans, clean_name, flat_spans, fsdp1_align, fsdp1_chunk_numel,
+                                  fsdp1_flat_numels, fsdp1_padded_numel, fsdp2_padded_numel, piece_length,
+                                  shard_group_size)
 from ..methods import patch_to
-from ..plan.wrap import MP_WORDS, MP_DTYPES, WrapConfig
+from ..dtypes import SHORT, canonical, name, torch_dtype
+from ..plan.wrap import WrapConfig
 
 # %% auto #0
 __all__ = ['BACKENDS', 'RESERVE', 'RESERVE_WHY', 'StepMemory', 'ranks_text', 'closed_form', 'FitsError', 'position_table',
@@ -87,6 +89,31 @@ def ranks_text(rs:list[int])->str:
             out.append(f"{start}" if start == r else f"{start}-{r}"); start = None
     return ("ranks " if len(rs) > 1 else "rank ") + ", ".join(out)
 
+# %% ../../nbs/11_fits.ipynb #1fd9477b
+def _fsdp2_unit(params:list, shapes:dict, k:int, r:int, cdt)->tuple[int, int, int]:
+    "One FSDP2 unit's bytes on shard rank `r` of `k`: (shards, unsharded in the compute dtype `cdt`, AdamW's state)."
+    sharded = unsharded = opt = 0
+    for p in params:   # each parameter padded on its shard dim to a multiple of the shard group
+        shp, isz = shapes[p.name], dtype_itemsize(p.dtype)
+        d = p.shard_dim   # the plan's placement (tensors with fewer dims on dim 0)
+        rows = shp[d] if shp else 1
+        rest = p.numel // rows if rows else 0
+        padded = fsdp2_padded_numel(shp or (1,), k, d)   # every rank's shard is padded to the longest
+        sharded += padded // k * isz
+        unsharded += padded * (cdt.itemsize if cdt else isz)
+        if p.requires_grad: opt += 2 * chunk_spans(rows, k)[r][1] * rest * isz + 4   # exp_avg, exp_avg_sq, step
+    return sharded, unsharded, opt
+
+def _fsdp1_unit(params:list, k:int, r:int, cdt, orig:bool)->tuple[int, int, int]:
+    "One FSDP1 unit's bytes on shard rank `r` of `k`: its flat parameter's chunk, all of it gathered, AdamW's state."
+    isz = dtype_itemsize(params[0].dtype)
+    numels, pad = fsdp1_flat_numels([p.numel for p in params], fsdp1_align(cdt.itemsize if cdt else isz, orig))
+    total = sum(numels)
+    c, gathered = fsdp1_chunk_numel(total, k), fsdp1_padded_numel(total, k) * (cdt.itemsize if cdt else isz)
+    if not orig: return c * isz, gathered, (2 * c * isz + 4 if params[0].requires_grad else 0)
+    pieces = [piece_length(s, e, c, r) for (s, e), p in zip(flat_spans(numels, pad), params) if p.requires_grad]
+    return c * isz, gathered, sum(2 * n * isz + 4 for n in pieces if n)   # AdamW over the views: this rank's pieces
+
 # %% ../../nbs/11_fits.ipynb #1fd9477a
 def closed_form(model:nn.Module,   # the peft model before wrapping (meta is fine)
                 cfg:WrapConfig,    # how it is sharded
@@ -99,37 +126,14 @@ def closed_form(model:nn.Module,   # the peft model before wrapping (meta is fin
     order = {clean_name(n): i for i, (n, _) in enumerate(model.named_parameters())}
     shapes = {clean_name(n): tuple(p.shape) for n, p in model.named_parameters()}
     k = shard_group_size(world, cfg.hybrid, cfg.shard_size)
-    r, cdt = rank % k, cfg.compute_dtype
     sharded = opt = 0
     unsharded = {}
     for u in plan.units:
         params = sorted(u.params, key=lambda p: order.get(p.name, 0))
         if not params: continue
-        if cfg.flavour == "fsdp2":   # each parameter padded on its shard dim to a multiple of the shard group
-            for p in params:
-                shp, isz = shapes[p.name], dtype_itemsize(p.dtype)
-                d = p.shard_dim   # the plan's placement (tensors with fewer dims on dim 0)
-                rows = shp[d] if shp else 1
-                rest = p.numel // rows if rows else 0
-                padded = fsdp2_padded_numel(shp or (1,), k, d)   # every rank's shard is padded to the longest
-                sharded += padded // k * isz
-                unsharded[u.name] = unsharded.get(u.name, 0) + padded * (cdt.itemsize if cdt else isz)
-                if p.requires_grad: opt += 2 * chunk_spans(rows, k)[r][1] * rest * isz + 4   # exp_avg, exp_avg_sq, step
-            continue
-        isz = dtype_itemsize(params[0].dtype)   # FSDP1: one flat parameter per unit, padded to the group
-        numels, pad = fsdp1_flat_numels([p.numel for p in params],
-                                        fsdp1_align(cdt.itemsize if cdt else isz, cfg.use_orig_params))
-        spans = [(s, e, p.requires_grad) for (s, e), p in zip(flat_spans(numels, pad), params)]
-        total = sum(numels)
-        c = math.ceil(total / k)
-        sharded += c * isz
-        unsharded[u.name] = c * k * (cdt.itemsize if cdt else isz)
-        if not cfg.use_orig_params:
-            if params[0].requires_grad: opt += 2 * c * isz + 4
-        else:   # AdamW over the views: each trainable parameter's piece on this rank
-            for s, e, g in spans:
-                n = piece_length(s, e, c, r)
-                if g and n: opt += 2 * n * isz + 4
+        s, g, o = (_fsdp2_unit(params, shapes, k, rank % k, cfg.compute_dtype) if cfg.flavour == "fsdp2" else
+                   _fsdp1_unit(params, k, rank % k, cfg.compute_dtype, cfg.use_orig_params))
+        sharded, opt, unsharded[u.name] = sharded + s, opt + o, unsharded.get(u.name, 0) + g
     return dict(sharded=sharded, optimizer=opt, unsharded=unsharded)
 
 # %% ../../nbs/11_fits.ipynb #15351636
@@ -144,7 +148,8 @@ def _config(flavour, wrap, mixed_precision, activation_checkpointing)->WrapConfi
         if flavour != "fsdp2" and flavour != wrap.flavour:
             raise FitsError(f"flavour={flavour!r} contradicts wrap.flavour={wrap.flavour!r}: give one of them")
         cfg = wrap
-    else: raise TypeError(f"wrap must be a lora_fsdp_kit.plan.wrap.WrapConfig, a dict or None, got {type(wrap).__name__}")
+    else: raise TypeError("wrap must be a lora_fsdp_kit.plan.wrap.WrapConfig, a dict or None, "
+                          f"got {type(wrap).__name__}")
     kw = {}
     if mixed_precision is not None: kw["mixed_precision"] = mixed_precision
     if ac := _checkpointing(activation_checkpointing): kw["activation_checkpointing"] = ac
@@ -164,7 +169,8 @@ def _forward_text(model:nn.Module, cfg:WrapConfig, step:StepOptions=StepOptions(
     ac, on = cfg.activation_checkpointing, kv_cache(model, step.use_cache, cfg.activation_checkpointing)
     idle = ac == "hf" and not (model.get_base_model() if hasattr(model, "get_base_model") else model).training
     how = ("checkpoint_wrapper on every unit the auto-wrap policy makes (accelerate's FSDP1)"
-           if ac == "wrapper" and getattr(cfg, "checkpoint_targets", "layers") == "units" else _AC_WORDS[ac]) + (", idle: the model is in eval mode (a trainer calls .train())" if idle else "")
+           if ac == "wrapper" and getattr(cfg, "checkpoint_targets", "layers") == "units" else _AC_WORDS[ac]) + (
+           ", idle: the model is in eval mode (a trainer calls .train())" if idle else "")
     why = ("transformers turns it off under its own checkpointing" if ac == "hf" and not idle else
            "config.json" if step.use_cache is None else f"use_cache={step.use_cache}")
     out = (f"{how}; use_cache {'on' if on else 'off'} ({why})"
@@ -203,7 +209,8 @@ def _explain(e:Exception, model:nn.Module)->str|None:
 # %% ../../nbs/11_fits.ipynb #0a242c1e
 def _known_failure(model:nn.Module, cfg:WrapConfig, world:int=1, plan=None, autocast:str|None=None)->str|None:
     "One line for a wrapping the plan knows FSDP refuses or fails on at its first step (at `world`, its `autocast`)."
-    from lora_fsdp_kit.plan.checks import CHECKS, check_plan, uneven_shards  # a check with `predicts` names FSDP's error
+    # a check with `predicts` names FSDP's error
+    from lora_fsdp_kit.plan.checks import CHECKS, check_plan, uneven_shards
     plan = cfg.plan(model) if plan is None else plan   # the forward's autocast makes some errors run (they say so)
     f = next((f for f in check_plan(plan, autocast=autocast) if f.severity == "error" and CHECKS[f.check].predicts),
              None)
@@ -248,17 +255,16 @@ def _trace(model, cfg, world, ranks, batch, seq, backend, attention, plan, step:
 
 
 # %% ../../nbs/11_fits.ipynb #2f0019bc
-_DTYPES = {"fp32": torch.float32, "float32": torch.float32, **{k: MP_DTYPES[v] for k, v in MP_WORDS.items()}}  # wrap's names
-_SHORT = {torch.float32: "fp32", **{v: k for k, v in MP_DTYPES.items()}}
+_STORAGE = ("float32", "bfloat16", "float16")   # the dtypes a prediction stores parameters in (torch's names)
 
-def dtype_short(dt:torch.dtype)->str: return _SHORT.get(dt, str(dt).removeprefix("torch."))
+def dtype_short(dt:torch.dtype)->str: return SHORT.get(name(dt), name(dt))   # 'bf16'; torch's name where none
 
 def _config_dtype(model:nn.Module)->torch.dtype:
     "The dtype the model's config.json names (`torch_dtype`/`dtype`), float32 when it names none."
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     c = getattr(base, "config", None)
     v = getattr(c, "dtype", None) or getattr(c, "torch_dtype", None)
-    if isinstance(v, str): v = _DTYPES.get(v, getattr(torch, v, None))
+    if isinstance(v, str): v = getattr(torch, name(v), None)
     return v if isinstance(v, torch.dtype) and v.is_floating_point else torch.float32
 
 def storage_dtype(value:str|torch.dtype,   # "fp32", "bf16", "fp16", a torch dtype, or `default`'s key word
@@ -266,9 +272,10 @@ def storage_dtype(value:str|torch.dtype,   # "fp32", "bf16", "fp16", a torch dty
                   default:dict|None=None,  # key word -> dtype: {"config": ...} or {"base": ...}
                  )->torch.dtype:
     "A storage dtype as users write it, as a torch dtype; anything else is a `FitsError` naming the choices."
-    if isinstance(value, torch.dtype) and value in _SHORT: return value
     if isinstance(value, str) and value.lower() in (default or {}): return default[value.lower()]
-    if isinstance(value, str) and value.lower() in _DTYPES: return _DTYPES[value.lower()]
+    try: n = canonical(value)   # 'bf16', 'bfloat16', 'half', torch.bfloat16, ...
+    except ValueError: n = None
+    if n in _STORAGE: return torch_dtype(n)
     keys = "".join(f"'{k}', " for k in default or {})
     raise FitsError(f"{what} must be {keys}'fp32', 'bf16', 'fp16' or a torch float dtype, got {value!r}")
 
@@ -366,6 +373,17 @@ def _kept_cache(model:nn.Module,           # the (peft) model on meta
             f"so a real rank's peak grows every step (mBART, 2 layers, 32 tokens: +81,984 B a step); the trace is one "
             f"step's. Fix: use_cache=False")
 
+# %% ../../nbs/11_fits.ipynb #016fd9f6
+_PLANS: dict = {}   # (id(model), wrap) -> (the model, its plan): the last few (a search predicts one setting often)
+
+def _plan_of(model:nn.Module, cfg:WrapConfig):
+    "`cfg.plan(model)`, made once per model and wrapping (a 32-layer plan: ~0.4 s; a search predicts it 4-10 times)."
+    key = (id(model), cfg)
+    if (hit := _PLANS.get(key)) and hit[0] is model: return hit[1]
+    if len(_PLANS) >= 8: _PLANS.pop(next(iter(_PLANS)))
+    _PLANS[key] = (model, cfg.plan(model))
+    return _PLANS[key][1]
+
 # %% ../../nbs/11_fits.ipynb #016fd9f5
 BACKENDS = ("nccl", "hccl", "gloo")   # the collectives' backends a trace knows (`fits --backend` offers these)
 
@@ -407,7 +425,7 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
     model = _stored_as(model, param_dtype, lora_dtype)[0]
     if attention not in ("auto", "fused", "math"):
         raise FitsError(f"attention must be 'auto', 'fused' or 'math', got {attention!r}")
-    plan = cfg.plan(model)   # one plan for the checks, the layer reduction and every rank's closed form
+    plan = _plan_of(model, cfg)   # one plan for the checks, the layer reduction and every rank's closed form
     if why := _known_failure(model, cfg, world, plan, step.autocast) or _past_positions(model, seq):
         raise FitsError(why)
     att = attention_kernel(model, cfg, backend) if attention == "auto" else attention
@@ -488,7 +506,8 @@ def predict_job(job,                   # a `lora_fsdp_kit.plan.job.Job`: the mod
                )->StepMemory:
     "`predict_step_memory` of one `Job`: its model, wrapping, world and step; the knobs the trace does not take, said."
     from lora_fsdp_kit.plan.job import Job
-    if not isinstance(job, Job): raise TypeError(f"predict_job takes a lora_fsdp_kit.plan.job.Job, got {type(job).__name__}")
+    if not isinstance(job, Job):
+        raise TypeError(f"predict_job takes a lora_fsdp_kit.plan.job.Job, got {type(job).__name__}")
     if job.world is None: raise FitsError("the job has no world: give it one (world=, --world, or a file's ranks)")
     kw, left = job.step_kwargs(predict_step_memory)
     mem = predict_step_memory(job_model(job), rank=rank, backend=backend, attention=attention, check=check,

@@ -5,7 +5,7 @@
 # %% ../../nbs/11a_fits_trace.ipynb #879c119f
 from __future__ import annotations
 
-import contextlib, copy, dataclasses, functools, gc, inspect, logging, math, os, re, sys, threading, time, warnings
+import contextlib, copy, dataclasses, functools, gc, inspect, logging, os, re, sys, threading, time, warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -26,7 +26,7 @@ from ..gather.sharded import (flat_layout, flat_local_shard, flat_orig_params, f
 from ..forks import fork_map
 from .kernel_bytes import (GATHER_OPS, cpu_gemm_bytes, cpu_promote_bytes, cuda_temp_bytes,
                                             staging_bytes)
-from ..shards import chunk_spans, clean_name, piece_length, shard_group_size
+from ..shards import chunk_spans, clean_name, fsdp1_chunk_numel, piece_length, shard_group_size
 from ..plan.wrap import WrapConfig
 
 # %% auto #0
@@ -303,7 +303,7 @@ def _signatures(wrapped:nn.Module, cfg:WrapConfig, world:int)->tuple:
     spans = []
     for fp in fsdp1_flat_params(wrapped):
         (numels, pad), params = flat_layout(fp), iter(flat_orig_params(fp))
-        o, c = 0, math.ceil(sum(numels) / k)
+        o, c = 0, fsdp1_chunk_numel(sum(numels), k)
         for n, is_pad in zip(numels, pad):
             if not is_pad and next(params).requires_grad: spans.append((o, o + n, c))
             o += n
@@ -540,6 +540,25 @@ def _categories(snap:dict, sharded:int)->dict:
         cats["sharded parameters"], cats["unsharded parameters"] = min(sharded, p), max(p - sharded, 0)
     return {c: cats.get(c, 0) for c in CATEGORIES}
 
+def _layer_ids(wrapped:nn.Module, prefix:str|None)->dict|None:
+    "id(decoder layer) -> its index, each layer itself (its wrappers share its clean name and come first); None: none."
+    if prefix is None: return None
+    by_index = {int(clean_name(n)[len(prefix):]): mod for n, mod in wrapped.named_modules()
+                if re.fullmatch(re.escape(prefix) + r"\d+", clean_name(n))}
+    return {id(mod): j for j, mod in by_index.items()}
+
+def _tracker(wrapped:nn.Module, opt, cfg:WrapConfig, world:int, backend:str, layers:dict|None):
+    "torch's tracker of `cfg`'s flavour over `wrapped` and `opt`, set for one step on `backend`'s devices."
+    cls = _tracker_class(cfg.flavour)
+    tr = cls(wrapped, opt) if cfg.flavour == "fsdp2" else cls()
+    if cfg.flavour == "fsdp1": tr.track_external(wrapped, opt)
+    # a CPU job's rank runs OMP_NUM_THREADS threads, or its share of the cores (as `launch` sets them)
+    threads = int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // world))
+    tr._init_step(staging=backend in STAGING_BACKENDS, cuda=backend == "nccl", layers=layers, h=REDUCED_H,
+                  cpu_threads=threads if backend in STAGING_BACKENDS else 0)
+    return tr
+
+# %% ../../nbs/11a_fits_trace.ipynb #bbce2875
 def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=None, step=None
                )->tuple[RankTrace, list|None]:
     "One traced step of `model` as `step` says; with `prefix` (its decoder layers' name + '.') every op keyed too."
@@ -549,23 +568,12 @@ def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=
     with fake_world(world, rank), _quiet(), _gc_paused(), _acyclic_module_hooks():
         fake = FakeTensorMode(allow_non_fake_inputs=True)   # the meta model's tensors become fake ones inside
         wrapped = _sharded(model, cfg, world, fake)
-        sig = _signatures(wrapped, cfg, world)
-        layers = None
-        if prefix is not None:   # each decoder layer itself (wrappers share its clean name and come first)
-            by_index = {int(clean_name(n)[len(prefix):]): mod for n, mod in wrapped.named_modules()
-                        if re.fullmatch(re.escape(prefix) + r"\d+", clean_name(n))}
-            layers = {id(mod): j for j, mod in by_index.items()}
+        sig, layers = _signatures(wrapped, cfg, world), _layer_ids(wrapped, prefix)
         with fake:
             opt = torch.optim.AdamW([p for p in wrapped.parameters() if p.requires_grad], lr=1e-4)
             primed, idle = _prime(wrapped, opt, cfg), []   # idle: primed, yet no gradient in the step
             hook = opt.register_step_pre_hook(lambda o, a, k: idle.extend(p for p in primed if p.grad is None))
-            cls = _tracker_class(cfg.flavour)
-            tr = cls(wrapped, opt) if cfg.flavour == "fsdp2" else cls()
-            if cfg.flavour == "fsdp1": tr.track_external(wrapped, opt)
-            # a CPU job's rank runs OMP_NUM_THREADS threads, or its share of the cores (as `launch` sets them)
-            threads = int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // world))
-            tr._init_step(staging=backend in STAGING_BACKENDS, cuda=backend == "nccl", layers=layers, h=REDUCED_H,
-                          cpu_threads=threads if backend in STAGING_BACKENDS else 0)
+            tr = _tracker(wrapped, opt, cfg, world, backend, layers)
             with tr, _attention(attention), (_cpu_rng_states() if backend in STAGING_BACKENDS
                                              else contextlib.nullcontext()):
                 if layers and cfg.flavour == "fsdp2": tracker_modules(tr).register_user_hooks(*tr._layer_hooks())
