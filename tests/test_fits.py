@@ -155,6 +155,20 @@ def test_closed_form_follows_fsdp1_alignment_under_mixed_precision():
         sharded[mp] = t.sharded_bytes
     assert sharded["bf16"] > sharded[None], sharded   # more alignment padding under bf16
 
+def test_a_tied_bias_under_its_second_name():
+    """BERT-style heads tie `cls.predictions.decoder.bias` to `cls.predictions.bias`: `named_parameters()` gives it once,
+    under its first name, and the FSDP2 plan's unit may hold it under the second (a KeyError in 15 rows of the sweep:
+    big_bird, ernie, megatron-bert, roc_bert; bert-generation's `lm_head.decoder.bias`). Traced and closed form agree."""
+    from transformers import ErnieConfig
+    cfg = ErnieConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, vocab_size=128,
+                      is_decoder=True, architectures=["ErnieForCausalLM"])
+    pm = add_lora(model_from_config(cfg, device="meta"), target_modules=("query", "value"))
+    named = {n for n, _ in pm.named_parameters()}
+    assert not any(n.endswith("cls.predictions.decoder.bias") for n in named)   # the case: only its first name
+    m = predict_step_memory(pm, world=2, wrap=WrapConfig(flavour="fsdp2"), seq=16)
+    for t in m.traces:
+        assert (t.sharded_bytes, t.optimizer_bytes) == (m.closed_form[t.rank]["sharded"], m.closed_form[t.rank]["optimizer"])
+
 def test_what_cannot_be_predicted_is_one_line():
     grouped = add_lora(model_from_config(shipped_config("qwen3_moe"), device="meta"))   # grouped_mm, fp32
     with pytest.raises(FitsError, match="no float32 meta kernel") as e: predict_step_memory(grouped, world=2, seq=8)

@@ -123,8 +123,9 @@ def closed_form(model:nn.Module,   # the peft model before wrapping (meta is fin
                )->dict:            # sharded, optimizer (bytes) and unsharded (unit -> bytes)
     "Parameter-side bytes of `rank` from the plan alone: its shards, AdamW's state, each unit's unsharded size."
     plan = cfg.plan(model) if plan is None else plan
-    order = {clean_name(n): i for i, (n, _) in enumerate(model.named_parameters())}
-    shapes = {clean_name(n): tuple(p.shape) for n, p in model.named_parameters()}
+    named = list(model.named_parameters(remove_duplicate=False))   # a tied weight under each name: the plan's
+    order, shapes = {}, {clean_name(n): tuple(p.shape) for n, p in named}   # unit may hold its second (BERT's bias)
+    for i, (n, _) in enumerate(named): order.setdefault(clean_name(n), i)
     k = shard_group_size(world, cfg.hybrid, cfg.shard_size)
     sharded = opt = 0
     unsharded = {}
