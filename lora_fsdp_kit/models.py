@@ -19,9 +19,10 @@ from .families import FAMILIES, lora_layer_names
 from .units import fmt_bytes, fmt_count
 
 # %% auto #0
-__all__ = ['TINY_MODELS', 'FULL_SIZE_CONFIGS', 'model_names', 'as_config', 'model_class', 'tiny_model', 'model_from_config',
-           'submodule', 'add_lora', 'tiny_lora_model', 'build_for_plan', 'unwrap_model', 'ChildSummary', 'ModelSummary',
-           'summarize_model', 'shipped_model_problems']
+__all__ = ['TINY_MODELS', 'FULL_SIZE_CONFIGS', 'ALL_LINEAR', 'model_names', 'as_config', 'model_class', 'tiny_model',
+           'model_from_config', 'submodule', 'all_linear_names', 'peft_form', 'as_targets', 'add_lora',
+           'tiny_lora_model', 'build_for_plan', 'unwrap_model', 'ChildSummary', 'ModelSummary', 'summarize_model',
+           'shipped_model_problems']
 
 # %% ../nbs/02_models.ipynb #f68690be
 from .config_files import CONFIG_DIR, config_problem, read_config, shipped_config   # read without torch
@@ -58,17 +59,28 @@ def as_config(cfg:Any):
     return AutoConfig.for_model(mt, **cfg)
 
 # %% ../nbs/02_models.ipynb #44f5af77
+# no `architectures`: the family's generating class first (a vision-language config's ForConditionalGeneration,
+# not its text-only ForCausalLM nor its headless base)
+_GUESS_MAPPINGS = ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING", "MODEL_FOR_MULTIMODAL_LM_MAPPING",
+                   "MODEL_FOR_CAUSAL_LM_MAPPING", "MODEL_MAPPING")
+
 def model_class(config):
-    "The model class for `config`: its `architectures[0]`, else the causal-LM auto class, else the base auto class."
+    "The class for `config`: its `architectures[0]`, else the family's generating class, else its base (warned)."
     import transformers
     for arch in (getattr(config, "architectures", None) or []):
         if hasattr(transformers, arch): return getattr(transformers, arch)
-    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_MAPPING
-    for mapping in (MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_MAPPING):
-        try: return mapping[type(config)]
-        except KeyError: pass
-    raise ValueError(f"no transformers model class for config {type(config).__name__} (architectures="
-                     f"{getattr(config, 'architectures', None)}); pass a config with 'architectures'")
+    found = []
+    for name in _GUESS_MAPPINGS:
+        try: found.append(getattr(transformers, name)[type(config)])
+        except (AttributeError, KeyError): found.append(None)
+    if (cls := next((c for c in found if c is not None), None)) is None:
+        raise ValueError(f"no transformers model class for config {type(config).__name__} (architectures="
+                         f"{getattr(config, 'architectures', None)}); pass a config with 'architectures'")
+    if cls is not found[2]:   # a text model's causal LM is what a config without architectures means: say any other
+        what = "the headless base model: no lm_head, no logits" if cls is found[3] else "its image-text class"
+        warnings.warn(f"config {type(config).__name__} has no 'architectures': built as {cls.__name__} ({what}); "
+                      "name the class in config.json's architectures to build another", stacklevel=2)
+    return cls
 
 @contextlib.contextmanager
 def _nan_for_uninitialized():
@@ -176,6 +188,29 @@ def _target_params(model:nn.Module, names:Iterable[str], scopes:list[str]|None)-
 def _param(model:nn.Module, name:str)->torch.Tensor: return model.get_parameter(name)
 
 
+# %% ../nbs/02_models.ipynb #38a8da85
+ALL_LINEAR = "all-linear"   # peft's INCLUDE_LINEAR_LAYERS_SHORTHAND
+
+def all_linear_names(model:nn.Module, scopes:list[str]|None=None)->list[str]:
+    "The modules peft's `target_modules='all-linear'` adapts (every Linear / Conv1D but the output head), in `scopes`."
+    from peft import LoraConfig
+    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers   # peft's own rule, not a copy of it
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+        names = _maybe_include_all_linear_layers(LoraConfig(target_modules=ALL_LINEAR), model).target_modules
+    return sorted(n for n in names if scopes is None or any(n.startswith(s + ".") for s in scopes))
+
+def peft_form(target_modules:str|Iterable[str])->str|list[str]:
+    "`target_modules` as peft takes them: a string ('all-linear', a regex), or names; a lone such string in a list too."
+    t = [target_modules] if isinstance(target_modules, str) else [str(x) for x in target_modules]
+    lone = len(t) == 1 and (t[0].lower() == ALL_LINEAR or re.search(r"[\\*+?|()\[\]^$]", t[0]))   # in no name
+    return t[0] if isinstance(target_modules, str) or lone else t
+
+def as_targets(model:nn.Module, target_modules:str|Iterable[str], scopes:list[str]|None=None)->str|list[str]:
+    "`target_modules` as `add_lora` matches them: 'all-linear' as the module names peft gives it, a regex, names."
+    t = peft_form(target_modules)
+    return all_linear_names(model, scopes) if isinstance(t, str) and t.lower() == ALL_LINEAR else t
+
 # %% ../nbs/02_models.ipynb #907096ed
 def _lora_targets(model:nn.Module, target_modules:str|list[str], target_parameters:Iterable[str]|None,
                   scopes:list[str]|None, strict:bool)->tuple[list[str], list[str], list[str]]:
@@ -214,6 +249,17 @@ def _seed_lora_b(peft_model:nn.Module, seed:int):
             if ".lora_B." in n and p.device.type != "meta":
                 p.copy_((torch.randn(p.shape, generator=gen) * 0.02).to(p.dtype))
 
+# %% ../nbs/02_models.ipynb #164ea8ab
+def _lora_options(model:nn.Module, options:dict, given, targets, hits:list[str], params:bool)->list[str]:
+    "The modules of `hits` peft adapts under `options` (its own test of each); its refusals raised as its own."
+    from peft import LoraConfig
+    from peft.tuners.tuners_utils import check_target_module_exists
+    LoraConfig(target_modules=given, **options)   # peft's own refusals, for the targets as the user gave them
+    test = LoraConfig(target_modules=targets if isinstance(targets, list) else hits, **options)
+    if not (kept := [n for n in hits if check_target_module_exists(test, n)]) and not params:
+        raise ValueError(f"LoRA options {sorted(options)} leave none of the {given!r} modules")
+    return kept
+
 # %% ../nbs/02_models.ipynb #71b8fcea
 def add_lora(model:nn.Module,                       # a transformers model (real or meta)
              r:int=8,                               # LoRA rank
@@ -228,20 +274,23 @@ def add_lora(model:nn.Module,                       # a transformers model (real
                                                     # "mlp.experts.gate_up_proj": peft's `ParamWrapper`
              strict:bool=False,                     # every name of a target list must match (a typo is an error)
              use_dora:bool=False,                   # DoRA (peft's use_dora): a trainable magnitude per output row
+             options:dict|None=None,                # further LoraConfig fields (rank_pattern, layers_to_transform..)
             ):                                      # a peft `PeftModel`
     "Apply peft LoRA to `model` (optionally only inside `modules`); the adapters are seeded."
     from peft import LoraConfig, get_peft_model
     scopes = None if modules is None else [modules] if isinstance(modules, str) else list(modules)
     for s in scopes or []: submodule(model, s, what="modules=")
-    if not isinstance(target_modules, str): target_modules = list(target_modules)
+    given = peft_form(target_modules)                   # what peft itself would be handed
+    target_modules = as_targets(model, given, scopes)   # 'all-linear' as peft's names; a lone regex as a regex
     hits, tparams, wrapped = _lora_targets(model, target_modules, target_parameters, scopes, strict)
     # exact module names to peft, never a regex: on MoE types peft reduces a regex to leaf names (see below)
     target = target_modules if (scopes is None and not isinstance(target_modules, str)) else hits
+    if options: hits = target = _lora_options(model, options, given, target_modules, hits, bool(wrapped))
     init_lora_weights = {"random": True, "zeros": True}.get(init, init) if isinstance(init, str) else init
     # full names, not the suffixes given: peft matches suffixes anywhere (a thinker's experts and the talker's)
     kw = dict(target_parameters=tparams) if target_parameters is not None else {}
     cfg = LoraConfig(r=r, lora_alpha=alpha, target_modules=target or [], lora_dropout=dropout,
-                     init_lora_weights=init_lora_weights, use_dora=use_dora, **kw)
+                     init_lora_weights=init_lora_weights, use_dora=use_dora, **kw, **(options or {}))
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
         # a transformers 5 deprecation, seen through peft
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")

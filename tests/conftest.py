@@ -13,6 +13,7 @@ COST = {"test_fits_beyond": 84,     # 2026-12-07: every real-rank fits case of f
         "test_groups": 70,           # 2026-12-06: 2 ranks, 3 cases (70 s wall)
         "test_fits_sweep": 50,       # 2026-12-06: a sample of the sweep that changes with the commit
         "test_job": 33,              # 2026-12-06
+        "test_fits_search": 45,      # 2026-12-07: the search against a scan, 3 ranks (24 s at load 6)
         "test_fits_check": 34,       # 2026-12-07: check=True on Phi-3; the CLI's --check finds Mamba's miss
         "test_partial_collective": 14,   # 2026-12-06: mostly waiting on the 2 s bound
         "test_fits_grouping": 59,    # 2026-12-03: 62 s wall (a sample of each group: 39 traces, not 80)

@@ -127,3 +127,42 @@ def test_fits_flag_beside_a_file_wins(tmp_path:Path, capsys):
     assert "the wrapping of each row" in text, out
     # the legend says each setting in words, flavour first (issue 50: no "1 = ;" for the shared words alone)
     assert "settings: 1 = FSDP2 on layer units 2 = FSDP2 on layer units, transformers' gradient checkpointing" in text, out
+
+ALL_SEVEN = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+
+def test_all_linear_is_peft_s(tmp_path:Path, capsys):
+    "peft's target_modules 'all-linear' (adapter_config.json, verl's default, --lora-targets): every linear layer but "
+    "the head, as peft adapts them; fits answers what the seven names answer (it used to plan q/k/v/o: -23 % on 8B)."
+    (tmp_path/"adapter_config.json").write_text(json.dumps(dict(peft_type="LORA", r=4, target_modules="all-linear")))
+    assert main(["plan", "--model", "llama", "--lora-targets", "all-linear"]) == 0
+    assert "LoRA 28 tensors" in " ".join(capsys.readouterr().out.split())   # 7 projections x 2 layers x A, B
+    (tmp_path/"seven.json").write_text(json.dumps(dict(peft_type="LORA", r=4, target_modules=ALL_SEVEN.split(","))))
+    rc, files = _fits(capsys, "--model", "llama", "--world", "2", "--job", str(tmp_path/"adapter_config.json"))
+    rc2, names = _fits(capsys, "--model", "llama", "--world", "2", "--job", str(tmp_path/"seven.json"))
+    assert rc == rc2 == 0, (files, names)
+    flat = lambda out: " ".join(out.split())
+    answer = lambda out: flat(out)[flat(out).index("precision: "):]
+    assert answer(files) == answer(names), (files, names)
+    assert "note:" not in files and "LoRA r=4 alpha=8 on all-linear ·" in flat(files), files
+
+def test_a_flavour_flag_over_a_file_takes_its_fields_off(tmp_path:Path, capsys):
+    "--flavour fsdp1 over a file read as FSDP2 (accelerate's carve-out): the file's FSDP2 fields yield, with a note."
+    (tmp_path/"a.yaml").write_text(ACCELERATE)
+    assert main(["plan", "--model", "llama", "--job", str(tmp_path/"a.yaml"), "--flavour", "fsdp1",
+                 "--policy", "peft"]) == 0, capsys.readouterr()
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("job: llama · fsdp1:peft") and "tie_group=True" in out, out
+    assert "fsdp2's, left out under flavour 'fsdp1' (given)" in out, out
+
+def test_hybrid_shard_group_is_the_file_s(tmp_path:Path):
+    "accelerate FSDP1 HYBRID_SHARD over 2 nodes x 8: shard groups of 8 (torch's intra-node group), not 2; FSDP2's "
+    "parallelism_config (dp_replicate x dp_shard) is hybrid sharding too: each job's units are sharded over 8."
+    (tmp_path/"h1.yaml").write_text("distributed_type: FSDP\nnum_machines: 2\nnum_processes: 16\nfsdp_config:\n"
+                                    "  fsdp_sharding_strategy: HYBRID_SHARD\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n")
+    (tmp_path/"h2.yaml").write_text("distributed_type: FSDP\nnum_processes: 16\nfsdp_config: {fsdp_version: 2}\n"
+                                    "parallelism_config: {parallelism_config_dp_replicate_size: 2, "
+                                    "parallelism_config_dp_shard_size: 8}\n")
+    for f in ("h1.yaml", "h2.yaml"):
+        job = Job.from_files(tmp_path/f, model="llama")
+        assert (job.world, job.wrap.shard_size) == (16, 8), (f, job.line())
+        assert job.plan().shard_group == 8, f

@@ -286,12 +286,7 @@ def first_picture_line(nb)->int|None:
 # Notebooks owned by others (the second wave of issue 20; index.ipynb the integrator's) that still break a rule today,
 # with the rules they fail. Each entry is checked to still fail (test_pending_still_fails), so a fixed notebook must
 # leave this set: empty it, never grow it.
-PENDING: dict[str, set[str]] = {
-    # issue 49: functions over 40 lines not yet cut into named steps (fsdp1_unit_modules; closed_form; _StepPeak and
-    # _categories; _why_not; the GEMM measure; the small config's _cut)
-    "03a_policies.ipynb": {"long export cell"}, "11_fits.ipynb": {"long export cell"},
-    "11a_fits_trace.ipynb": {"long export cell"}, "11c_fits_reduced.ipynb": {"long export cell"},
-    "11d_kernel_bytes.ipynb": {"long export cell"}, "11f_steppeak.ipynb": {"long export cell"}}
+PENDING: dict[str, set[str]] = {}
 MUST_DRAW = {"03_plan.ipynb", "05_gather.ipynb"}           # issue 20: these chapters get their picture
 
 def chapter_faults(nb, name:str)->dict[str, list[str]]:

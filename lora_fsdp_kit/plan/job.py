@@ -17,7 +17,8 @@ from ..families import PLAN_TARGETS, text_model_of
 from .checks import Finding, check_plan
 from .core import Plan
 from .wrap import WrapConfig
-from .job_files import as_names, read_job_file   # the job from the trainer's own files
+from .job_files import (LORA_OPTIONS, as_names,
+                                          read_job_file)   # the job from the trainer's own files
 
 # %% auto #0
 __all__ = ['OPTIMIZERS', 'PREFETCH', 'STEP_KEYWORDS', 'default_wrap', 'Job']
@@ -42,7 +43,8 @@ OPTIMIZERS = ("adamw", "adamw_torch", "adamw_torch_fused", "adamw_hf", "adam", "
               "paged_adamw_8bit", "adamw_bnb_8bit")   # transformers' `optim` names the kit reads (fits traces AdamW)
 PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH")   # FSDP1's backward prefetch (torch: BACKWARD_PRE)
 _DTYPES = ("config", "base") + tuple(w for n in ("float32", "bfloat16", "float16") for w in (SHORT[n], n))
-_LORA_FIELDS = ("lora_r", "lora_alpha", "lora_targets", "lora_dropout", "dora", "modules_to_save", "target_parameters")
+_LORA_FIELDS = ("lora_r", "lora_alpha", "lora_targets", "lora_dropout", "dora", "modules_to_save", "target_parameters",
+                "lora_options")
 
 # %% ../../nbs/03e_job.ipynb #361397f1
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class Job:
     lora_alpha: int|None = None
     "LoRA alpha (peft's `lora_alpha`); None: twice the rank, the kit's usual choice."
     lora_targets: str|tuple[str, ...] = PLAN_TARGETS
-    "LoRA target modules (peft's `target_modules`): names, comma-separated or a tuple."
+    "LoRA target modules (peft's `target_modules`): names, comma-separated or a tuple; or peft's 'all-linear', a regex."
     lora_dropout: float = 0.0
     "LoRA dropout (peft's `lora_dropout`)."
     dora: bool = False
@@ -64,6 +66,8 @@ class Job:
     "Modules trained whole beside LoRA (peft's `modules_to_save`, e.g. ('lm_head',))."
     target_parameters: tuple[str, ...] = ()
     "Parameters LoRA reaches directly (peft's `target_parameters`, e.g. fused MoE experts' 'mlp.experts.gate_up_proj')."
+    lora_options: dict = field(default_factory=dict, hash=False)
+    "Further `LoraConfig` fields peft applies itself (`LORA_OPTIONS`: rank_pattern, layers_to_transform, ...)."
     wrap: WrapConfig|None = None
     "How the model is sharded; None: `default_wrap('fsdp2')`, the one wrapping the flavour's name means."
     world: int|None = None
@@ -161,6 +165,10 @@ def _validate_job(job:Job):
     whole = lambda v: isinstance(v, int) and not isinstance(v, bool)
     _fix(job, lora_targets=as_names(job.lora_targets), modules_to_save=as_names(job.modules_to_save),
          target_parameters=as_names(job.target_parameters))
+    opts = {k: v for k, v in dict(job.lora_options or {}).items() if v is not None}
+    if bad := sorted(set(opts) - set(LORA_OPTIONS)):
+        raise ValueError(f"Job lora_options {bad}: the LoraConfig fields it carries are {', '.join(LORA_OPTIONS)}")
+    _fix(job, lora_options=opts)
     if job.wrap is None: _fix(job, wrap=default_wrap())
     elif isinstance(job.wrap, dict): _fix(job, wrap=WrapConfig.from_dict(job.wrap))
     elif not isinstance(job.wrap, WrapConfig):
@@ -211,7 +219,8 @@ def _line(self:Job)->str:
     alpha = 2 * self.lora_r if self.lora_alpha is None else self.lora_alpha
     lora = f"LoRA r={self.lora_r} alpha={alpha:g} on {','.join(self.lora_targets + self.target_parameters)}"
     lora += "".join([" DoRA" * self.dora, f" dropout={self.lora_dropout:g}" * bool(self.lora_dropout),
-                     f" +{','.join(self.modules_to_save)}" * bool(self.modules_to_save)])
+                     f" +{','.join(self.modules_to_save)}" * bool(self.modules_to_save)]
+                    + [f" {k}={v}" for k, v in self.lora_options.items()])
     step = [f"world {self.world if self.world is not None else '?'}", f"batch {self.batch} x seq {self.seq}",
             f"params {self.param_dtype}, LoRA {self.lora_dtype}" + ", autocast" * self.autocast]
     extra = dict(use_cache=self.use_cache, optimizer=self.optimizer if self.optimizer != "adamw" else None,
@@ -234,6 +243,7 @@ def _build_model(job:Job, step:bool=False)->nn.Module:
     kw = dict(r=job.lora_r, alpha=2 * job.lora_r if job.lora_alpha is None else job.lora_alpha,
               target_modules=list(job.lora_targets), modules=scope, dropout=job.lora_dropout, use_dora=job.dora,
               target_parameters=list(job.target_parameters) or None, modules_to_save=list(job.modules_to_save) or None,
+              options=dict(job.lora_options) or None,
               strict=",".join(job.lora_targets) != PLAN_TARGETS)   # targets the user named must each match
     takes = inspect.signature(add_lora).parameters
     if left := [k for k, v in kw.items() if k not in takes and v is not None and k != "modules_to_save"]:
@@ -278,5 +288,24 @@ def _from_files(cls, paths, overrides:dict)->Job:
         for k in f.fields:
             if k in fields and fields[k] != f.fields[k]: notes.append(f"{k}: {f.sources[k]} replaces {sources[k]}")
         fields.update(f.fields); sources.update(f.sources); notes += f.notes
+    _flavour_yields(fields, sources, overrides, notes)
     fields.update(overrides); sources.update({k: "given" for k in overrides})
     return _job_of(cls, dict(fields, sources=sources, notes=tuple(notes)))
+
+# what the files' readers set for one flavour only (accelerate's FSDP2 carve-out, FSDP1's knobs)
+_FLAVOUR_ONLY = {"fsdp2": ("wrap_embedding", "wrap_lm_head", "tie_group", "groups", "reshard_after_forward",
+                           "checkpoint_rng_state", "targets", "shard_dim"),
+                 "fsdp1": ("use_orig_params", "backward_prefetch", "checkpoint_targets", "sharding", "shard_size")}
+
+def _flavour_yields(fields:dict, sources:dict, overrides:dict, notes:list):
+    "A flavour given over the files' yields their fields of the other flavour (one note), not a refusal."
+    was, now = fields.get("flavour"), overrides.get("flavour")
+    if now is None or was is None or now == was: return
+    left, where = [], []
+    for k in _FLAVOUR_ONLY.get(was, ()):
+        if k in overrides or k not in fields: continue
+        if k in ("sharding", "shard_size") and fields.get("sharding") in ("HYBRID", "HYBRID_SHARD"):
+            fields["sharding"] = "HYBRID"; continue   # hybrid sharding, spelt as both flavours take it
+        left.append(f"{k}={fields.pop(k)!r}"); where.append(sources.pop(k).split(": ")[0])
+    if left: notes.append(f"{', '.join(left)} (from {', '.join(dict.fromkeys(where))}): {was}'s, left out under "
+                          f"flavour {now!r} (given)")

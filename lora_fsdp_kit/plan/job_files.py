@@ -12,7 +12,7 @@ from ..dtypes import short
 from .wrap import WrapConfig
 
 # %% auto #0
-__all__ = ['READERS', 'as_names', 'JobFile', 'file_kind', 'read_job_file']
+__all__ = ['LORA_OPTIONS', 'READERS', 'as_names', 'JobFile', 'file_kind', 'peft_targets', 'read_job_file']
 
 # %% ../../nbs/03g_job_files.ipynb #56010645
 def as_names(v)->tuple[str, ...]:
@@ -57,6 +57,9 @@ def file_kind(data:Any)->str|None:
 # %% ../../nbs/03g_job_files.ipynb #5a18a621
 _SHARDING = {"1": "FULL_SHARD", "2": "SHARD_GRAD_OP", "3": "NO_SHARD", "4": "HYBRID_SHARD", "5": "_HYBRID_SHARD_ZERO2",
              "HYBRID_SHARD_ZERO2": "_HYBRID_SHARD_ZERO2"}
+# transformers 4.x's `fsdp` option words (its TrainingArguments.fsdp list) that name a sharding strategy
+_TRAINER_SHARDING = {"shard_grad_op": "SHARD_GRAD_OP", "no_shard": "NO_SHARD", "hybrid_shard": "HYBRID_SHARD",
+                     "hybrid_shard_zero2": "_HYBRID_SHARD_ZERO2"}
 # keys of an accelerate config that change nothing a plan or a step's memory sees
 _ACCELERATE_QUIET = {"compute_environment", "debug", "machine_rank", "main_training_function", "num_machines",
                      "rdzv_backend", "same_network", "tpu_env", "tpu_use_cluster", "tpu_use_sudo", "use_cpu",
@@ -90,6 +93,39 @@ def _accelerate_policy(f:JobFile, fc:dict):
     elif pol == "NO_WRAP": f.set("policy", "root", src, "fsdp_auto_wrap_policy" not in fc)
     else: f.note(f"fsdp_auto_wrap_policy {pol!r} is none of TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP")
 
+# %% ../../nbs/03g_job_files.ipynb #7395beab
+def _accelerate_fsdp1(f:JobFile, fc:dict, d:dict):
+    "FSDP1's knobs: the sharding strategy (a hybrid one's shard group: a node's ranks), orig params, prefetch."
+    for k in ("fsdp_sharding_strategy", "fsdp_reshard_after_forward"):   # the new name, then accelerate's old one
+        if k not in fc: continue
+        if (s := _sharding(fc[k])) != "FULL_SHARD": f.set("sharding", s, f"fsdp_config.{k}")
+        if "HYBRID" in s and "num_processes" in d:   # torch's FSDP1 (no mesh given) shards within each node
+            n = int(d.get("num_machines") or 1)
+            f.set("shard_size", int(d["num_processes"]) // n, "num_processes / num_machines (FSDP1's hybrid "
+                  "sharding shards within a node: torch's intra-node group)")
+        elif "HYBRID" in s: f.note(f"{k} {s}: no num_processes, so no shard group size (torch: a node's ranks)")
+        break
+    f.set("use_orig_params", _bool(fc.get("fsdp_use_orig_params", False)), "fsdp_config.fsdp_use_orig_params",
+          "fsdp_use_orig_params" not in fc)
+    bp = str(fc.get("fsdp_backward_prefetch") or "NO_PREFETCH").upper()   # accelerate passes None: no prefetch
+    f.set("backward_prefetch", bp, "fsdp_config.fsdp_backward_prefetch", "fsdp_backward_prefetch" not in fc)
+
+def _accelerate_mesh(f:JobFile, d:dict, version:int):
+    "accelerate's `parallelism_config` (FSDP2's device mesh): replicate x shard is hybrid sharding; TP, CP refused."
+    pc = {k.removeprefix("parallelism_config_"): v for k, v in d["parallelism_config"].items()}
+    key = "parallelism_config.parallelism_config_"
+    if version == 1: f.note("parallelism_config: accelerate builds its device mesh for FSDP2 only"); return
+    if bad := [f"{k} {pc[k]}" for k in ("tp_size", "cp_size", "sp_size") if int(pc.get(k) or 1) > 1]:
+        raise ValueError(f"{f.path}: parallelism_config {', '.join(bad)}: the kit predicts data-parallel FSDP "
+                         "only (no tensor, context or sequence parallelism)")
+    if (rep := int(pc.get("dp_replicate_size") or 1)) > 1:
+        shard = int(pc.get("dp_shard_size") or 0) or int(d.get("num_processes", 0)) // rep
+        if shard < 1: raise ValueError(f"{f.path}: {key}dp_replicate_size {rep} with no dp_shard_size "
+                                       "nor num_processes: the shard group's size is unknown")
+        f.set("sharding", "HYBRID", key + "dp_replicate_size"); f.set("shard_size", shard, key + "dp_shard_size")
+    for k in sorted(set(pc) - {"tp_size", "cp_size", "sp_size", "dp_replicate_size", "dp_shard_size"}):
+        f.note(f"parallelism_config.{k}: not read")
+
 # %% ../../nbs/03g_job_files.ipynb #6e60acc8
 def _read_accelerate(f:JobFile, d:dict):
     "An accelerate config (`accelerate config`'s YAML): the world, the precision, and `fsdp_config`."
@@ -101,21 +137,13 @@ def _read_accelerate(f:JobFile, d:dict):
     v = int(fc.get("fsdp_version", 1))
     f.set("flavour", f"fsdp{v}", "fsdp_config.fsdp_version", "fsdp_version" not in fc)
     _accelerate_policy(f, fc)
-    if v == 1:
-        if "fsdp_sharding_strategy" in fc:
-            s = _sharding(fc["fsdp_sharding_strategy"])
-            if s != "FULL_SHARD": f.set("sharding", s, "fsdp_config.fsdp_sharding_strategy")
-        elif "fsdp_reshard_after_forward" in fc and _sharding(fc["fsdp_reshard_after_forward"]) != "FULL_SHARD":
-            f.set("sharding", _sharding(fc["fsdp_reshard_after_forward"]), "fsdp_config.fsdp_reshard_after_forward")
-        f.set("use_orig_params", _bool(fc.get("fsdp_use_orig_params", False)), "fsdp_config.fsdp_use_orig_params",
-              "fsdp_use_orig_params" not in fc)
-        bp = str(fc.get("fsdp_backward_prefetch") or "NO_PREFETCH").upper()   # accelerate passes None: no prefetch
-        f.set("backward_prefetch", bp, "fsdp_config.fsdp_backward_prefetch", "fsdp_backward_prefetch" not in fc)
+    if v == 1: _accelerate_fsdp1(f, fc, d)
     else:
         _carve(f, "fsdp_config.fsdp_version")
         if "fsdp_reshard_after_forward" in fc:
             f.set("reshard_after_forward", _bool(fc["fsdp_reshard_after_forward"]),
                   "fsdp_config.fsdp_reshard_after_forward")
+    if d.get("parallelism_config"): _accelerate_mesh(f, d, v)
     if _bool(fc.get("fsdp_activation_checkpointing", False)):
         _accelerate_ac(f, v, "fsdp_config.fsdp_activation_checkpointing")
     if _bool(fc.get("fsdp_offload_params", False)): f.set("cpu_offload", True, "fsdp_config.fsdp_offload_params")
@@ -124,10 +152,9 @@ def _read_accelerate(f:JobFile, d:dict):
             "fsdp_sharding_strategy", "fsdp_reshard_after_forward", "fsdp_use_orig_params", "fsdp_backward_prefetch",
             "fsdp_activation_checkpointing", "fsdp_offload_params", "fsdp_forward_prefetch"}
     for k in sorted(set(fc) - read - _ACCELERATE_QUIET): f.note(f"fsdp_config.{k}: not read")
-    top = {"fsdp_config", "distributed_type", "num_processes", "mixed_precision"}
+    top = {"fsdp_config", "distributed_type", "num_processes", "mixed_precision", "parallelism_config"}
     for k in sorted(set(d) - top - _ACCELERATE_QUIET):
         f.note(f"{k}: not read")
-
 
 # %% ../../nbs/03g_job_files.ipynb #72d64e0a
 def _carve(f:JobFile, key:str):
@@ -161,14 +188,35 @@ def _trainer_step(f:JobFile, d:dict):
     if d.get("optim"): f.set("optimizer", str(d["optim"]).lower(), "optim")
     if d.get("max_grad_norm") is not None: f.set("max_grad_norm", float(d["max_grad_norm"]), "max_grad_norm")
 
+# %% ../../nbs/03g_job_files.ipynb #c6fa02f3
+def _trainer_flavour(f:JobFile, d:dict, fc:dict)->int:
+    "FSDP's version: fsdp_config's; else transformers 4.x's options list means accelerate's default, FSDP1; 5's is 2."
+    old = isinstance(d.get("fsdp"), (list, str))   # 4.x writes the option words, 5 writes `true`
+    v = int(fc.get("version", 1 if old else 2))
+    why = "fsdp_config.version" if "version" in fc or not old else \
+        f"fsdp {d['fsdp']!r} (transformers 4.x's options, no version: accelerate's default FSDP1)"
+    f.set("flavour", f"fsdp{v}", why, "version" not in fc and not old)
+    words = (d["fsdp"].split() if isinstance(d["fsdp"], str) else [str(w) for w in d["fsdp"]]) if old else []
+    if v == 1 and (s := next((_TRAINER_SHARDING[w.lower()] for w in words if w.lower() in _TRAINER_SHARDING), None)):
+        f.set("sharding", s, f"fsdp {d['fsdp']!r}")
+    return v
+
+def _trainer_fsdp1(f:JobFile, fc:dict):
+    "FSDP1's knobs as the Trainer passes them: its use_orig_params default (True), no prefetch, the strategy."
+    f.set("use_orig_params", _bool(fc.get("use_orig_params", True)), "fsdp_config.use_orig_params",
+          "use_orig_params" not in fc)
+    f.set("backward_prefetch", str(fc.get("backward_prefetch", "NO_PREFETCH")).upper(),
+          "fsdp_config.backward_prefetch", "backward_prefetch" not in fc)
+    if (s := _sharding(fc.get("reshard_after_forward", "FULL_SHARD"))) != "FULL_SHARD":
+        f.set("sharding", s, "fsdp_config.reshard_after_forward")
+
 # %% ../../nbs/03g_job_files.ipynb #fab82ec9
 def _read_trainer(f:JobFile, d:dict):
     "The Trainer's arguments (`TrainingArguments.to_json_string()`): the step, and `fsdp_config` as it reads it."
     _trainer_step(f, d)
     if not d.get("fsdp"): f.note("fsdp is off: the Trainer runs DDP, not FSDP"); return
     fc = {k.removeprefix("fsdp_"): v for k, v in (d.get("fsdp_config") or {}).items()}
-    v = int(fc.get("version", 2)); f.set("flavour", f"fsdp{v}", "fsdp_config.version", "version" not in fc)
-    if v == 1:   # the Trainer wraps a peft model with peft's own policy (LoRA leaves, layers: fsdp_auto_wrap_policy)
+    if (v := _trainer_flavour(f, d, fc)) == 1:   # the Trainer wraps a peft model with peft's own policy
         f.set("policy", "peft", "fsdp (the Trainer's FSDP1 policy for a peft model)")
     else:        # FSDP2: its auto_wrap_policy as given (accelerate cannot apply peft's), the embedding and head carved
         pol = str(fc.get("auto_wrap_policy", "TRANSFORMER_BASED_WRAP")).upper()
@@ -180,34 +228,41 @@ def _read_trainer(f:JobFile, d:dict):
         _carve(f, "fsdp_config.version")
     if cls := fc.get("transformer_layer_cls_to_wrap"):
         f.set("layer_cls", tuple(as_names(cls)), "fsdp_config.transformer_layer_cls_to_wrap")
-    if v == 1:
-        f.set("use_orig_params", _bool(fc.get("use_orig_params", True)), "fsdp_config.use_orig_params",
-              "use_orig_params" not in fc)
-        f.set("backward_prefetch", str(fc.get("backward_prefetch", "NO_PREFETCH")).upper(),
-              "fsdp_config.backward_prefetch", "backward_prefetch" not in fc)
-        if (s := _sharding(fc.get("reshard_after_forward", "FULL_SHARD"))) != "FULL_SHARD":
-            f.set("sharding", s, "fsdp_config.reshard_after_forward")
+    if v == 1: _trainer_fsdp1(f, fc)
     elif "reshard_after_forward" in fc:
         f.set("reshard_after_forward", _bool(fc["reshard_after_forward"]), "fsdp_config.reshard_after_forward")
     if _bool(fc.get("activation_checkpointing", False)): _accelerate_ac(f, v, "fsdp_config.activation_checkpointing")
     if _bool(fc.get("cpu_offload", False)) or "offload" in str(d.get("fsdp")):
         f.set("cpu_offload", True, "fsdp_config.cpu_offload")
+    if "HYBRID" in str(f.fields.get("sharding")):   # the arguments hold no node count
+        f.note("hybrid sharding: the shard group's size is not in the Trainer's arguments (torch's FSDP1: one "
+               "node's ranks): give it (--shard-size)")
     if v == 1 and int(fc.get("min_num_params", 0) or 0) > 0:
         f.note("fsdp_config.min_num_params: the Trainer installs peft's policy over it")
 
 # %% ../../nbs/03g_job_files.ipynb #5fb895c6
+# LoraConfig fields the Job carries to peft as they are (`Job.lora_options`): peft applies them itself
+LORA_OPTIONS = ("rank_pattern", "alpha_pattern", "layers_to_transform", "layers_pattern", "exclude_modules",
+                "use_rslora", "bias", "lora_bias")
+_PEFT_DEFAULTS = dict(use_rslora=False, bias="none", lora_bias=False)
+
+def peft_targets(v)->tuple[str, ...]:
+    "peft's `target_modules` as the Job takes it: names; 'all-linear' (peft's keyword) or a regex string as one item."
+    if isinstance(v, str) and not v.replace("_", "").replace(",", "").replace(".", "").isalnum(): return (v,)
+    return as_names(v)
+
 def _read_peft(f:JobFile, d:dict):
-    "A peft `adapter_config.json` (`LoraConfig`): the rank, alpha, targets, dropout, DoRA and what is trained whole."
+    "A peft `adapter_config.json` (`LoraConfig`): the rank, alpha, targets, dropout, DoRA, what is trained whole."
     if str(d.get("peft_type", "LORA")).upper() != "LORA": f.note(f"peft_type {d['peft_type']!r}: the kit plans LoRA")
     for key, name in (("r", "lora_r"), ("lora_alpha", "lora_alpha"), ("lora_dropout", "lora_dropout"),
                       ("use_dora", "dora")):
         if d.get(key) is not None: f.set(name, d[key], key)
-    for key, name in (("target_modules", "lora_targets"), ("modules_to_save", "modules_to_save"),
-                      ("target_parameters", "target_parameters")):
-        v = d.get(key)
-        if isinstance(v, str) and key == "target_modules" and not v.replace("_", "").replace(",", "").isalnum():
-            f.note(f"target_modules {v!r} is a regex: give the names with --lora-targets"); continue
-        if v: f.set(name, tuple(as_names(v)), key)
+    if d.get("target_modules"): f.set("lora_targets", peft_targets(d["target_modules"]), "target_modules")
+    for key, name in (("modules_to_save", "modules_to_save"), ("target_parameters", "target_parameters")):
+        if d.get(key): f.set(name, tuple(as_names(d[key])), key)
+    opts = {k: d[k] for k in LORA_OPTIONS if d.get(k) not in (None, {}, [], "", _PEFT_DEFAULTS.get(k))}
+    if opts: f.set("lora_options", opts, ", ".join(opts))
+    if d.get("trainable_token_indices"): f.note("trainable_token_indices: not in the Job (the plan leaves them out)")
     if d.get("base_model_name_or_path"): f.note(f"base_model_name_or_path {d['base_model_name_or_path']!r}: give its "
                                                 "config.json as a file (the kit downloads nothing)")
 
@@ -226,8 +281,7 @@ def _verl_lora(f:JobFile, d:dict, m:str):
     else: f.note(f"{m}lora_rank is 0: verl trains the whole model, not LoRA")
     if (al := _at(d, m + "lora_alpha")) is not None: f.set("lora_alpha", al, m + "lora_alpha")
     tm = _at(d, m + "target_modules")
-    if tm == "all-linear": f.note(f"{m}target_modules 'all-linear': name the modules with --lora-targets")
-    elif tm: f.set("lora_targets", tuple(as_names(tm)), m + "target_modules")
+    if tm: f.set("lora_targets", peft_targets(tm), m + "target_modules")   # verl's default: peft's 'all-linear'
 
 # %% ../../nbs/03g_job_files.ipynb #86b55e9d
 def _read_verl(f:JobFile, d:dict):
