@@ -145,3 +145,15 @@ def test_plan_wraps_each_paragraph_once(capsys):
         once = textwrap.wrap(" ".join(" ".join(ls).split()), 100, initial_indent=first, subsequent_indent=rest,
                              break_on_hyphens=False)
         assert ls == once, "\n".join(ls)
+
+def test_plan_builds_the_job_s_whole_lora(capsys, tmp_path):
+    """`lfk plan --job adapter_config.json` plans the LoRA peft builds from the file, not r and targets alone: with
+    `layers_to_transform=[0]` and `exclude_modules` peft adapts 2 modules of layer 0 (4 tensors), not 3 modules of
+    every layer (12): what fits (which builds with `Job.build`) traces."""
+    from peft import LoraConfig
+    from lora_fsdp_kit.__main__ import main
+    LoraConfig(r=8, target_modules=["q_proj", "v_proj", "down_proj"], rank_pattern={"down_proj": 16},
+               layers_to_transform=[0], exclude_modules=["v_proj"]).save_pretrained(str(tmp_path))
+    assert main(["plan", "--model", "llama", "--job", str(tmp_path / "adapter_config.json")]) == 0
+    out = capsys.readouterr().out
+    assert "LoRA 4 tensors" in out, out

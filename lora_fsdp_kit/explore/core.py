@@ -398,9 +398,6 @@ def explore(model:nn.Module|str|None=None,  # a (peft) model, a zoo or shipped c
     return PlanExplorer(model, layer_cls, lora_r, targets, config, ahead, job)
 
 # %% ../../nbs/14_explore.ipynb #d1742dae
-_JOB_BUILT = ("model", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "dora", "modules_to_save",
-              "target_parameters")   # the fields a job's model is built from (`Job.build`): a model kept by them
-
 def _job_knobs(w:WrapConfig, default:list, names:list)->dict:
     "The knobs that show wrapping `w`: flavour, layer classes, LoRA leaves, size part, use_orig_params."
     if w.policy == "targets": classes = tuple(t for t in w.targets if t in names)
@@ -415,10 +412,10 @@ def _job_knobs(w:WrapConfig, default:list, names:list)->dict:
 def _load_job(self:PlanExplorer, model, config):
     "`load` with a job: its model, or the one the picker or the box names (its other fields stay); knobs as it wraps."
     import dataclasses
-    from lora_fsdp_kit.plan.job import Job
+    from lora_fsdp_kit.plan.job import MODEL_FIELDS, Job
     from lora_fsdp_kit.plan.policies import resolve_layer_classes
     job = model if isinstance(model, Job) else dataclasses.replace(self.job0, model=model or config)
-    key = ("job",) + tuple(repr(getattr(job, k)) for k in _JOB_BUILT)
+    key = ("job",) + tuple(repr(getattr(job, k)) for k in MODEL_FIELDS)
     if key not in self._models:
         m = job.build()                                   # the job's LoRA: alpha, DoRA, modules_to_save...
         try: default = sorted(c.__name__ for c in resolve_layer_classes(m, "auto"))

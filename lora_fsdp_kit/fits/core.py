@@ -487,12 +487,11 @@ def _reduced_check(model:nn.Module,       # the peft model on meta, stored as th
 
 # %% ../../nbs/11_fits.ipynb #b7a1f0c8
 _JOB_MODELS: dict = {}   # the model fields of a job -> its meta model (a --max-batch search probes one model often)
-_BUILT_FROM = ("model", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "dora", "modules_to_save",
-               "target_parameters")
 
 def job_model(job)->nn.Module:
     "The meta model a job's step trains (`Job.build(step=True)`, in training mode), built once per model and LoRA."
-    key = repr([getattr(job, k) for k in _BUILT_FROM])
+    from lora_fsdp_kit.plan.job import MODEL_FIELDS
+    key = repr([getattr(job, k) for k in MODEL_FIELDS])
     if key not in _JOB_MODELS:
         if len(_JOB_MODELS) >= 4: _JOB_MODELS.pop(next(iter(_JOB_MODELS)))
         _JOB_MODELS[key] = job.build(step=True).train()   # a training job: as the trainer calls .train()

@@ -21,7 +21,7 @@ from .job_files import (LORA_OPTIONS, as_names,
                                           read_job_file)   # the job from the trainer's own files
 
 # %% auto #0
-__all__ = ['OPTIMIZERS', 'PREFETCH', 'STEP_KEYWORDS', 'default_wrap', 'Job']
+__all__ = ['OPTIMIZERS', 'PREFETCH', 'MODEL_FIELDS', 'STEP_KEYWORDS', 'default_wrap', 'Job']
 
 # %% ../../nbs/03e_job.ipynb #29a25af3
 # what a flavour's name means: one table, `WrapConfig`'s own (the CLI reads it from wrap's source, with no torch import)
@@ -232,6 +232,9 @@ def _line(self:Job)->str:
     return f"job: {m} · {self.wrap.label} · {lora} · " + " · ".join(step)
 
 # %% ../../nbs/03e_job.ipynb #c032205e
+MODEL_FIELDS = ("model", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "dora", "modules_to_save",
+                "target_parameters", "lora_options")   # what `Job.build` reads: a built model is kept by them
+
 def _build_model(job:Job, step:bool=False)->nn.Module:
     "`Job.build`: a shipped tiny model, or any config on meta; LoRA as the job says (on an Omni model's thinker)."
     from lora_fsdp_kit.models import add_lora, model_from_config, model_names, tiny_model

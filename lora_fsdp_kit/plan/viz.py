@@ -202,13 +202,14 @@ def plan_command(model:str|None=None,        # a zoo name or a shipped full-size
                  wrap:WrapConfig|None=None,  # the whole wrapping; None: built from fsdp, min_num_params, ...
                  world:int|None=None,        # ranks of the job: adds the checks that need it (uneven-shard-dim)
                  speak=None,                 # rewrites the settings' spelling in the text (the CLI: its flags)
+                 built:nn.Module|None=None,  # the model with its LoRA, built already (a job's: `Job.build()`)
                 )->PlanReport:               # `print` it; `.exit_code` is what the command exits with
     "Build, add LoRA, plan and report: what `python -m lora_fsdp_kit plan` prints (and writes)."
     if wrap is None:
         if fsdp not in (1, 2): raise ValueError(f"fsdp must be 1 or 2, got {fsdp}")
         wrap = (WrapConfig(flavour="fsdp1", policy="lora", min_num_params=min_num_params, lora_leaves=lora_leaves,
                            use_orig_params=use_orig_params) if fsdp == 1 else WrapConfig(flavour="fsdp2"))
-    m = build_for_plan(model, config, lora_r, targets)
+    m = build_for_plan(model, config, lora_r, targets) if built is None else built
     plan = wrap.plan(m, world_size=world)
     findings = plan.check()
     text = plan_text(plan, findings, collapse=True, speak=speak)
