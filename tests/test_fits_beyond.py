@@ -150,8 +150,11 @@ def real():
                                             for a, b in zip(out[n], got)]
     return out
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN[n]))
-                                  if n in KNOWN else n for n in HELD_OUT])
+def _known(names)->list:
+    "The names, each known miss marked a strict xfail (its reason: `KNOWN`)."
+    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN[n])) if n in KNOWN else n for n in names]
+
+@pytest.mark.parametrize("name", _known(HELD_OUT))
 def test_peak_within_a_tenth_of_a_percent_and_inside_the_band(real, name):
     got, pred = real[name], predicted(name)
     assert_exact(name, got, pred)
@@ -167,8 +170,7 @@ def test_real_ranks_within_the_predicted_range(real, name):
     assert not pred.not_exact, pred.not_exact   # the trace claims these: it must hold them
     assert_in_range(name, got, pred)
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN[n]))
-                                  if n in KNOWN else n for n in UNHELD])
+@pytest.mark.parametrize("name", _known(UNHELD))
 def test_off_the_matrix_within_the_predicted_range(real, name):
     got, pred = real[name], predicted(name)
     assert_in_range(name, got, pred)
