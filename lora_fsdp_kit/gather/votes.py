@@ -5,7 +5,7 @@
 # %% ../../nbs/04b_votes.ipynb #vt000004
 from __future__ import annotations
 
-import contextlib, datetime, logging, os, re, sys, threading, time, weakref, zlib
+import atexit, contextlib, datetime, logging, os, re, sys, threading, time, weakref, zlib
 from signal import SIGINT, getsignal, signal as set_handler   # `signal` is a RankVote method here
 from typing import Callable
 
@@ -17,8 +17,8 @@ from ..methods import patch_to
 
 # %% auto #0
 __all__ = ['CHECK_BYTES', 'CALLS', 'ARRIVAL_ENV', 'COLLECTIVES', 'cause', 'RankVote', 'Heartbeat', 'pulse_key', 'heartbeat',
-           'RankFailure', 'failure_message', 'sigint_held', 'collective_device', 'bounded_wait', 'CallMismatch',
-           'mismatches', 'arrival_timeout', 'PartialCall']
+           'stop_heartbeats', 'RankFailure', 'failure_message', 'sigint_held', 'collective_device', 'bounded_wait',
+           'CallMismatch', 'mismatches', 'arrival_timeout', 'PartialCall']
 
 # %% ../../nbs/04b_votes.ipynb #vt000006
 # private torch object: imported when first used, checked by `python -m lora_fsdp_kit doctor`
@@ -110,7 +110,7 @@ class Heartbeat(threading.Thread):
         super().__init__(daemon=True, name=f"lfk-heartbeat {key}")
         self.store, self.key, self.stopped = store, key, threading.Event()
     def run(self):
-        while not self.stopped.is_set():
+        while not self.stopped.is_set() and dist.is_initialized():   # the job's group torn down: no one listens
             try: self.store.add(self.key, 1)
             except Exception: return   # the store is gone (the job ended): nobody is listening
             self.stopped.wait(self.period)
@@ -134,6 +134,16 @@ def heartbeat(store, members:str, rank:int)->Heartbeat:
         except Exception: pass   # the store is gone: the vote's own calls say so
         hb = _BEATS[key] = Heartbeat(store, key); hb.start()
     return hb
+
+# %% ../../nbs/04b_votes.ipynb #d9effae7
+def stop_heartbeats(timeout:float=2.0):   # seconds to wait for each thread
+    "Stop this process's heartbeat threads and wait for them (run at exit; call it before tearing a job down early)."
+    beats = list(_BEATS.values())
+    for hb in beats: hb.stop()
+    for hb in beats: hb.join(timeout)
+    _BEATS.clear()
+
+atexit.register(stop_heartbeats)
 
 # %% ../../nbs/04b_votes.ipynb #f6c522a6
 @patch_to(RankVote)
