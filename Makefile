@@ -135,7 +135,8 @@ $(STAMP_OLDEST): settings.ini setup.py $(wildcard lora_fsdp_kit/*.py lora_fsdp_k
 	echo '*' > $(VENV_OLDEST)/.gitignore
 	$(PY_OLDEST) -m pip install --quiet uv || true
 	$(call INSTALL_TORCH,$(PY_OLDEST))
-	$(PY_OLDEST) -m pip uninstall --quiet --yes fastcore nbdev execnb ghapi pytest 2>/dev/null || true
+	# (a re-run: the dev tools the last run added go too, or `pip check` fails on pytest-xdist and fastgit)
+	$(PY_OLDEST) -m pip uninstall --quiet --yes fastcore nbdev execnb ghapi pytest pytest-xdist fastgit 2>/dev/null || true
 	rm -rf build lora_fsdp_kit.egg-info   # setuptools builds in the tree: a stale build/ installs moved modules too
 	$(call INSTALL,$(PY_OLDEST),. $$(PYTHONPATH=. $(PYTHON) -c \
 	    "from lora_fsdp_kit.doctor import oldest_requirements as o; print(' '.join(o()))"))
