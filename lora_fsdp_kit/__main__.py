@@ -102,17 +102,12 @@ def folded(text:str, width:int=100)->str:
     return "\n".join(t if len(t) <= width else fold(t, t[:len(t) - len(t.lstrip())]) for t in text.split("\n"))
 
 # %% ../nbs/90_cli.ipynb #plan0002
-def _beyond_r(job)->bool:
-    "Does the job's LoRA say more than its r and targets (what `plan_command` builds from alone)?"
-    return bool(job.lora_options or job.dora or job.modules_to_save or job.target_parameters
-                or job.lora_alpha not in (None, 2 * job.lora_r) or job.lora_dropout)
-
 def _cmd_plan(a)->int:
     from lora_fsdp_kit.plan.viz import plan_command   # the arguments were checked (`_plan_args`)
     from lora_fsdp_kit.plan.text import plan_text
     job = job_of_args(a)
     name = job.model if isinstance(job.model, str) and job.model in _shipped_names().split(", ") else None
-    built = job.build() if _beyond_r(job) else None   # the job's whole LoRA (rank_pattern, DoRA, ...), as fits'
+    built = job.build()   # the job's whole LoRA (alpha, DoRA, rank_pattern...): the model fits traces
     report = plan_command(model=name, config=None if name else job.model, lora_r=job.lora_r,
                           targets=",".join(job.lora_targets), png=a.png, json_path=a.json, wrap=job.wrap,
                           world=job.world, speak=flag_language, built=built)

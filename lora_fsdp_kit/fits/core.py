@@ -90,11 +90,11 @@ def ranks_text(rs:list[int])->str:
     return ("ranks " if len(rs) > 1 else "rank ") + ", ".join(out)
 
 # %% ../../nbs/11_fits.ipynb #1fd9477b
-def _fsdp2_unit(params:list, shapes:dict, k:int, r:int, cdt)->tuple[int, int, int]:
+def _fsdp2_unit(params:list, k:int, r:int, cdt)->tuple[int, int, int]:
     "One FSDP2 unit's bytes on shard rank `r` of `k`: (shards, unsharded in the compute dtype `cdt`, AdamW's state)."
     sharded = unsharded = opt = 0
     for p in params:   # each parameter padded on its shard dim to a multiple of the shard group
-        shp, isz = shapes[p.name], dtype_itemsize(p.dtype)
+        shp, isz = tuple(p.shape), dtype_itemsize(p.dtype)   # the plan's own shape, under whichever name
         d = p.shard_dim   # the plan's placement (tensors with fewer dims on dim 0)
         rows = shp[d] if shp else 1
         rest = p.numel // rows if rows else 0
@@ -123,16 +123,16 @@ def closed_form(model:nn.Module,   # the peft model before wrapping (meta is fin
                )->dict:            # sharded, optimizer (bytes) and unsharded (unit -> bytes)
     "Parameter-side bytes of `rank` from the plan alone: its shards, AdamW's state, each unit's unsharded size."
     plan = cfg.plan(model) if plan is None else plan
-    named = list(model.named_parameters(remove_duplicate=False))   # a tied weight under each name: the plan's
-    order, shapes = {}, {clean_name(n): tuple(p.shape) for n, p in named}   # unit may hold its second (BERT's bias)
-    for i, (n, _) in enumerate(named): order.setdefault(clean_name(n), i)
+    order = {}   # the model's parameter order (FSDP1 flattens in it); a tied weight under each of its names: the
+    for i, (n, _) in enumerate(model.named_parameters(remove_duplicate=False)):   # plan's unit may hold its second
+        order.setdefault(clean_name(n), i)                                        # (BERT-style heads' bias)
     k = shard_group_size(world, cfg.hybrid, cfg.shard_size)
     sharded = opt = 0
     unsharded = {}
     for u in plan.units:
         params = sorted(u.params, key=lambda p: order.get(p.name, 0))
         if not params: continue
-        s, g, o = (_fsdp2_unit(params, shapes, k, rank % k, cfg.compute_dtype) if cfg.flavour == "fsdp2" else
+        s, g, o = (_fsdp2_unit(params, k, rank % k, cfg.compute_dtype) if cfg.flavour == "fsdp2" else
                    _fsdp1_unit(params, k, rank % k, cfg.compute_dtype, cfg.use_orig_params))
         sharded, opt, unsharded[u.name] = sharded + s, opt + o, unsharded.get(u.name, 0) + g
     return dict(sharded=sharded, optimizer=opt, unsharded=unsharded)
