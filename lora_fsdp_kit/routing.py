@@ -204,20 +204,27 @@ def expert_modules(model:nn.Module)->list[tuple[str, str]]:
     "(clean name, why) of each module a router dispatches to: the experts the plan's rank-divergent checks use."
     return list(routing(model).experts)
 
-def fused_experts(model:nn.Module)->list[tuple[str, str]]:
+def _clean_names(model:nn.Module)->dict[nn.Module, str]: return {m: clean_name(n) for n, m in model.named_modules()}
+
+def fused_experts(model:nn.Module,
+                  names:dict[nn.Module, str]|None=None,   # module -> clean name, where the caller holds them (a plan)
+                 )->list[tuple[str, str]]:
     "(clean name, why) of each module holding every expert in 3-D weights (from structure: no forward needed)."
-    return _fused({m: clean_name(n) for n, m in model.named_modules()})
+    return _fused(_clean_names(model) if names is None else names)
 
 # %% ../nbs/02b_routing.ipynb #0bb540fb
-def param_wrappers(model:nn.Module)->list[tuple[str, str]]:
+def param_wrappers(model:nn.Module,
+                   names:dict[nn.Module, str]|None=None,   # module -> clean name, where the caller holds them (a plan)
+                  )->list[tuple[str, str]]:
     "(clean name, clean name of the fused parameter it wraps) of each peft `ParamWrapper` (LoRA on a parameter)."
     try: from peft.tuners.lora.layer import ParamWrapper
     except ImportError: return []
+    names = _clean_names(model) if names is None else names
     out = []
-    for n, m in model.named_modules():
+    for m, n in names.items():
         if isinstance(m, ParamWrapper):
-            base, bn = m, n
-            while isinstance(base, ParamWrapper): base, bn = base.base_layer, bn + ".base_layer"
-            out.append((clean_name(n), clean_name(f"{bn}.{m.parameter_name}")))
+            base = m
+            while isinstance(base, ParamWrapper): base = base.base_layer   # the module holding the fused parameter
+            out.append((n, f"{names[base]}.{m.parameter_name}"))
     return out
 

@@ -4,7 +4,8 @@
 measures the kit's own step (`trainer_runs.StepPeak`: the CPU allocator's running total around optimizer steps 2-4,
 the lowest: a gloo worker frees an all-gather's buffer late now and then).
 The Trainer's defaults are fused AdamW and clipping at 1.0; the cases add autocast, accumulation, both checkpointings,
-backward prefetch, the unfused optimizer and no clipping. Where the kit's step and the Trainer's differ (the Trainer's
+backward prefetch, the unfused optimizer and no clipping, and TRL's `SFTTrainer` (its `SFTConfig` read from the file
+like the Trainer's; its step another: a fused LM head, `fits.trl_step`). Where the kit's step and the Trainer's differ (the Trainer's
 `labels` tensor, its prefetched micro-batches: 16 B a token each) the misses are a few KiB, figures in
 nbs/95g_trainer_runs.ipynb."""
 import shutil, tempfile
@@ -29,6 +30,11 @@ CASES = {   # most telling first: what `fits` got wrong or could not say before 
     "fsdp1-unfused-unclipped": dict(flavour="fsdp1", optim="adamw_torch", max_grad_norm=0.0),
     "fsdp2": dict(flavour="fsdp2"),
     "fsdp2-bf16-autocast": dict(flavour="fsdp2", bf16=True),
+    # TRL's SFTTrainer: its own step (a fused LM head, no logits), its SFTConfig's defaults (bf16, HF checkpointing)
+    "trl-sft-fsdp2": dict(flavour="fsdp2", sft=True),
+    "trl-sft-fsdp1": dict(flavour="fsdp1", sft=True),
+    "trl-sft-fsdp2-fp32-accum2": dict(flavour="fsdp2", sft=True, bf16=False, gradient_checkpointing=False,
+                                      gradient_accumulation_steps=2),
 }
 # accelerate's own loop (the Trainer always puts a peft model's LoRA leaves in units of their own under FSDP1): decoder
 # layers holding their LoRA, use_orig_params, as `lfk fits --flavour fsdp1` means; the accumulation keeps whole layers'
@@ -52,6 +58,7 @@ def runs()->dict:
             try: pred = predict_job(job, backend="gloo")
             except Exception as e: pred = e
             out[name] = ranks, job, pred
+        out["sft_head"] = [got[r]["sft_head"] for r in range(WORLD)]
         yield out
     finally: shutil.rmtree(root, ignore_errors=True)
 
@@ -76,6 +83,10 @@ def test_the_job_is_the_trainers(runs):
     assert job("fsdp1-accum4").wrap.backward_prefetch is None   # transformers' NO_PREFETCH
     assert (job("fsdp2").optimizer, job("fsdp2").max_grad_norm) == ("adamw_torch_fused", 1.0)   # the defaults
     assert job("fsdp1-unfused-unclipped").max_grad_norm is None
+    assert job("fsdp2").loss == "model" and job("trl-sft-fsdp1").loss == "trl-sft"   # an SFTConfig's fields
+    sft = job("trl-sft-fsdp2")
+    assert (sft.autocast_dtype, sft.wrap.activation_checkpointing) == ("bf16", "hf")   # TRL's defaults, from its file
+    assert "TRL's fused LM head" in runs["trl-sft-fsdp2"][2].forward, runs["trl-sft-fsdp2"][2].forward
     w = job("fsdp2").wrap
     assert (w.policy, w.wrap_embedding, w.wrap_lm_head, w.tie_group) == ("layer", True, True, True)
 
@@ -90,3 +101,14 @@ def test_accumulation_says_what_it_keeps(runs):
     for r in range(WORLD):
         assert four[0][r]["peak"] - one[0][r]["peak"] >= grads, (four[0][r]["peak"], one[0][r]["peak"], grads)
     assert "4 micro-batches" in runs["fsdp2-accum4"][2].forward
+
+def test_lora_on_the_head_never_trains_under_trl_as_the_check_says(runs):
+    "TRL's fused LM head reads lm_head.weight: the head's LoRA stays as it was, the rest trains; the plan says so."
+    changes = runs["sft_head"][0]["changes"]
+    head = {n: v for n, v in changes.items() if ".lm_head." in n}
+    assert len(head) == 2 and all(v == 0 for v in head.values()), head            # lora_A, lora_B: untouched
+    assert all(v > 0 for n, v in changes.items() if n not in head), changes      # q_proj, v_proj: trained
+    job = Job.from_files(*runs["sft_head"][0]["files"], world=WORLD, seq=16)
+    assert job.loss == "trl-sft" and "lm_head" in job.lora_targets, job.line()
+    found = [f for f in job.check(job.plan()) if f.check == "trl-lora-head"]
+    assert len(found) == 1 and "never trains" in found[0].message, found

@@ -79,6 +79,7 @@ def _placement(dim:int, p:nn.Parameter):
     from torch.distributed.tensor import Shard
     return Shard(dim if p.dim() > dim else 0)
 
+# %% ../../nbs/03h_apply.ipynb #f9539947
 def shard_fsdp2(cfg, model:nn.Module, modules:list, mesh, fsdp_kw:dict)->nn.Module:
     "`fully_shard` each of `modules` (children first; a group as a list), then the root, as `cfg` says."
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard

@@ -15,8 +15,8 @@ from ..shards import is_lora_name   # a plan is read, never imported: `plan` imp
 __all__ = ['SEVERITIES', 'CHECKS', 'Finding', 'Check', 'plan_check', 'check_plan', 'nested_lambda_units', 'lora_name_hidden',
            'lora_in_root', 'mixed_requires_grad', 'mixed_dtype', 'tied_param_split', 'tied_param_copied',
            'rank_divergent_unit', 'rank_divergent_grads', 'fused_experts_info', 'fused_lora_split', 'fused_lora_fsdp1',
-           'mixed_precision_lora_leaf', 'dora_lora_leaf', 'uneven_shards', 'uneven_shard_dim', 'checks_table',
-           'predicted_errors', 'predicted_by']
+           'mixed_precision_lora_leaf', 'dora_lora_leaf', 'trl_lora_head', 'uneven_shards', 'uneven_shard_dim',
+           'checks_table', 'predicted_errors', 'predicted_by']
 
 # %% ../../nbs/03b_checks.ipynb #a27e6888
 @dataclass(frozen=True)
@@ -45,11 +45,11 @@ class Check:
     fix: str                          # one line: how to fix it
     find: Callable                    # plan -> iterable of (unit, message) or (unit, message, severity)
     predicts: tuple[str, ...] = ()    # texts in FSDP's error when it fails this way (at wrap, forward or backward)
-    def run(self, plan:Plan, autocast:str|None=None)->list[Finding]:
-        "This check's findings for `plan` (`autocast`: the step's, for the checks that take it)."
-        out = []
-        takes = "autocast" in inspect.signature(self.find).parameters
-        for hit in (self.find(plan, autocast=autocast) if takes else self.find(plan)):
+    def run(self, plan:Plan, autocast:str|None=None, loss:str="model")->list[Finding]:
+        "This check's findings for `plan` (the step's `autocast` and `loss`, for the checks that take them)."
+        out, takes = [], inspect.signature(self.find).parameters
+        step = {k: v for k, v in dict(autocast=autocast, loss=loss).items() if k in takes}
+        for hit in self.find(plan, **step):
             unit, message, *sev = hit
             out.append(Finding(sev[0] if sev else self.severity, self.id, unit, message, self.fix))
         return out
@@ -72,12 +72,14 @@ def plan_check(id:str,                        # the check's id (unique)
         return fn
     return register
 
+# %% ../../nbs/03b_checks.ipynb #bf92d180
 def check_plan(plan:Plan,              # the plan to check
                autocast:str|None=None, # the dtype the step's forward runs under `torch.autocast` ('bf16', 'fp16'),
                                        # as accelerate and the Trainer run it with mixed precision; None: none
+               loss:str="model",       # the step's loss: 'model' (the model's own) or 'trl-sft' (TRL's fused LM head)
               )->list[Finding]:
-    "Every finding for `plan`: each registered check in turn (those that depend on the step's autocast get it)."
-    return [f for c in CHECKS.values() for f in c.run(plan, autocast)]
+    "Every finding for `plan`: each registered check in turn (those that depend on the step get its autocast, loss)."
+    return [f for c in CHECKS.values() for f in c.run(plan, autocast, loss)]
 
 # %% ../../nbs/03b_checks.ipynb #93e91ec0
 @plan_check("nested-lambda-units", "warning",
@@ -152,6 +154,7 @@ def _idle_region(plan:Plan, name:str)->str|None:
     "The idle module (`plan.idle`) that parameter `name` lies in, if any."
     return next((m for m, _ in plan.idle if name.startswith(m + ".")), None)
 
+# %% ../../nbs/03b_checks.ipynb #8aac5336
 @plan_check("tied-param-split", "error",
             "a tied parameter (tied embeddings) used by two units: FSDP1 (`use_orig_params=True`) fails in the unit "
             "that does not own it; FSDP2 refuses at the first forward",
@@ -193,6 +196,7 @@ def _region(plan:Plan, name:str)->str|None:
     "The conditional module (`plan.conditional`) that `name` is or lies in, if any."
     return next((c for c, _ in plan.conditional if name == c or name.startswith(c + ".")), None)
 
+# %% ../../nbs/03b_checks.ipynb #1b49e7e9
 @plan_check("rank-divergent-unit", "error",
             "a unit inside a module that not every rank runs (an MoE expert, a marked branch): ranks all-gather "
             "different units — a mismatch, a hang, or silently wrong training",
@@ -225,6 +229,16 @@ def rank_divergent_grads(plan:Plan):
                            "mixed across experts)")
 
 # %% ../../nbs/03b_checks.ipynb #a2b6f8e4
+@plan_check("fused-experts", "info",
+            "experts fused in one module (3-D weights) run whenever their block runs: no unit can diverge there, so "
+            "the rank-divergent checks are silent",
+            "none needed; LoRA on them: see fused-lora-split and fused-lora-fsdp1")
+def fused_experts_info(plan:Plan):
+    unit_of = {p: u.name for u in plan.units for p in u.param_names}
+    for n, why in plan.fused:
+        yield next((unit_of[p] for p in unit_of if p.startswith(n + ".")), ""), f"{n}: {why}"
+
+# %% ../../nbs/03b_checks.ipynb #ea399dfb
 _FUSED_FIX = ("FSDP2 with the decoder layers as units and LoRA inside them (WrapConfig(flavour='fsdp2'), targets "
               "'**.layers.*'); FSDP1 cannot shard peft's ParamWrapper")
 
@@ -236,15 +250,6 @@ def _wrapper_homes(plan:Plan):
         home = unit_of.get(base, "")
         away = sorted({unit_of[p] for p in unit_of if p.startswith(wn + ".lora_")} - {home})
         if home not in seen: seen.add(home); yield home, base, wn, away
-
-@plan_check("fused-experts", "info",
-            "experts fused in one module (3-D weights) run whenever their block runs: no unit can diverge there, so "
-            "the rank-divergent checks are silent",
-            "none needed; LoRA on them: see fused-lora-split and fused-lora-fsdp1")
-def fused_experts_info(plan:Plan):
-    unit_of = {p: u.name for u in plan.units for p in u.param_names}
-    for n, why in plan.fused:
-        yield next((unit_of[p] for p in unit_of if p.startswith(n + ".")), ""), f"{n}: {why}"
 
 # %% ../../nbs/03b_checks.ipynb #0fb67080
 # what the first forward says, where peft adds the delta of a 3-D fused experts' weight (per expert) or of a 2-D one
@@ -330,6 +335,17 @@ def dora_lora_leaf(plan:Plan):
     for u in _lora_leaves(plan):
         yield u.name, ("DoRA reads lora_A/lora_B weights outside their own forward (for the weight norm), where "
                        "FSDP1 with use_orig_params=True shows them as shards: the first forward fails (IndexError)")
+
+# %% ../../nbs/03b_checks.ipynb #872a96f3
+@plan_check("trl-lora-head", "warning",
+            "TRL's SFTTrainer reads the output head's weight past its LoRA: the head's adapter never trains",
+            "leave the output head out of the LoRA targets, or train it whole (modules_to_save=['lm_head'])")
+def trl_lora_head(plan:Plan, loss:str="model"):
+    if loss != "trl-sft" or plan.head is None: return
+    for u in plan.units:
+        if hit := [p.name for p in u.params if p.is_lora and p.name.startswith(plan.head + ".")]:
+            yield u.name, (f"{plan.head} carries LoRA ({len(hit)} tensors): TRL's fused LM head reads "
+                           f"{plan.head}.weight, the frozen base, so the adapter gets no gradient and never trains")
 
 # %% ../../nbs/03b_checks.ipynb #a5372f61
 def uneven_shards(plan:Plan,   # an FSDP2 plan (FSDP1 flattens: dim 0, padded)

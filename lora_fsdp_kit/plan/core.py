@@ -134,6 +134,7 @@ class Plan:
     fused: tuple[tuple[str, str], ...] = ()        # (module, why): modules holding every expert in 3-D weights
     shard_group: int|None = None     # ranks a parameter is sharded across, where the world is known (else None)
     param_wrappers: tuple[tuple[str, str], ...] = ()  # (wrapper, fused parameter): peft ParamWrappers (LoRA on experts)
+    head: str|None = None            # the output head's clean name (`get_output_embeddings()`); None: it has none
 
     def __getitem__(self, name:str)->Unit:
         for u in self.units:
@@ -142,10 +143,6 @@ class Plan:
     def __len__(self): return len(self.units)
 
 # %% ../../nbs/03_plan.ipynb #1ae5e2e6
-@patch_to(Plan)
-@property
-def root(self:Plan)->Unit: return self.units[-1]
-
 @patch_to(Plan)
 @property
 def numel(self:Plan)->int: return sum(u.numel for u in self.units)
@@ -165,6 +162,11 @@ def lora_bytes(self:Plan)->int: return sum(u.lora_bytes for u in self.units)
 @patch_to(Plan)
 @property
 def n_lora(self:Plan)->int: return sum(u.n_lora for u in self.units)
+
+# %% ../../nbs/03_plan.ipynb #a05b17fe
+@patch_to(Plan)
+@property
+def root(self:Plan)->Unit: return self.units[-1]
 
 @patch_to(Plan)
 @property
@@ -217,7 +219,7 @@ def to_dict(self:Plan)->dict:
                 nbytes=self.nbytes, lora_numel=self.lora_numel, lora_bytes=self.lora_bytes, n_lora=self.n_lora,
                 largest_unit=self.largest_unit.name, lora_units=[u.name for u in self.lora_units],
                 gather_peak_bytes=self.gather_peak_bytes, gather_total_bytes=self.gather_total_bytes,
-                ignored=list(self.ignored), tied=[list(t) for t in self.tied], mixed_precision=self.mixed_precision,
+                ignored=list(self.ignored), tied=[list(t) for t in self.tied], mixed_precision=self.mixed_precision, head=self.head,
                 conditional=[list(c) for c in self.conditional], copied=[list(c) for c in self.copied],
                 idle=[list(c) for c in self.idle], fused=[list(c) for c in self.fused],
                 param_wrappers=[list(c) for c in self.param_wrappers], shard_group=self.shard_group,
@@ -370,10 +372,13 @@ def build_plan(model:nn.Module, unit_claims:dict[nn.Module, str], flavour:str, p
     base = model.get_base_model() if hasattr(model, "get_base_model") else None   # a peft model: name what it wraps
     model_class = (f"{type(base).__name__} (peft)" if isinstance(base, nn.Module) and base is not model
                    else type(model).__name__)
+    out = (base if isinstance(base, nn.Module) else model)
+    out = out.get_output_embeddings() if hasattr(out, "get_output_embeddings") else None
     return Plan(flavour=flavour, model_class=model_class, policy=policy, use_orig_params=use_orig_params, units=units,
                 ignored=ign, tied=tied, mixed_precision=mixed_precision, copied=copied,
                 conditional=conditional_modules(model, conditional, detect_experts), idle=idle_modules(model),
-                fused=tuple(fused_experts(model)), param_wrappers=tuple(param_wrappers(model)))
+                fused=tuple(fused_experts(model, names)), param_wrappers=tuple(param_wrappers(model, names)),
+                head=names.get(out) if isinstance(out, nn.Module) else None)
 
 # %% ../../nbs/03_plan.ipynb #3ba7186e
 def refuse_wrapped(model:nn.Module, fn:str):

@@ -21,7 +21,7 @@ from .job_files import (LORA_OPTIONS, as_names,
                                           read_job_file)   # the job from the trainer's own files
 
 # %% auto #0
-__all__ = ['OPTIMIZERS', 'PREFETCH', 'MODEL_FIELDS', 'STEP_KEYWORDS', 'default_wrap', 'Job']
+__all__ = ['OPTIMIZERS', 'PREFETCH', 'LOSSES', 'MODEL_FIELDS', 'STEP_KEYWORDS', 'default_wrap', 'Job']
 
 # %% ../../nbs/03e_job.ipynb #29a25af3
 # what a flavour's name means: one table, `WrapConfig`'s own (the CLI reads it from wrap's source, with no torch import)
@@ -42,6 +42,7 @@ def default_wrap(flavour:str="fsdp2",  # "fsdp1" or "fsdp2"
 OPTIMIZERS = ("adamw", "adamw_torch", "adamw_torch_fused", "adamw_hf", "adam", "sgd", "adafactor", "adamw_8bit",
               "paged_adamw_8bit", "adamw_bnb_8bit")   # transformers' `optim` names the kit reads (fits traces AdamW)
 PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH")   # FSDP1's backward prefetch (torch: BACKWARD_PRE)
+LOSSES = ("model", "trl-sft")   # the step's loss: the model's own (logits), TRL SFTTrainer's fused LM head
 _DTYPES = ("config", "base") + tuple(w for n in ("float32", "bfloat16", "float16") for w in (SHORT[n], n))
 _LORA_FIELDS = ("lora_r", "lora_alpha", "lora_targets", "lora_dropout", "dora", "modules_to_save", "target_parameters",
                 "lora_options")
@@ -97,6 +98,9 @@ class Job:
     "Parameters (and their gradients) offloaded to the CPU (accelerate's `fsdp_offload_params`)."
     optimizer_offload: bool = False
     "Optimizer states offloaded to the CPU (the RL framework's `optimizer_offload`)."
+    loss: str = "model"
+    ("The step's loss: 'model' (the model's own, on the whole logits: the HF Trainer, accelerate, torchrun scripts) "
+     "or 'trl-sft' (TRL's SFTTrainer: its fused LM head, no logits; an `SFTConfig` file says so).")
     sources: dict = field(default_factory=dict, compare=False, repr=False)
     "Where each field came from: {field: 'flag' | 'file.yaml: key' | ...}; a field not in it is the default."
     notes: tuple[str, ...] = field(default=(), compare=False, repr=False)
@@ -142,8 +146,8 @@ def plan(self)->Plan:
     return self.wrap.plan(self.build(), world_size=self.world)
 @patch_to(Job)
 def check(self, plan:Plan)->list[Finding]:
-    "The plan's findings for this job's step (the forward's autocast makes some errors run)."
-    return check_plan(plan, autocast=self.autocast_dtype)
+    "The plan's findings for this job's step (the forward's autocast makes some errors run; TRL's loss, one trap)."
+    return check_plan(plan, autocast=self.autocast_dtype, loss=self.loss)
 @patch_to(Job)
 def step_kwargs(self, fn:Callable)->tuple[dict, list[str]]:
     "The keywords of `fn` (`fits.predict_step_memory`) this job sets, and its knobs `fn` does not take."
@@ -187,6 +191,7 @@ def _validate_job(job:Job):
     _one_of("param_dtype", job.param_dtype, tuple(d for d in _DTYPES if d != "base"))
     _one_of("lora_dtype", job.lora_dtype, tuple(d for d in _DTYPES if d != "config"))
     _one_of("optimizer", job.optimizer, OPTIMIZERS)
+    _one_of("loss", job.loss, LOSSES)
     if job.backward_prefetch is not None: _one_of("backward_prefetch", job.backward_prefetch, PREFETCH)
     if job.max_grad_norm is not None and job.max_grad_norm < 0:
         raise ValueError(f"Job max_grad_norm must be >= 0 (0 or None: no clipping), got {job.max_grad_norm!r}")
@@ -226,7 +231,7 @@ def _line(self:Job)->str:
     extra = dict(use_cache=self.use_cache, optimizer=self.optimizer if self.optimizer != "adamw" else None,
                  clip=self.max_grad_norm or None, accum=self.grad_accum if self.grad_accum > 1 else None,
                  prefetch=self.backward_prefetch, offload="params" * self.cpu_offload or None,
-                 optimizer_offload=self.optimizer_offload or None)
+                 optimizer_offload=self.optimizer_offload or None, loss=self.loss if self.loss != "model" else None)
     step += [f"{k} {v}" if not isinstance(v, bool) else f"{k} {'on' if v else 'off'}"
              for k, v in extra.items() if v is not None]
     return f"job: {m} · {self.wrap.label} · {lora} · " + " · ".join(step)
@@ -235,6 +240,7 @@ def _line(self:Job)->str:
 MODEL_FIELDS = ("model", "lora_r", "lora_alpha", "lora_targets", "lora_dropout", "dora", "modules_to_save",
                 "target_parameters", "lora_options")   # what `Job.build` reads: a built model is kept by them
 
+# %% ../../nbs/03e_job.ipynb #292a98d3
 def _build_model(job:Job, step:bool=False)->nn.Module:
     "`Job.build`: a shipped tiny model, or any config on meta; LoRA as the job says (on an Omni model's thinker)."
     from lora_fsdp_kit.models import add_lora, model_from_config, model_names, tiny_model
@@ -266,8 +272,9 @@ STEP_KEYWORDS = dict(world=("world",), wrap=("wrap",), batch=("batch",), seq=("s
                      optimizer=("optimizer", "optim"), max_grad_norm=("max_grad_norm", "clip"),
                      grad_accum=("grad_accum", "gradient_accumulation_steps", "accumulation"),
                      backward_prefetch=("backward_prefetch",), cpu_offload=("cpu_offload",),
-                     optimizer_offload=("optimizer_offload",))
+                     optimizer_offload=("optimizer_offload",), loss=("loss",))
 
+# %% ../../nbs/03e_job.ipynb #87b15966
 def _step_kwargs(job:Job, fn:Callable)->tuple[dict, list[str]]:
     "`Job.step_kwargs`: each field under the name `fn` takes it by; a field set off its default that `fn` lacks, named."
     takes, defaults = inspect.signature(fn).parameters, {f.name: f.default for f in dataclasses.fields(Job)}
@@ -295,6 +302,7 @@ def _from_files(cls, paths, overrides:dict)->Job:
     fields.update(overrides); sources.update({k: "given" for k in overrides})
     return _job_of(cls, dict(fields, sources=sources, notes=tuple(notes)))
 
+# %% ../../nbs/03e_job.ipynb #1088ff10
 # what the files' readers set for one flavour only (accelerate's FSDP2 carve-out, FSDP1's knobs)
 _FLAVOUR_ONLY = {"fsdp2": ("wrap_embedding", "wrap_lm_head", "tie_group", "groups", "reshard_after_forward",
                            "checkpoint_rng_state", "targets", "shard_dim"),

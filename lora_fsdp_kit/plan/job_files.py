@@ -12,7 +12,8 @@ from ..dtypes import short
 from .wrap import WrapConfig
 
 # %% auto #0
-__all__ = ['LORA_OPTIONS', 'READERS', 'as_names', 'JobFile', 'file_kind', 'peft_targets', 'read_job_file']
+__all__ = ['TRL_SFT_KEYS', 'TRL_OTHER', 'LORA_OPTIONS', 'READERS', 'as_names', 'JobFile', 'file_kind', 'peft_targets',
+           'read_job_file']
 
 # %% ../../nbs/03g_job_files.ipynb #56010645
 def as_names(v)->tuple[str, ...]:
@@ -43,6 +44,7 @@ def _read_data(path:str)->tuple[Any, str]:
     try: return yaml.safe_load(text), "yaml"
     except yaml.YAMLError as e: raise ValueError(f"{path} is neither JSON nor YAML: {str(e).splitlines()[0]}") from None
 
+# %% ../../nbs/03g_job_files.ipynb #cbeb820e
 def file_kind(data:Any)->str|None:
     "Which tool's file `data` is: 'accelerate', 'trainer', 'peft', 'verl', 'model' (a config.json), or None."
     if not isinstance(data, dict): return None
@@ -110,6 +112,7 @@ def _accelerate_fsdp1(f:JobFile, fc:dict, d:dict):
     bp = str(fc.get("fsdp_backward_prefetch") or "NO_PREFETCH").upper()   # accelerate passes None: no prefetch
     f.set("backward_prefetch", bp, "fsdp_config.fsdp_backward_prefetch", "fsdp_backward_prefetch" not in fc)
 
+# %% ../../nbs/03g_job_files.ipynb #275c35fb
 def _accelerate_mesh(f:JobFile, d:dict, version:int):
     "accelerate's `parallelism_config` (FSDP2's device mesh): replicate x shard is hybrid sharding; TP, CP refused."
     pc = {k.removeprefix("parallelism_config_"): v for k, v in d["parallelism_config"].items()}
@@ -201,6 +204,7 @@ def _trainer_flavour(f:JobFile, d:dict, fc:dict)->int:
         f.set("sharding", s, f"fsdp {d['fsdp']!r}")
     return v
 
+# %% ../../nbs/03g_job_files.ipynb #0c300043
 def _trainer_fsdp1(f:JobFile, fc:dict):
     "FSDP1's knobs as the Trainer passes them: its use_orig_params default (True), no prefetch, the strategy."
     f.set("use_orig_params", _bool(fc.get("use_orig_params", True)), "fsdp_config.use_orig_params",
@@ -213,7 +217,7 @@ def _trainer_fsdp1(f:JobFile, fc:dict):
 # %% ../../nbs/03g_job_files.ipynb #fab82ec9
 def _read_trainer(f:JobFile, d:dict):
     "The Trainer's arguments (`TrainingArguments.to_json_string()`): the step, and `fsdp_config` as it reads it."
-    _trainer_step(f, d)
+    _trainer_step(f, d); _trl(f, d)
     if not d.get("fsdp"): f.note("fsdp is off: the Trainer runs DDP, not FSDP"); return
     fc = {k.removeprefix("fsdp_"): v for k, v in (d.get("fsdp_config") or {}).items()}
     if (v := _trainer_flavour(f, d, fc)) == 1:   # the Trainer wraps a peft model with peft's own policy
@@ -240,6 +244,25 @@ def _read_trainer(f:JobFile, d:dict):
     if v == 1 and int(fc.get("min_num_params", 0) or 0) > 0:
         f.note("fsdp_config.min_num_params: the Trainer installs peft's policy over it")
 
+# %% ../../nbs/03g_job_files.ipynb #0896b0d7
+TRL_SFT_KEYS = ("dataset_text_field", "completion_only_loss", "assistant_only_loss", "packing")   # SFTConfig's own
+TRL_OTHER = dict(num_generations="GRPOConfig", max_prompt_length="DPOConfig")   # a field of each, its config
+
+def _trl(f:JobFile, d:dict):
+    "TRL's config on top of the Trainer's arguments: SFTTrainer's loss, and what it changes that no field takes."
+    if other := next((c for k, c in TRL_OTHER.items() if k in d), None):
+        f.note(f"a TRL {other}: fits traces one step of the model's own loss on batch x seq, not its trainer's")
+    if not any(k in d for k in TRL_SFT_KEYS): return
+    f.set("loss", "trl-sft", "SFTConfig (TRL's SFTTrainer: its fused LM head)")
+    said = dict(packing="examples packed into rows of max_length (fits traces batch x seq, unpacked)",
+                padding_free="padding-free batches (fits traces batch x seq, padded to seq)",
+                activation_offloading="activations offloaded to the CPU (fits keeps them on the device)")
+    for k, why in said.items():
+        if d.get(k): f.note(f"{k}: {why}")
+    if (d.get("gradient_checkpointing_kwargs") or {}).get("selective"):
+        f.note("gradient_checkpointing_kwargs.selective: TRL's selective checkpointing (fits traces whole layers)")
+    if d.get("max_length"): f.note(f"max_length {d['max_length']}: TRL cuts longer examples to it (give --seq <= it)")
+
 # %% ../../nbs/03g_job_files.ipynb #5fb895c6
 # LoraConfig fields the Job carries to peft as they are (`Job.lora_options`): peft applies them itself
 LORA_OPTIONS = ("rank_pattern", "alpha_pattern", "layers_to_transform", "layers_pattern", "exclude_modules",
@@ -251,6 +274,7 @@ def peft_targets(v)->tuple[str, ...]:
     if isinstance(v, str) and not v.replace("_", "").replace(",", "").replace(".", "").isalnum(): return (v,)
     return as_names(v)
 
+# %% ../../nbs/03g_job_files.ipynb #56a7be10
 def _read_peft(f:JobFile, d:dict):
     "A peft `adapter_config.json` (`LoraConfig`): the rank, alpha, targets, dropout, DoRA, what is trained whole."
     if str(d.get("peft_type", "LORA")).upper() != "LORA": f.note(f"peft_type {d['peft_type']!r}: the kit plans LoRA")

@@ -228,6 +228,16 @@ def _walk_claims(model:nn.Module, policy:Callable, ign_mods:set, ign_params:set,
         for p, data in shrunk.items(): p.data = data   # the model as it was
     return claims
 
+# %% ../../nbs/03a_policies.ipynb #9b32ace3
+_WALK_INTERNALS = ("torch.distributed.fsdp.wrap:_recursive_wrap", "torch.distributed.fsdp.wrap:_Policy._run_policy",
+                   "torch.distributed.fsdp._init_utils:_get_ignored_modules",
+                   "torch.distributed.fsdp._init_utils:_get_ignored_params")
+
+@functools.cache
+def _check_walk()->None:
+    "`doctor`'s check of the private objects FSDP1's planning walks with (`_WALK_INTERNALS`), once per process."
+    require(*_WALK_INTERNALS)
+
 # %% ../../nbs/03a_policies.ipynb #1b291bd3
 def fsdp1_unit_modules(model:nn.Module,               # the model as it will be passed to FSDP1
                        policy:Callable,               # an FSDP1 auto_wrap_policy
@@ -238,9 +248,7 @@ def fsdp1_unit_modules(model:nn.Module,               # the model as it will be 
                        rank:int=0,                    # this rank in it
                       )->dict[nn.Module, str]:
     "The modules FSDP1 wraps under `policy` (root last), each with the policy part that claimed it."
-    require("torch.distributed.fsdp.wrap:_recursive_wrap", "torch.distributed.fsdp.wrap:_Policy._run_policy",
-            "torch.distributed.fsdp._init_utils:_get_ignored_modules",
-            "torch.distributed.fsdp._init_utils:_get_ignored_params")   # private: checked by `doctor`
+    _check_walk()   # torch's private walk, checked by `doctor` on the first plan
     ign_mods, ign_params = ignored_sets(model, ignored_modules)
     if isinstance(policy, fsdp_wrap._Policy): claims = _policy_object_claims(model, policy, ign_mods)
     else: claims = _walk_claims(model, policy, ign_mods, ign_params, use_orig_params, world_size, rank)
@@ -298,6 +306,7 @@ def resolve_targets(model:nn.Module,                        # the model to shard
     order = {m: i for i, m in enumerate(post_order(model))}
     return sorted(((n, m) for m, n in hits.items()), key=lambda nm: order[nm[1]])
 
+# %% ../../nbs/03a_policies.ipynb #b9298df4
 def targets_repr(targets)->str:
     if isinstance(targets, (str, type)): targets = [targets]
     what = ", ".join(t.__name__ if isinstance(t, type) else repr(t) for t in targets)

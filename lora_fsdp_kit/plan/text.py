@@ -140,7 +140,8 @@ def _header_lines(plan:Plan, speak:Callable)->list[str]:
 def _unit_lines(groups:list[UnitGroup], collapse:bool)->list[str]:
     "The tree's rows, one per group, within `LINE_WIDTH`."
     full = ["  " * g.depth + g.label + (f" ×{g.count}" if g.count > 1 else "") for g in groups]
-    w = min(max(map(len, full)), 40)      # with a 35-character class name the row is 120 wide: the class goes on a line of its own
+    # at most 40: with a 35-character class name the row is 120 wide, so the class goes on a line of its own
+    w = min(max(map(len, full)), 40)
     each, lines = " each" if collapse else "", []
     for label, g in zip(distinct_labels(full, w), groups):
         n_params = len(g.units[0].params)
@@ -156,9 +157,9 @@ def _finding_lines(findings:list[Finding], speak:Callable)->list[str]:
     "The findings' count by severity, then one entry per kind: a unit, the message, the fix."
     if not findings: return ["findings: none"]
     counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
+    kinds = len(set((f.severity, f.check) for f in findings))
     lines = _wrap(f"findings: ✖ {counts['error']} errors, ▲ {counts['warning']} warnings, · {counts['info']} info, "
-                  f"in {len(set((f.severity, f.check) for f in findings))} kind(s) (one entry per kind; each unit's own "
-                  "in plan.check())", indent="  ")
+                  f"in {kinds} kind(s) (one entry per kind; each unit's own in plan.check())", indent="  ")
     for sev, chk, fs in group_findings(findings):
         lines += _wrap(f"{MARKS[sev]} {sev} [{chk}] on {len(fs)} unit(s), e.g. {fs[0].unit or '<root>'}",
                        indent="      ", first="  ")

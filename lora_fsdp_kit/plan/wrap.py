@@ -128,6 +128,7 @@ def _default_orig(flavour:str, policy:str)->bool:
     "`use_orig_params` where none is given: the flavour's, unless the policy keeps the LoRA leaves units of their own."
     return policy not in _APART and FLAVOUR_DEFAULTS[flavour].get("use_orig_params", False)
 
+# %% ../../nbs/03c_wrap.ipynb #7cbf6346
 def _validate_policy(cfg:WrapConfig):
     "Names as tuples; the policy, and `use_orig_params` from it, where none is given; the size threshold."
     for f in ("layer_cls", "targets"):
@@ -391,6 +392,7 @@ def to_dict(self:WrapConfig)->dict:
         if f.name not in d and v != _SAID.get(f.name, f.default): d[f.name] = list(v) if isinstance(v, tuple) else v
     return d
 
+# %% ../../nbs/03c_wrap.ipynb #219406be
 @patch_to(WrapConfig)
 @classmethod
 def from_dict(cls, d:dict)->WrapConfig:
@@ -408,6 +410,7 @@ _SHORT = dict(use_orig_params="orig", lora_leaves="leaves", wrap_lm_head="head",
               align_lora_dtype="align", checkpoint_targets="ac-of", reshard_after_forward="reshard",
               backward_prefetch="prefetch")
 
+# %% ../../nbs/03c_wrap.ipynb #d90f4343
 @patch_to(WrapConfig)
 @property
 def label(self:WrapConfig)->str:
@@ -466,6 +469,7 @@ def wrap_fsdp2(model:nn.Module,                         # the model to shard (in
     "`fully_shard` on each target, children first, then on the root."
     return _fully_shard_all(model, [m for _, m in resolve_targets(model, targets)], mesh, **kw)
 
+# %% ../../nbs/03c_wrap.ipynb #0ae18ab6
 def wrap_fsdp2_like(model:nn.Module,                    # the model to shard (inside a process group)
                     policy:Callable,                    # an FSDP1 auto_wrap_policy
                     *,

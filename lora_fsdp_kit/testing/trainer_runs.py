@@ -22,8 +22,8 @@ TRAINER_KW = dict(per_device_train_batch_size=2, learning_rate=1e-2, report_to="
 # %% auto #0
 __all__ = ['LAYER', 'TRAINER_KW', 'UNIT_CASES', 'ACCELERATE_FSDP1', 'chapter_model', 'token_data', 'fsdp_config', 'trainer_args',
            'fsdp_on_cpu', 'fsdp_trainer', 'checkpoint_files', 'resume_runs', 'built_units', 'planned_units',
-           'trainer_files', 'unit_cases', 'trainer_suite', 'StepPeak', 'step_peaks', 'accelerate_config',
-           'accelerator_on_cpu', 'accelerate_step_peaks', 'peak_suite']
+           'trainer_files', 'unit_cases', 'trainer_suite', 'StepPeak', 'step_peaks', 'sft_tokenizer', 'sft_trainer',
+           'sft_head_changes', 'accelerate_config', 'accelerator_on_cpu', 'accelerate_step_peaks', 'peak_suite']
 
 # %% ../../nbs/95g_trainer_runs.ipynb #c0a76eb4
 def chapter_model(tied:bool=False,                   # tie the input embedding and the output head
@@ -58,10 +58,14 @@ def fsdp_config(flavour:str="fsdp2")->dict:   # "fsdp1" or "fsdp2"
 def trainer_args(output_dir:str,         # the Trainer's output folder
                  flavour:str="fsdp2",    # "fsdp1" or "fsdp2"
                  fsdp:dict|None=None,    # further `fsdp_config` keys (activation_checkpointing, backward_prefetch, ...)
+                 sft:bool=False,         # TRL's `SFTConfig` (its defaults: bf16, gradient checkpointing)
                  **kw,                   # further TrainingArguments (max_steps, save_steps, bf16, ...)
-                ):                       # transformers `TrainingArguments`
+                ):                       # transformers `TrainingArguments` (`sft`: trl's `SFTConfig`)
     "TrainingArguments for accelerate's FSDP path on CPU ranks (inside a rank; see `fsdp_on_cpu`)."
     from transformers import TrainingArguments
+    if sft:   # the examples come tokenized (`sft_data`): TRL's dataset preparation is skipped
+        from trl import SFTConfig
+        TrainingArguments, kw = SFTConfig, {"dataset_kwargs": {"skip_prepare_dataset": True}, **kw}
     # accelerate names a MULTI_CPU rank's device "cpu:<local rank>"; FSDP1 compares that `device_id` with its compute
     # device "cpu" and raises "Inconsistent compute device and `device_id` on rank 0: cpu vs cpu:0". accelerate reads
     # this variable when the arguments first set up its state (lazily, in `args.device`): "cpu", with no index
@@ -220,7 +224,7 @@ class StepPeak(TrainerCallback):
 
 # %% ../../nbs/95g_trainer_runs.ipynb #fe6823e3
 def step_peaks(root:str,           # a folder every rank can reach
-               cases:list[dict],   # `trainer_args` keywords each: flavour, fsdp (fsdp_config keys), bf16, optim, ...
+               cases:list[dict],   # `trainer_args` keywords each: flavour, fsdp (fsdp_config keys), bf16, sft, ...
                seq:int=64,         # tokens per sequence
               )->list[dict]:       # per case: peak and start bytes (or error), the run's files (rank 0 writes them)
     "Inside a rank: each case's Trainer trains 4 steps; the lowest peak of steps 2-4 (as `steppeak` reads one)."
@@ -239,7 +243,7 @@ def step_peaks(root:str,           # a folder every rank can reach
                 model = chapter_model()
                 args = trainer_args(f"{root}/peak{i}", fl, max_steps=max(cb.at), save_strategy="no", **kw)
                 if dist.get_rank() == 0: res["files"] = trainer_files(f"{root}/peak{i}/job", args, model)
-                tr = fsdp_trainer(model, args, data, callbacks=[cb])
+                tr = (sft_trainer if kw.get("sft") else fsdp_trainer)(model, args, data, callbacks=[cb])
                 tr.train()
                 del tr, model; gc.collect()
                 # the lowest of steps 2-4: a gloo worker may free an all-gather's buffer late, now and then
@@ -248,6 +252,45 @@ def step_peaks(root:str,           # a folder every rank can reach
             res["seconds"] = time.perf_counter() - t0
             out.append(res)
     return out
+
+# %% ../../nbs/95g_trainer_runs.ipynb #fe627449
+def sft_tokenizer(vocab:int=512):   # the tiny Llama's vocabulary
+    "A word-level tokenizer of `vocab` tokens, made here (`SFTTrainer` needs one; nothing is downloaded)."
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+    words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t1"))
+    return PreTrainedTokenizerFast(tokenizer_object=words, pad_token="t0", eos_token="t2", unk_token="t1")
+
+def sft_trainer(model:nn.Module,       # a peft model (not wrapped: the trainer wraps it)
+                args,                  # `trainer_args(..., sft=True)`
+                data:list|None=None,   # `token_data()`-style examples; None: `token_data()`
+                callbacks:list|None=None,
+               ):                      # a trl `SFTTrainer` whose accelerator is on the FSDP path
+    "TRL's `SFTTrainer` on accelerate's FSDP path on CPU ranks, its examples tokenized (`input_ids` alone)."
+    from datasets import Dataset
+    from trl import SFTTrainer
+    fsdp_on_cpu(args)
+    rows = [dict(input_ids=e["input_ids"].tolist()) for e in (token_data() if data is None else data)]
+    tr = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=sft_tokenizer(),
+                    callbacks=callbacks)
+    if not tr.is_fsdp_enabled: raise RuntimeError("the SFTTrainer is not on accelerate's FSDP path (see fsdp_on_cpu)")
+    return tr
+
+# %% ../../nbs/95g_trainer_runs.ipynb #5d693abe
+def sft_head_changes(root:str,     # a folder every rank can reach
+                     steps:int=2,  # optimizer steps
+                    )->dict:       # files: the run's job files (rank 0); changes: LoRA tensor -> largest |change|
+    "Inside a rank: TRL's SFTTrainer (FSDP2, fp32) on the tiny Llama with LoRA on its head too, `steps` steps."
+    model = chapter_model(lora_head=True)
+    before = {clean_name(n): p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    args = trainer_args(f"{root}/sft_head", "fsdp2", sft=True, max_steps=steps, save_strategy="no", bf16=False,
+                        gradient_checkpointing=False)
+    files = trainer_files(f"{root}/sft_head/job", args, model) if dist.get_rank() == 0 else None
+    tr = sft_trainer(model, args, token_data(4 * steps * dist.get_world_size(), 16))
+    tr.train()
+    after = {clean_name(n): p.full_tensor() if hasattr(p, "full_tensor") else p
+             for n, p in tr.model_wrapped.named_parameters() if p.requires_grad}
+    return dict(files=files, changes={n: (after[n].detach() - b).abs().max().item() for n, b in before.items()})
 
 # %% ../../nbs/95g_trainer_runs.ipynb #19e67f1b
 ACCELERATE_FSDP1 = dict(fsdp_version=1, fsdp_auto_wrap_policy="TRANSFORMER_BASED_WRAP",
@@ -322,5 +365,6 @@ def accelerate_step_peaks(root:str,          # a folder every rank can reach
 
 # %% ../../nbs/95g_trainer_runs.ipynb #ba6c2edb
 def peak_suite(root:str, cases:list[dict], accelerate_cases:list[dict], seq:int=64)->dict:
-    "Inside a rank: `step_peaks` and `accelerate_step_peaks` in one launch (tests/test_trainer_fits.py)."
-    return dict(trainer=step_peaks(root, cases, seq), accelerate=accelerate_step_peaks(root, accelerate_cases, seq))
+    "Inside a rank: `step_peaks`, `accelerate_step_peaks`, `sft_head_changes`: one launch (test_trainer_fits)."
+    return dict(trainer=step_peaks(root, cases, seq), accelerate=accelerate_step_peaks(root, accelerate_cases, seq),
+                sft_head=sft_head_changes(root))
