@@ -32,7 +32,7 @@ import argparse, json, os, sys, time
 
 import torch
 
-from lora_fsdp_kit.fits.trace import train_kwargs   # the step fits predicts: no KV cache
+from lora_fsdp_kit.fits.step import train_kwargs   # the step fits predicts: no KV cache
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.memory.measure import GATHER_STRATEGIES, measure_gather
 from lora_fsdp_kit.models import add_lora, model_from_config
@@ -171,7 +171,7 @@ def memory_rank(batch:int, seq:int)->list[dict]:
 def predict_memory(world:int, batch:int, seq:int)->tuple[dict, dict]:
     "Per memory case at `world` (traced on one CPU): the prediction or the line why not; and the attention kernel."
     from lora_fsdp_kit.fits.core import FitsError, predict_step_memory
-    from lora_fsdp_kit.fits.trace import attention_kernel
+    from lora_fsdp_kit.fits.step import attention_kernel
     from lora_fsdp_kit.plan.wrap import WrapConfig
     out, kernels, backend = {}, {}, get_platform().dist_backend
     for name, model, over, wrap, param_dtype in MEMORY_CASES:

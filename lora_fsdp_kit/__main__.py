@@ -251,7 +251,7 @@ def _fits_size_flags(f:argparse.ArgumentParser):
 
 # %% ../nbs/90_cli.ipynb #step0002
 def _fits_step_flags(f:argparse.ArgumentParser):
-    "`fits`' flags of the step itself: the forward under autocast, micro-batches per step, the KV cache."
+    "`fits`' flags of the step itself: the forward under autocast, micro-batches per step, the KV cache, the loss."
     f.add_argument("--autocast", default=None, nargs="?", const="on", metavar="on|off", help="the forward under "
                    "torch.autocast in the compute dtype (--mixed-precision), as accelerate and the Trainer run it "
                    "(default off; a --job file's mixed precision sets it)")
@@ -259,6 +259,9 @@ def _fits_step_flags(f:argparse.ArgumentParser):
                    "step, the gradients reduced after the last (default 1)")
     f.add_argument("--use-cache", default=None, metavar="on|off", help="the forward's KV cache (default: "
                    "config.json's; off under --activation-checkpointing hf)")
+    f.add_argument("--loss", default=None, choices=("model", "trl-sft"), help="the step's loss: 'model' (the "
+                   "model's own, on the whole logits: the HF Trainer, accelerate; default) or 'trl-sft' (TRL's "
+                   "SFTTrainer: a fused LM head, no logits; an SFTConfig file passed to --job says so)")
 
 # %% ../nbs/90_cli.ipynb #4dcf06ce
 def _fits_parser(sub):
@@ -354,7 +357,9 @@ def _cmd_fits(a)->int:
     if a.check:   # the proof on the user's own architecture (fits_check, chapter 11e)
         from lora_fsdp_kit.fits.check import check_report
         check_report(job.model, wraps, job.world, r=job.lora_r, dora=job.dora, targets=job.lora_targets,
+                     lora_options=job.lora_options,
                      use_cache=job.use_cache, grad_accum=job.grad_accum, autocast=job.autocast,   # the step predicted
+                     loss=job.loss,
                      param_dtype=str(sweep["param_dtype"]).split(",")[0],
                      lora_dtype=str(sweep["lora_dtype"]).split(",")[0])
     return rc
@@ -366,7 +371,7 @@ def fits_job_of_args(a:argparse.Namespace)->tuple["Job", list]:
     "`fits`' `Job` and the wrappings it sweeps: its --job files with the flags typed beside them on top, or the flags."
     import itertools
     from lora_fsdp_kit.plan.job import Job
-    step = dict(autocast=_on(a.autocast), grad_accum=a.grad_accum, use_cache=_on(a.use_cache))
+    step = dict(autocast=_on(a.autocast), grad_accum=a.grad_accum, use_cache=_on(a.use_cache), loss=a.loss)
     flags = dict(model=a.model or a.config, world=a.world, lora_r=a.lora_r, lora_targets=a.lora_targets, dora=a.dora,
                  **{k: v for k, v in step.items() if v is not None})
     if not a.job:

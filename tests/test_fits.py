@@ -12,7 +12,8 @@ import torch
 import torch.distributed as dist
 
 from lora_fsdp_kit.__main__ import main
-from lora_fsdp_kit.fits.core import FitsError, closed_form, predict_step_memory
+from lora_fsdp_kit.fits.closed_form import closed_form
+from lora_fsdp_kit.fits.core import FitsError, predict_step_memory
 from lora_fsdp_kit.launch import launch
 from lora_fsdp_kit.models import add_lora, model_from_config
 from lora_fsdp_kit.config_files import shipped_config

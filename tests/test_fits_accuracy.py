@@ -89,10 +89,12 @@ def _primed_model(name:str):
 def _a_first_iteration(batch:int, seq:int, backend:str):
     "A stand-in for `_prime`: the first iteration run whole, untracked; it leaves no parameter to discount."
     import contextlib
-    from lora_fsdp_kit.fits.trace import STAGING_BACKENDS, _cpu_rng_states, _step
+    from lora_fsdp_kit.fits.step import train_step
+    from lora_fsdp_kit.fits.tracker import STAGING_BACKENDS
+    from lora_fsdp_kit.fits.trace import _cpu_rng_states
     def first(wrapped, opt, cfg):
         with _cpu_rng_states() if backend in STAGING_BACKENDS else contextlib.nullcontext():
-            _step(wrapped, opt, batch, seq, wrapped.get_input_embeddings().num_embeddings)
+            train_step(wrapped, opt, batch, seq, wrapped.get_input_embeddings().num_embeddings)
         return []
     return first
 

@@ -186,9 +186,7 @@ MAX_EXPORT_LINES = 40                               # the house rule: a short ex
 LONG_EXPORTS_WHY = {
     "e89142ba": "03c WrapConfig: 24 fields, each with its docstring",
     "361397f1": "03e Job: the job's fields, each with its docstring",
-    "41259d69": "11 StepMemory: the prediction's fields, each with its comment",
-    "016fd9f5": "11 predict_step_memory: its 25 parameters, each with its comment",
-    "adc896f6": "11a StepOptions: the step's options, each with its docstring"}
+    "016fd9f5": "11 predict_step_memory: its 25 parameters, each with its comment"}
 
 def _export_lines(c)->int:
     "Lines of code in a cell: its nbdev directives and blank lines aside."

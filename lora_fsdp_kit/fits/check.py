@@ -35,6 +35,7 @@ def check_predictions(config,                 # the user's config: a dict, a con
                       param_dtype:str="config",  # storage of the base ("config": the config's dtype)
                       lora_dtype:str="base",     # storage of the adapters ("base": as the base)
                       dora:bool=False,           # DoRA (peft's use_dora)
+                      lora_options:dict|None=None, # further LoraConfig fields (`Job.lora_options`: rank_pattern...)
                       max_ranks:int|None=None,   # ranks this machine may run (None: its usable cores, at least 2)
                       **step,                    # use_cache, grad_accum, autocast (True: each wrap's compute dtype)
                      )->list[FitsCheck]:         # one per wrap
@@ -44,7 +45,8 @@ def check_predictions(config,                 # the user's config: a dict, a con
         s = dict(step, autocast=wrap.mixed_precision if step.get("autocast") is True else step.get("autocast") or None)
         return {k: v for k, v in s.items() if v is not None}
     cases = [dict(check_case(config, wrap, w, batch, seq, r, targets, param_dtype, lora_dtype),
-                  **(dict(use_dora=True) if dora else {}), **stepped(wrap)) for wrap in wraps]
+                  **(dict(use_dora=True) if dora else {}), **(dict(lora_options=lora_options) if lora_options else {}),
+                  **stepped(wrap)) for wrap in wraps]
     labels = [f"{c['config']['architectures'][0]} reduced copy, {wrap.label}" for c, wrap in zip(cases, wraps)]
     return check_cases(cases, predicted_values, labels, note)
 

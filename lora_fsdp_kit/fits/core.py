@@ -5,29 +5,29 @@
 # %% ../../nbs/11_fits.ipynb #2898ea87
 from __future__ import annotations
 
-import copy, dataclasses, functools, sys, time, types, weakref
+import copy, dataclasses, weakref
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from .trace import (CATEGORIES, RankTrace, StepOptions, attention_kernel, kv_cache, rank_signatures,
-                                      steps_per_rank, trace_many)
+from .step import StepOptions, attention_kernel, kv_cache
+from .tracker import CATEGORIES
+from .closed_form import closed_form
+from .trace import RankTrace, rank_signatures, steps_per_rank, trace_many
+from .limits import (explain_failure, inexact_families, kept_cache, known_failure,
+                                       past_positions, position_table)   # position_table: for fits.report
 from ..forks import copies
-from ..families import experts_implementation
 from ..units import fmt_bytes, fmt_count, parse_bytes
-from ..plan.core import dtype_itemsize
-from ..shards import (chunk_spans, clean_name, flat_spans, fsdp1_align, fsdp1_chunk_numel,
-                                  fsdp1_flat_numels, fsdp1_padded_numel, fsdp2_padded_numel, piece_length,
-                                  shard_group_size)
+from ..shards import clean_name
 from ..methods import patch_to
 from ..dtypes import SHORT, canonical, name, torch_dtype
 from ..plan.wrap import WrapConfig
 
 # %% auto #0
-__all__ = ['BACKENDS', 'RESERVE', 'RESERVE_WHY', 'StepMemory', 'ranks_text', 'closed_form', 'FitsError', 'position_table',
-           'dtype_short', 'storage_dtype', 'is_adapter_name', 'inexact_families', 'predict_step_memory', 'predict_case',
-           'predicted_values', 'job_model', 'predict_job', 'plot_unit', 'plot_stack', 'plot_timeline']
+__all__ = ['BACKENDS', 'RESERVE', 'RESERVE_WHY', 'StepMemory', 'ranks_text', 'FitsError', 'dtype_short', 'storage_dtype',
+           'is_adapter_name', 'predict_step_memory', 'predict_case', 'predicted_values', 'job_model', 'predict_job',
+           'plot_unit', 'plot_stack', 'plot_timeline']
 
 # %% ../../nbs/11_fits.ipynb #41259d69
 @dataclass(frozen=True)
@@ -67,19 +67,8 @@ class StepMemory:
     @property
     def worst_case(self)->int: return max(self.worst_peak_bytes)
 
-    def _summary(self)->list[str]:
-        shared = "; ".join(f"rank {r} traced for {ranks_text(rs)}" for r, rs in self.traced_ranks.items())
-        i = self.peak_bytes.index(self.worst)
-        return [f"StepMemory({self.label}, world {self.world}): worst peak {fmt_bytes(self.worst)} on rank "
-                f"{self.ranks[i]}, in {self.peak_module[i] or '<root>'} ({self.peak_phase[i]})",
-                f"  {len(self.traces)} trace(s): {shared}"] + [
-                f"  {t}" for t in (self.assumptions, self.forward, self.not_exact) if t]
-    def __repr__(self):
-        i = self.peak_bytes.index(self.worst)
-        cats = sorted(self.by_category[i].items(), key=lambda kv: -kv[1])
-        return "\n".join(self._summary() + [f"  {k:<24}{fmt_bytes(v):>12}" for k, v in cats if v]
-                         + ([f"check: {self.check!r}"] if self.check is not None else []))
 
+# %% ../../nbs/11_fits.ipynb #46f0663f
 def ranks_text(rs:list[int])->str:
     "Ranks as short ranges: [0, 1, 2, 5] -> '0-2, 5'."
     out, start = [], None
@@ -89,58 +78,29 @@ def ranks_text(rs:list[int])->str:
             out.append(f"{start}" if start == r else f"{start}-{r}"); start = None
     return ("ranks " if len(rs) > 1 else "rank ") + ", ".join(out)
 
-# %% ../../nbs/11_fits.ipynb #1fd9477b
-def _fsdp2_unit(params:list, k:int, r:int, cdt)->tuple[int, int, int]:
-    "One FSDP2 unit's bytes on shard rank `r` of `k`: (shards, unsharded in the compute dtype `cdt`, AdamW's state)."
-    sharded = unsharded = opt = 0
-    for p in params:   # each parameter padded on its shard dim to a multiple of the shard group
-        shp, isz = tuple(p.shape), dtype_itemsize(p.dtype)   # the plan's own shape, under whichever name
-        d = p.shard_dim   # the plan's placement (tensors with fewer dims on dim 0)
-        rows = shp[d] if shp else 1
-        rest = p.numel // rows if rows else 0
-        padded = fsdp2_padded_numel(shp or (1,), k, d)   # every rank's shard is padded to the longest
-        sharded += padded // k * isz
-        unsharded += padded * (cdt.itemsize if cdt else isz)
-        if p.requires_grad: opt += 2 * chunk_spans(rows, k)[r][1] * rest * isz + 4   # exp_avg, exp_avg_sq, step
-    return sharded, unsharded, opt
+@patch_to(StepMemory)
+def _summary(self:StepMemory)->list[str]:
+    shared = "; ".join(f"rank {r} traced for {ranks_text(rs)}" for r, rs in self.traced_ranks.items())
+    i = self.peak_bytes.index(self.worst)
+    return [f"StepMemory({self.label}, world {self.world}): worst peak {fmt_bytes(self.worst)} on rank "
+            f"{self.ranks[i]}, in {self.peak_module[i] or '<root>'} ({self.peak_phase[i]})",
+            f"  {len(self.traces)} trace(s): {shared}"] + [
+            f"  {t}" for t in (self.assumptions, self.forward, self.not_exact) if t]
 
-def _fsdp1_unit(params:list, k:int, r:int, cdt, orig:bool)->tuple[int, int, int]:
-    "One FSDP1 unit's bytes on shard rank `r` of `k`: its flat parameter's chunk, all of it gathered, AdamW's state."
-    isz = dtype_itemsize(params[0].dtype)
-    numels, pad = fsdp1_flat_numels([p.numel for p in params], fsdp1_align(cdt.itemsize if cdt else isz, orig))
-    total = sum(numels)
-    c, gathered = fsdp1_chunk_numel(total, k), fsdp1_padded_numel(total, k) * (cdt.itemsize if cdt else isz)
-    if not orig: return c * isz, gathered, (2 * c * isz + 4 if params[0].requires_grad else 0)
-    pieces = [piece_length(s, e, c, r) for (s, e), p in zip(flat_spans(numels, pad), params) if p.requires_grad]
-    return c * isz, gathered, sum(2 * n * isz + 4 for n in pieces if n)   # AdamW over the views: this rank's pieces
+@patch_to(StepMemory)
+def __repr__(self:StepMemory):
+    i = self.peak_bytes.index(self.worst)
+    cats = sorted(self.by_category[i].items(), key=lambda kv: -kv[1])
+    return "\n".join(self._summary() + [f"  {k:<24}{fmt_bytes(v):>12}" for k, v in cats if v]
+                     + ([f"check: {self.check!r}"] if self.check is not None else []))
 
-# %% ../../nbs/11_fits.ipynb #1fd9477a
-def closed_form(model:nn.Module,   # the peft model before wrapping (meta is fine)
-                cfg:WrapConfig,    # how it is sharded
-                world:int,         # ranks
-                rank:int=0,        # which rank
-                plan=None,         # `cfg.plan(model)`, when made already (a 32-layer plan takes ~0.3 s)
-               )->dict:            # sharded, optimizer (bytes) and unsharded (unit -> bytes)
-    "Parameter-side bytes of `rank` from the plan alone: its shards, AdamW's state, each unit's unsharded size."
-    plan = cfg.plan(model) if plan is None else plan
-    order = {}   # the model's parameter order (FSDP1 flattens in it); a tied weight under each of its names: the
-    for i, (n, _) in enumerate(model.named_parameters(remove_duplicate=False)):   # plan's unit may hold its second
-        order.setdefault(clean_name(n), i)                                        # (BERT-style heads' bias)
-    k = shard_group_size(world, cfg.hybrid, cfg.shard_size)
-    sharded = opt = 0
-    unsharded = {}
-    for u in plan.units:
-        params = sorted(u.params, key=lambda p: order.get(p.name, 0))
-        if not params: continue
-        s, g, o = (_fsdp2_unit(params, k, rank % k, cfg.compute_dtype) if cfg.flavour == "fsdp2" else
-                   _fsdp1_unit(params, k, rank % k, cfg.compute_dtype, cfg.use_orig_params))
-        sharded, opt, unsharded[u.name] = sharded + s, opt + o, unsharded.get(u.name, 0) + g
-    return dict(sharded=sharded, optimizer=opt, unsharded=unsharded)
 
 # %% ../../nbs/11_fits.ipynb #15351636
 class FitsError(ValueError):
     "A configuration the trace cannot predict, said in one line."
 
+
+# %% ../../nbs/11_fits.ipynb #d262f05f
 def _config(flavour, wrap, mixed_precision, activation_checkpointing)->WrapConfig:
     "The WrapConfig a call describes: `wrap`, else the usual layout of `flavour`; the step's options on top."
     if wrap is None: cfg = WrapConfig(flavour=flavour)
@@ -161,6 +121,7 @@ def _checkpointing(value:bool|str)->bool|str:
     try: return WrapConfig(activation_checkpointing=value).activation_checkpointing
     except ValueError as e: raise FitsError(str(e)) from None
 
+
 # %% ../../nbs/11_fits.ipynb #6ebe579d
 _AC_WORDS = {False: "no activation checkpointing", "wrapper": "checkpoint_wrapper per decoder layer",
              "hf": "transformers' gradient checkpointing (torch.utils.checkpoint in each decoder layer)"}
@@ -177,6 +138,7 @@ def _forward_text(model:nn.Module, cfg:WrapConfig, step:StepOptions=StepOptions(
     out = (f"{how}; use_cache {'on' if on else 'off'} ({why})"
            + (": a DynamicCache keeps each layer's keys and values" if on else ""))
     if step.autocast: out += f"; the forward under torch.autocast({step.autocast})"
+    if step.loss == "trl-sft": out += "; the loss through TRL's fused LM head (SFTTrainer: no whole logits)"
     if step.grad_accum > 1:
         keep = ("each unit's unsharded gradient" if cfg.flavour == "fsdp1" else "the unreduced gradients")
         out += (f"; {step.grad_accum} micro-batches per optimizer step, gradients reduced after the last "
@@ -184,56 +146,10 @@ def _forward_text(model:nn.Module, cfg:WrapConfig, step:StepOptions=StepOptions(
                 "between them)")
     return out
 
-# %% ../../nbs/11_fits.ipynb #3bad2ff7
+# %% ../../nbs/11_fits.ipynb #23d6965f
 _CACHE_FIX = ("; with use_cache on, checkpoint_wrapper's recompute appends each layer's keys to the KV cache a second "
               "time: fix: use_cache=False (the forward's or config.json's), or activation_checkpointing='hf'")
 
-def _explain(e:Exception, model:nn.Module)->str|None:
-    "One line for the failures a trace on fake tensors cannot get past; None for anything else."
-    name, msg = type(e).__name__, str(e)
-    impl = experts_implementation(model)
-    if name in ("DynamicOutputShapeException", "DataDependentOutputException"):
-        op = msg.split("\n")[0][:60]
-        return (f"the step has data-dependent shapes ({op}): a trace on fake tensors cannot predict it"
-                + (f"; the experts implementation {impl!r} loops over the experts each batch routes to"
-                   " (predict with the job's 'batched_mm' or 'grouped_mm' if it uses one)" if impl else ""))
-    if "Expected inputs of BF16 type" in msg:
-        return (f"the experts implementation {impl or 'grouped_mm'!r} has no float32 meta kernel in torch "
-                f"{torch.__version__.split('+')[0]} (it demands bf16): predict with mixed_precision='bf16' if the job "
-                "runs so, or with the implementation the job uses ('batched_mm' needs about 7x the memory)")
-    if "does not support uneven sharding" in msg:   # FSDP2 on a dim other than 0 that the shard group does not divide
-        return f"FSDP2 refuses this sharding (it would on the devices too): {msg.splitlines()[0][:160]}"
-    if isinstance(e, RuntimeError) and ("size of tensor" in msg or "broadcast" in msg):   # a shape error in the model
-        return f"the step itself fails (it would on the devices too): {name}: {msg.splitlines()[0][:200]}"
-    return None
-
-# %% ../../nbs/11_fits.ipynb #0a242c1e
-def _known_failure(model:nn.Module, cfg:WrapConfig, world:int=1, plan=None, autocast:str|None=None)->str|None:
-    "One line for a wrapping the plan knows FSDP refuses or fails on at its first step (at `world`, its `autocast`)."
-    # a check with `predicts` names FSDP's error
-    from lora_fsdp_kit.plan.checks import CHECKS, check_plan, uneven_shards
-    plan = cfg.plan(model) if plan is None else plan   # the forward's autocast makes some errors run (they say so)
-    f = next((f for f in check_plan(plan, autocast=autocast) if f.severity == "error" and CHECKS[f.check].predicts),
-             None)
-    if f is None: f = next(iter(uneven_shards(plan, shard_group_size(world, cfg.hybrid, cfg.shard_size))), None)
-    if f is None: return None
-    return f"FSDP refuses it ({f.check}): {f.message.splitlines()[0]}; fix: {f.fix}"
-
-def position_table(model:nn.Module)->tuple[str, int]|None:
-    "The learned position table a sequence may not outrun (GPT-2's `wpe`): (its name, its positions), or None."
-    for n, m in model.named_modules():
-        leaf = n.rsplit(".", 1)[-1].lower()
-        if isinstance(m, nn.Embedding) and (leaf == "wpe" or "position" in leaf): return clean_name(n), m.num_embeddings
-    return None
-
-def _past_positions(model:nn.Module, seq:int)->str|None:
-    "One line when `seq` outruns a learned position table: the step fails there, fake tensors do not."
-    if (t := position_table(model)) and t[1] < seq:
-        return (f"the step itself fails (it would on the devices too): {t[0]} holds {t[1]} positions, and a sequence "
-                f"of {seq} tokens indexes past them (IndexError); fix: --seq at most {t[1]}")
-    return None
-
-# %% ../../nbs/11_fits.ipynb #23d6965f
 def _trace(model, cfg, world, ranks, batch, seq, backend, attention, plan, step:StepOptions|None=None
           )->tuple[list[RankTrace], list[int]]:
     "One trace per signature among `ranks` (its first rank's), traced side by side; per rank, its trace's index."
@@ -249,7 +165,7 @@ def _trace(model, cfg, world, ranks, batch, seq, backend, attention, plan, step:
         traces = first + trace_many(model, cfg, world, firsts[len(first):], *args, step=step)
         return traces, [keys.index(sig[r]) for r in ranks]
     except (RuntimeError, NotImplementedError, TypeError, ValueError, AssertionError) as e:
-        why = _explain(e, model)
+        why = explain_failure(e, model)
         if why is None: raise
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         raise FitsError(f"{type(base).__name__}: {why}") from None
@@ -259,14 +175,6 @@ def _trace(model, cfg, world, ranks, batch, seq, backend, attention, plan, step:
 _STORAGE = ("float32", "bfloat16", "float16")   # the dtypes a prediction stores parameters in (torch's names)
 
 def dtype_short(dt:torch.dtype)->str: return SHORT.get(name(dt), name(dt))   # 'bf16'; torch's name where none
-
-def _config_dtype(model:nn.Module)->torch.dtype:
-    "The dtype the model's config.json names (`torch_dtype`/`dtype`), float32 when it names none."
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    c = getattr(base, "config", None)
-    v = getattr(c, "dtype", None) or getattr(c, "torch_dtype", None)
-    if isinstance(v, str): v = getattr(torch, name(v), None)
-    return v if isinstance(v, torch.dtype) and v.is_floating_point else torch.float32
 
 def storage_dtype(value:str|torch.dtype,   # "fp32", "bf16", "fp16", a torch dtype, or `default`'s key word
                   what:str="param_dtype",  # the parameter's name, for the error
@@ -280,11 +188,22 @@ def storage_dtype(value:str|torch.dtype,   # "fp32", "bf16", "fp16", a torch dty
     keys = "".join(f"'{k}', " for k in default or {})
     raise FitsError(f"{what} must be {keys}'fp32', 'bf16', 'fp16' or a torch float dtype, got {value!r}")
 
+
+# %% ../../nbs/11_fits.ipynb #7f3b2f7c
+def _config_dtype(model:nn.Module)->torch.dtype:
+    "The dtype the model's config.json names (`torch_dtype`/`dtype`), float32 when it names none."
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    c = getattr(base, "config", None)
+    v = getattr(c, "dtype", None) or getattr(c, "torch_dtype", None)
+    if isinstance(v, str): v = getattr(torch, name(v), None)
+    return v if isinstance(v, torch.dtype) and v.is_floating_point else torch.float32
+
 def is_adapter_name(name:str)->bool: return any(s.startswith("lora_") for s in clean_name(name).split("."))
 
 def _dtypes(model, param_dtype, lora_dtype)->tuple[torch.dtype, torch.dtype]:
     pdt = storage_dtype(param_dtype, "param_dtype", {"config": _config_dtype(model)})
     return pdt, storage_dtype(lora_dtype, "lora_dtype", {"base": pdt})
+
 
 # %% ../../nbs/11_fits.ipynb #68d4d398
 def _stored_as(model:nn.Module,                 # a peft model on meta
@@ -308,6 +227,7 @@ def _stored_as(model:nn.Module,                 # a peft model on meta
 _STORED: dict = {}   # (id(model), dtypes) -> (a weak reference to the model, its stored copy)
 
 
+# %% ../../nbs/11_fits.ipynb #a6564716
 def _precision_text(model:nn.Module, cfg:WrapConfig, param_dtype:str|torch.dtype="config",
                    lora_dtype:str|torch.dtype="base")->str:
     "What a prediction assumes about precision, in words: storage of the base and of LoRA, compute, reduce."
@@ -322,57 +242,6 @@ def _precision_text(model:nn.Module, cfg:WrapConfig, param_dtype:str|torch.dtype
     return (f"{fmt_count(n[0])} parameters stored in {dtype_short(pdt)} ({src}), LoRA's {fmt_count(n[1])} in "
             f"{dtype_short(ldt)} ({lsrc}), {comp}, gradients reduced in {'fp32' if mp else dtype_short(ldt)}")
 
-# %% ../../nbs/11_fits.ipynb #43fb09b1
-_KERNEL_PACKAGES = ("mamba_ssm", "causal_conv1d")   # the fused kernels of transformers' state-space layers
-
-@functools.cache
-def _kernel_packages(module_name:str)->tuple[str, ...]:
-    "The fused-kernel packages a transformers modeling module can run (named in its source, read once)."
-    path = getattr(sys.modules.get(module_name), "__file__", None)
-    if not module_name.startswith("transformers.models.") or not path: return ()
-    with open(path, encoding="utf-8") as f: text = f.read()
-    return tuple(p for p in _KERNEL_PACKAGES if p in text)
-
-def inexact_families(model:nn.Module)->str:
-    "Why `predict_step_memory` does not hold `model` to 1 % of a real rank, in one line; '' when it does."
-    found = {}
-    for m in model.modules():
-        mod = type(m).__module__
-        if pk := _kernel_packages(mod): found.setdefault(mod.split(".")[2], pk)
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    known = _MEASURED_MISS.get(getattr(getattr(base, "config", None), "model_type", None), "")
-    if not found: return known
-    pkgs = " or ".join(sorted({p for ps in found.values() for p in ps}))
-    return (f"not exact for {', '.join(found)}: its state-space or convolution layers traced on transformers' PyTorch "
-            f"reference path (a job with {pkgs} runs fused kernels); Mamba, Mamba2: -0.3 % to +8.4 % on real ranks")
-
-_MEASURED_MISS = {   # model_type: its miss on real ranks where the cause is not found yet (bench/fits_sweep.json)
-    # none today: BLOOM's +8 KiB at 32 tokens was the trace's own module hook keeping a gradient (fits_trace's
-    # `_grad_free_hook`); a family measured off and not explained goes here, with its measured range
-}
-
-# %% ../../nbs/11_fits.ipynb #d30f0fa7
-def _kept_cache(model:nn.Module,           # the (peft) model on meta
-                cfg:WrapConfig,            # the wrap: its `activation_checkpointing`, its layer classes
-                use_cache:bool|None=None,  # the forward's (None: config.json's)
-               )->str:                     # one line; '' where the step leaves nothing behind
-    "Why a real rank's peak grows step after step: a KV cache kept by checkpoint_wrapper nested in checkpoint_wrapper."
-    if cfg.activation_checkpointing != "wrapper" or cfg.checkpoint_targets == "units": return ""
-    if not kv_cache(model, use_cache, "wrapper"): return ""
-    from lora_fsdp_kit.plan.policies import resolve_layer_classes
-    try: classes = resolve_layer_classes(model, "auto" if cfg.layer_cls is None else cfg.layer_cls)
-    except ValueError: return ""
-    inner = set()
-    def walk(m:nn.Module, inside:bool):
-        hit = isinstance(m, classes)
-        if hit and inside: inner.add(type(m).__name__)
-        for c in m.children(): walk(c, inside or hit)
-    walk(model, False)
-    if not inner: return ""
-    return (f"not exact with use_cache on under nested checkpoint_wrapper ({', '.join(sorted(inner))} checkpointed "
-            f"inside checkpointed layers): each step's KV cache, and the graph it holds, stays alive after the step, "
-            f"so a real rank's peak grows every step (mBART, 2 layers, 32 tokens: +81,984 B a step); the trace is one "
-            f"step's. Fix: use_cache=False")
 
 # %% ../../nbs/11_fits.ipynb #016fd9f6
 _PLANS: dict = {}   # (id(model), wrap) -> (the model, its plan): the last few (a search predicts one setting often)
@@ -403,6 +272,7 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
                         use_cache:bool|None=None,      # the forward's use_cache; None: config.json's (off under 'hf')
                         grad_accum:int=1,              # micro-batches per optimizer step (FSDP syncs after the last)
                         autocast:str|None=None,        # None, "bf16" or "fp16": the forward under torch.autocast
+                        loss:str="model",              # "model" (its own, on the logits) or "trl-sft" (TRL's head)
                         rank:int|None=None,            # predict only this rank (None: every rank)
                         backend:str="nccl",            # the job's backend: "gloo" adds its staging copies
                         attention:str="auto",          # "auto" (what the job's devices run), "fused" or "math"
@@ -419,7 +289,7 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
     if real: raise FitsError(f"the model has parameters on {', '.join(real)}: build it on the meta device "
                              "(models.model_from_config(..., device='meta')); the trace allocates nothing real")
     if rank is not None and not 0 <= rank < world: raise FitsError(f"rank {rank} is not in a world of {world}")
-    try: step = StepOptions(use_cache, grad_accum, autocast)
+    try: step = StepOptions(use_cache, grad_accum, autocast, loss)
     except ValueError as e: raise FitsError(str(e)) from None
     cfg = _config(flavour, wrap, mixed_precision, activation_checkpointing)
     words, forward = _precision_text(model, cfg, param_dtype, lora_dtype), _forward_text(model, cfg, step)
@@ -427,7 +297,7 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
     if attention not in ("auto", "fused", "math"):
         raise FitsError(f"attention must be 'auto', 'fused' or 'math', got {attention!r}")
     plan = _plan_of(model, cfg)   # one plan for the checks, the layer reduction and every rank's closed form
-    if why := _known_failure(model, cfg, world, plan, step.autocast) or _past_positions(model, seq):
+    if why := known_failure(model, cfg, world, plan, step.autocast) or past_positions(model, seq):
         raise FitsError(why)
     att = attention_kernel(model, cfg, backend) if attention == "auto" else attention
     ranks = list(range(world)) if rank is None else [rank]
@@ -439,17 +309,17 @@ def predict_step_memory(model:nn.Module,               # a peft model on the met
     label = (f"{cfg.label}, batch {batch} x seq {seq}" + (f", {backend}" if backend != "nccl" else "")
              + (", math attention" if att == "math" else "")
              + (f", grad_accum {grad_accum}" if step.grad_accum > 1 else "")
-             + (f", autocast {step.autocast}" if step.autocast else ""))
+             + (f", autocast {step.autocast}" if step.autocast else "") + (", TRL's loss" if loss == "trl-sft" else ""))
     closed = {t.rank: closed_form(model, cfg, world, t.rank, plan) for t in traces}
     return StepMemory(label, world, tuple(ranks), tuple(traces), tuple(trace_of), closed, words,
-                      "; ".join(t for t in (inexact_families(model), _kept_cache(model, cfg, use_cache)) if t),
+                      "; ".join(t for t in (inexact_families(model), kept_cache(model, cfg, use_cache)) if t),
                       forward, _reduced_check(model, cfg, world, step) if check else None)
 
 # %% ../../nbs/11_fits.ipynb #766b890b
 def predict_case(case:dict)->StepMemory:
     "`predict_step_memory` of a case (`steppeak.check_case`) on the meta device: its world, wrap, sizes, storage, step."
     from lora_fsdp_kit.fits.steppeak import case_model
-    step = {k: case[k] for k in ("use_cache", "grad_accum", "autocast") if case.get(k) is not None}
+    step = {k: case[k] for k in ("use_cache", "grad_accum", "autocast", "loss") if case.get(k) is not None}
     return predict_step_memory(case_model(case, "meta"), world=case["world"], wrap=WrapConfig.from_dict(case["wrap"]),
                                batch=case["batch"], seq=case["seq"], backend="gloo", param_dtype=case["param_dtype"],
                                lora_dtype=case["lora_dtype"], **step)
@@ -497,6 +367,8 @@ def job_model(job)->nn.Module:
         _JOB_MODELS[key] = job.build(step=True).train()   # a training job: as the trainer calls .train()
     return _JOB_MODELS[key]
 
+
+# %% ../../nbs/11_fits.ipynb #05f90b47
 def predict_job(job,                   # a `lora_fsdp_kit.plan.job.Job`: the model, its LoRA, wrapping, world and step
                 *,
                 rank:int|None=None,    # predict only this rank (None: every rank)
@@ -515,6 +387,7 @@ def predict_job(job,                   # a `lora_fsdp_kit.plan.job.Job`: the mod
     if not left: return mem
     return dataclasses.replace(mem, forward=f"{mem.forward}; not in the trace: {', '.join(left)} (it steps AdamW "
                                             "on the device, unclipped)")
+
 
 # %% ../../nbs/11_fits.ipynb #d329c0e9
 _COLORS = {"sharded parameters": "#1f77b4", "unsharded parameters": "#aec7e8", "buffers": "#7f7f7f",
@@ -538,6 +411,8 @@ def plot_stack(ax, labels:list[str], cats:list[dict], scale:int):
                   if len(labels) > 3 else "center")
     return bottom
 
+
+# %% ../../nbs/11_fits.ipynb #e3e0e42c
 def plot_timeline(ax, t:RankTrace, scale:int, label:str, color=None, annotate:bool=True):
     "Live bytes over the second iteration (x: ops in order), the peak marked (and named, with `annotate`)."
     if not t.timeline: return
@@ -548,6 +423,7 @@ def plot_timeline(ax, t:RankTrace, scale:int, label:str, color=None, annotate:bo
     ax.plot([xs[k]], [ys[k]], "o", color=line.get_color())
     if annotate: ax.annotate(f"{t.module or '<root>'}\n({t.phase})", (xs[k], ys[k]), fontsize=7, xytext=(4, 4),
                 textcoords="offset points")
+
 
 # %% ../../nbs/11_fits.ipynb #c35365ce
 @patch_to(StepMemory)

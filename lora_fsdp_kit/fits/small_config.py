@@ -154,7 +154,7 @@ def _cut(base, cls, consistent:bool):
 _STEPS: dict[str, bool] = {}
 def _steps(config, seq:int=32)->bool:
     "Does a model of `config` run a forward and backward of `seq` tokens on CPU? (once per config per process)"
-    from lora_fsdp_kit.fits.trace import train_kwargs
+    from lora_fsdp_kit.fits.step import train_kwargs
     from lora_fsdp_kit.models import model_from_config
     from lora_fsdp_kit.routing import input_vocab
     from transformers.utils import logging as hf_logging

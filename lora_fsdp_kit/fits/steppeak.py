@@ -16,7 +16,7 @@ from ..methods import patch_to
 
 # %% auto #0
 __all__ = ['EXACT', 'allocator_peak', 'counting_every_thread', 'allocator_total', 'case_model', 'measure_step', 'measure_steps',
-           'all_linear', 'check_case', 'measure_beside', 'FitsCheck', 'fresh', 'check_world', 'check_cases']
+           'check_case', 'measure_beside', 'FitsCheck', 'fresh', 'check_world', 'check_cases']
 
 # %% ../../nbs/11f_steppeak.ipynb #c19d8a27
 def _events(prof)->list:
@@ -100,7 +100,7 @@ def case_model(case:dict, device:str="cpu"):
     cfg = dict(case["config"] if "config" in case else shipped_config(case["model"]), **case.get("overrides", {}))
     kw = {k: case[k] for k in ("dropout", "use_dora") if k in case}
     if "targets" in case: kw["target_modules"] = tuple(case["targets"])
-    pm = add_lora(model_from_config(cfg, device=device), r=case.get("r", 8), **kw)
+    pm = add_lora(model_from_config(cfg, device=device), r=case.get("r", 8), options=case.get("lora_options"), **kw)
     base = _dtype(case.get("param_dtype"))   # storage as a job sets it: the base, then the adapters
     lora = _dtype(case.get("lora_dtype")) or base
     for n, p in pm.named_parameters():
@@ -112,22 +112,11 @@ def _build(case:dict): return case_model(case, "cpu")
 
 # %% ../../nbs/11f_steppeak.ipynb #88a5289c
 def _train_step(fm, opt, case:dict):
-    "The step fits predicts: `grad_accum` micro-batches' loss on their own tokens and backward; AdamW step."
-    # as a trainer runs it: `use_cache` and `autocast` (bf16, fp16) on the forward as the case says; the gradients
-    # reduced after the last micro-batch only (accelerate: FSDP1's `no_sync`, FSDP2's `set_requires_gradient_sync`)
-    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
-    from lora_fsdp_kit.fits.trace import train_kwargs
+    "The step fits predicts, on real tensors: `fits.step.train_step` with the case's options (one step, both sides)."
+    from lora_fsdp_kit.fits.step import StepOptions, train_step
     from lora_fsdp_kit.routing import input_vocab
-    vocab, k, cast = input_vocab(fm) or 64, case.get("grad_accum", 1), _dtype(case.get("autocast"))
-    for i in range(k):
-        ids, last = torch.randint(0, vocab, (case.get("batch", 1), case.get("seq", 16))), i == k - 1
-        if isinstance(fm, FSDPModule): fm.set_requires_gradient_sync(last)
-        fsdp1 = isinstance(fm, FullyShardedDataParallel) and not last
-        with fm.no_sync() if fsdp1 else contextlib.nullcontext():
-            with torch.autocast("cpu", dtype=cast) if cast else contextlib.nullcontext():
-                loss = fm(input_ids=ids, labels=ids, **train_kwargs(fm, case.get("use_cache"))).loss
-            loss.backward(); del loss
-    opt.step(); opt.zero_grad(set_to_none=True)
+    step = StepOptions(case.get("use_cache"), case.get("grad_accum", 1), case.get("autocast"), case.get("loss", "model"))
+    train_step(fm, opt, case.get("batch", 1), case.get("seq", 16), input_vocab(fm) or 64, step)
 
 # %% ../../nbs/11f_steppeak.ipynb #68874298
 def measure_step(case:dict,      # model (a zoo name) or config, overrides, r, wrap (a WrapConfig dict), batch, seq;
@@ -169,14 +158,6 @@ def measure_steps(cases:list[dict])->list[dict]:
             k = c.get("world", world)
             out.append(measure_step(c, groups[k]) if dist.get_rank() < k else dict(case=c, skipped=True))
     return out
-
-# %% ../../nbs/11f_steppeak.ipynb #66c9696b
-def all_linear(model)->tuple[str, ...]:
-    "The module names peft's `target_modules='all-linear'` adapts in `model` (every linear layer but the output head)."
-    from peft import LoraConfig
-    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers
-    cfg = _maybe_include_all_linear_layers(LoraConfig(target_modules="all-linear"), model)
-    return tuple(sorted(cfg.target_modules))
 
 # %% ../../nbs/11f_steppeak.ipynb #aa63ae9d
 def _placed(model, targets:tuple)->tuple[tuple, tuple]:
@@ -222,8 +203,8 @@ def _no_tensor(cfg:dict, targets:tuple)->tuple:
 # %% ../../nbs/11f_steppeak.ipynb #3bcefb5b
 def _all_linear_targets(cfg:dict)->tuple[tuple, str]:
     "peft's all-linear targets of a config, less those peft moves or refuses and those returning no tensor; a note."
-    from lora_fsdp_kit.models import model_from_config
-    targets, moved = _placed(model_from_config(cfg), all_linear(model_from_config(cfg)))
+    from lora_fsdp_kit.models import all_linear_names, model_from_config
+    targets, moved = _placed(model_from_config(cfg), tuple(all_linear_names(model_from_config(cfg))))
     leaves = ", ".join(sorted({m.rsplit(".", 1)[-1] for m in moved}))
     note = (f"peft leaves {len(moved)} of the all-linear targets ({leaves}) where named (its transformers-5 MoE "
             f"conversion moves them onto the fused experts, or it refuses them on this family); LoRA on the other "

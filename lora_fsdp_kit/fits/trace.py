@@ -5,7 +5,7 @@
 # %% ../../nbs/11a_fits_trace.ipynb #879c119f
 from __future__ import annotations
 
-import contextlib, copy, dataclasses, functools, gc, inspect, logging, os, re, sys, threading, time, warnings
+import contextlib, copy, gc, logging, re, sys, threading, time, warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -15,153 +15,21 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from ..doctor import require
-from ..methods import patch_to
-from .reduced import (REDUCED_H, LayerSegments, NotReduced, combine_reduced, reduced_model,
-    decoder_layers, why_not_reduced)
-from ..families import attention_heads, text_config
+from .reduced import (REDUCED_H, NotReduced, combine_reduced, reduced_model,
+                                        decoder_layers, why_not_reduced)
 from ..routing import input_vocab
 from ..gather.sharded import (flat_layout, flat_local_shard, flat_orig_params, fsdp1_flat_params,
                                    fsdp1_under_fake_tensors, fsdp2_unsharded_params, fsdp_lazy_init, local_tensor,
-                                   tracker_in_optimizer, tracker_live, tracker_modules, tracker_saw)
+                                   tracker_modules)
 from ..forks import fork_map
-from .kernel_bytes import (GATHER_OPS, cpu_gemm_bytes, cpu_promote_bytes, cuda_temp_bytes,
-                                            staging_bytes)
 from ..shards import chunk_spans, clean_name, fsdp1_chunk_numel, piece_length, shard_group_size
 from ..plan.wrap import WrapConfig
+from .step import StepOptions, train_step, use_attention_kernel
+from .trl_step import device_folds
+from .tracker import STAGING_BACKENDS, kit_category, peak_categories, step_tracker
 
 # %% auto #0
-__all__ = ['CATEGORIES', 'STAGING_BACKENDS', 'fake_world', 'RankTrace', 'StepOptions', 'train_kwargs', 'kv_cache',
-           'attention_kernel', 'tie_keeping_init', 'rank_signatures', 'steps_per_rank', 'trace_many', 'trace_rank']
-
-# %% ../../nbs/11a_fits_trace.ipynb #9e5fcb84
-CATEGORIES = ("sharded parameters", "unsharded parameters", "buffers", "gradients", "unsharded gradients",
-              "optimizer state", "activations", "temporaries", "all-gather buffers", "reduce-scatter buffers",
-              "backend staging", "inputs", "other")
-
-_TORCH_CATEGORY = {   # torch's tracker categories (MemTracker, FSDPMemTracker) -> the kit's
-    "Sharded Param": "sharded parameters", "Unsharded Param": "unsharded parameters", "Parameter": "parameters",
-    "Buffer": "buffers", "Sharded Grad": "gradients", "Gradient": "gradients", "Unsharded Grad": "unsharded gradients",
-    "OptState": "optimizer state", "Optstate": "optimizer state", "Activation": "activations", "Temp": "temporaries",
-    "All Gather": "all-gather buffers", "Reduce Scatter": "reduce-scatter buffers", "Inputs": "inputs",
-    "Other": "other"}
-
-# gloo stages every all-gather and reduce-scatter through a flat copy of the whole tensor (measured on 2 and 3 ranks:
-# a temporary of world x shard bytes beside the output); NCCL and HCCL use buffers outside torch's allocator
-STAGING_BACKENDS = ("gloo",)
-
-# %% ../../nbs/11a_fits_trace.ipynb #a45d4075
-class _StepPeak(LayerSegments):
-    "Mixin for torch's trackers: the peak of one recorded window, where it happened, and a timeline."
-    def _init_step(self, staging:bool, cuda:bool=False, layers:dict|None=None, h:int=0, cpu_threads:int=0):
-        self.recording, self.staging, self.peak, self.peak_snap, self.peak_at = False, staging, 0, {}, ("", "")
-        self.cuda = cuda   # add the temporaries CUDA kernels allocate inside themselves
-        self.cpu_threads = cpu_threads   # > 0: a CPU job's ranks' threads; add what its bf16 matmuls allocate inside
-        self.timeline: list[tuple[int, int]] = []   # (op index, live bytes)
-        self.n_ops, self.max_gather, self._last = 0, 0, ({}, ("", ""))
-        # a reduced trace (`trace_rank(layers=...)`): id(decoder layer) -> its index; every op keyed by where it runs
-        self.layer_index, self.h = layers or {}, h
-        self.keyed: list|None = [] if layers else None   # (key, live bytes, (categories, where)), every op
-        self._new_iteration()
-
-    def _new_iteration(self): self.segment, self.seen, self.counters = ("start",), {}, {}
-
-    def _total(self)->int: return sum(s.get("Total", 0) for s in tracker_live(self).values())
-
-    def _note(self, extra:int=0, category:str="backend staging"):
-        if not self.recording: return
-        total = self._total() + extra
-        self.n_ops += 1
-        changed = not self.timeline or self.timeline[-1][1] != total
-        if changed: self.timeline.append((self.n_ops, total))
-        if self.keyed is not None:   # an unchanged total has the categories of the op before
-            if changed or extra: self._last = (self._snap(extra, category), self._where())
-            self.keyed.append((self._key(), total, self._last))
-        if total > self.peak:
-            self.peak, self.peak_snap, self.peak_at = total, self._snap(extra, category), self._where()
-
-    def _update_peak_stats(self, peak_state):   # torch calls this after every op: one global peak, no per-module copies
-        self._note()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is _DEVICE: self._note(); return _device_of(func, args, kwargs)   # 2/3 of a step's calls: no bytes
-        res = super().__torch_dispatch__(func, types, args, kwargs)
-        if self.recording and res is not NotImplemented:
-            n = staging_bytes(func, args)
-            self.max_gather = max(self.max_gather, n if func in GATHER_OPS else 0)
-            if n and self.staging: self._note(n)
-            n = (cuda_temp_bytes(func, args) if self.cuda else   # a CPU job: its matmuls' buffers, its casts
-                 cpu_gemm_bytes(func, args, self.cpu_threads) + cpu_promote_bytes(func, args, kwargs)
-                 if self.cpu_threads else 0)
-            if n: self._note(n, "Temp")
-        return res
-
-# %% ../../nbs/11a_fits_trace.ipynb #976477c5
-@patch_to(_StepPeak)
-def _snap(self, extra:int=0, category:str="")->dict:
-    "The live bytes by category now (torch's categories), with `extra` bytes added under `category`."
-    snap = {}
-    for dev in tracker_live(self).values():
-        for k, v in dev.items():
-            if k != "Total": snap[str(getattr(k, "value", k))] = snap.get(str(getattr(k, "value", k)), 0) + v
-    if extra: snap[category] = snap.get(category, 0) + extra
-    return snap
-
-@patch_to(_StepPeak)
-def _where(self)->tuple[str, str]:
-    "Where the step is now: the innermost module running (its clean name) and the phase."
-    mods = tracker_modules(self)
-    parents = [p for p in mods.parents if p != "Global"]
-    mod = max(sorted(parents), key=lambda p: p.count("."), default="")   # a tie: the first by name, every run
-    mod = clean_name(mod.split(".", 1)[1]) if "." in mod else ""   # ModTracker prefixes the root's class name
-    phase = "optimizer step" if tracker_in_optimizer(self) else "backward" if mods.is_bw else "forward"
-    return mod, phase
-
-# %% ../../nbs/11a_fits_trace.ipynb #74044ea0
-_DEVICE = torch.ops.prim.device.default
-
-@functools.cache
-def _fake_tensor_class():
-    from torch._subclasses.fake_tensor import FakeTensor
-    return FakeTensor
-
-def _device_of(func, args, kwargs):
-    "A tensor's device: a fake tensor's by its own rule (torch's `FakeTensor.__torch_dispatch__`), else passed on."
-    a = args[0]
-    if type(a) is _fake_tensor_class() and not a.fake_mode.in_kernel_invocation: return a.fake_device
-    return func(*args, **(kwargs or {}))
-
-# %% ../../nbs/11a_fits_trace.ipynb #72dfa532
-@functools.cache
-def _tracker_class(flavour:str):
-    "torch's tracker for `flavour`, made to trace a LoRA step (private torch classes: resolved on first use)."
-    require(*(f"torch.distributed._tools.{m}" for m in ("mem_tracker:MemTracker", "mem_tracker:_MemRefType",
-              "fsdp2_mem_tracker:FSDPMemTracker", "mod_tracker:ModTracker")))   # private: checked by `doctor`
-    from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
-    if flavour == "fsdp2":
-        from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-        def _fsdp_param_group_post_backward(self, fsdp_mod, orig):
-            # torch's wrapper reads the unit's statistics, and a unit that never ran in this step (the Omni
-            # thinker's audio and vision towers, on a text batch) has none
-            inner = FSDPMemTracker._fsdp_param_group_post_backward(self, fsdp_mod, orig)
-            def guarded(*args, **kwargs):
-                return (inner if tracker_saw(self, fsdp_mod) else orig)(*args, **kwargs)
-            return guarded
-        return type("FSDP2StepTracker", (_StepPeak, FSDPMemTracker),
-                    dict(_fsdp_param_group_post_backward=_fsdp_param_group_post_backward))
-    def _track_module_params_and_buffers(self, module, install_grad_hooks=True):
-        # torch hooks every parameter's gradient and raises on frozen ones (LoRA's base) and on FSDP1's
-        # use_orig_params views (not leaves): hook only the trainable leaves
-        out = MemTracker._track_module_params_and_buffers(self, module, install_grad_hooks=False)
-        if install_grad_hooks:
-            for p in module.parameters():
-                if p.requires_grad and p.is_leaf and self._param_to_grad_hook_handles.get(p) is None:
-                    def hook(g, self=self): self._update_and_maybe_create_winfos(g, _MemRefType.GRAD)
-                    def post(q, hook=hook): hook(q.grad)
-                    self._param_to_grad_hook_handles[p] = (p.register_hook(hook),
-                                                           p.register_post_accumulate_grad_hook(post))
-        return out
-    return type("FSDP1StepTracker", (_StepPeak, MemTracker),
-                dict(_track_module_params_and_buffers=_track_module_params_and_buffers))
+__all__ = ['fake_world', 'RankTrace', 'tie_keeping_init', 'rank_signatures', 'steps_per_rank', 'trace_many', 'trace_rank']
 
 # %% ../../nbs/11a_fits_trace.ipynb #e56162ac
 @contextlib.contextmanager
@@ -174,6 +42,8 @@ def _cpu_rng_states():
     try: yield
     finally: torch.get_rng_state, torch.set_rng_state = get, put
 
+
+# %% ../../nbs/11a_fits_trace.ipynb #5e1d680d
 @contextlib.contextmanager
 def _quiet():
     "Silence torch's log of a missing meta kernel (the trace says it in one line) and the tracker's `.grad` warnings."
@@ -193,6 +63,7 @@ def _quiet():
             yield
     finally:
         for log, level in zip(logs, levels): log.setLevel(level)
+
 
 # %% ../../nbs/11a_fits_trace.ipynb #93e8f09e
 @contextlib.contextmanager
@@ -227,6 +98,8 @@ def _grad_free_hook(tensors:list, fn)->tuple:
         if last: fn([None] * n)
     return tuple(t.register_hook(hook) for t in tensors)   # ModTracker drops the handles
 
+
+# %% ../../nbs/11a_fits_trace.ipynb #243b7423
 @contextlib.contextmanager
 def _acyclic_module_hooks():
     "torch's module tracker with backward hooks that keep no gradient, its one-input ones free of reference cycles."
@@ -245,6 +118,7 @@ def _acyclic_module_hooks():
     mt.register_multi_grad_hook = multi
     try: yield
     finally: mt.register_multi_grad_hook = orig
+
 
 # %% ../../nbs/11a_fits_trace.ipynb #9891aac5
 @contextlib.contextmanager
@@ -283,12 +157,6 @@ class RankTrace:
     def __post_init__(self):
         if self.worst_peak < 0: object.__setattr__(self, "worst_peak", self.peak)
 
-def _mesh(cfg:WrapConfig, world:int):
-    "The DeviceMesh the wrap shards over, built outside fake mode (`DeviceMesh` reads its ranks with `.tolist()`)."
-    from torch.distributed.device_mesh import init_device_mesh
-    if not cfg.hybrid: return init_device_mesh("cpu", (world,))
-    k = shard_group_size(world, True, cfg.shard_size)   # raises where the world does not split into groups of it
-    return init_device_mesh("cpu", (world // k, k), mesh_dim_names=("replicate", "shard"))
 
 # %% ../../nbs/11a_fits_trace.ipynb #a0b47f18
 def _signatures(wrapped:nn.Module, cfg:WrapConfig, world:int)->tuple:
@@ -308,115 +176,6 @@ def _signatures(wrapped:nn.Module, cfg:WrapConfig, world:int)->tuple:
             if not is_pad and next(params).requires_grad: spans.append((o, o + n, c))
             o += n
     return tuple(tuple(piece_length(s, e, c, r % k) for s, e, c in spans) for r in range(world))
-
-# %% ../../nbs/11a_fits_trace.ipynb #adc896f6
-@dataclass(frozen=True)
-class StepOptions:
-    "What the job's training step does beyond its batch and its wrapping, as its trainer runs it."
-    use_cache: bool|None = None
-    "The forward's `use_cache`: None passes none (config.json's decides, as `model(input_ids=..., labels=...)`)."
-    grad_accum: int = 1
-    "Micro-batches per optimizer step; FSDP reduces the gradients after the last (FSDP1 `no_sync`, FSDP2's flag)."
-    autocast: str|None = None
-    "The forward under `torch.autocast` in 'bf16' or 'fp16' (accelerate's mixed precision); None: none."
-
-    def __post_init__(self):
-        from lora_fsdp_kit.plan.wrap import MP_WORDS
-        if self.use_cache not in (None, True, False):
-            raise ValueError(f"use_cache must be None (config.json's), True or False, got {self.use_cache!r}")
-        if isinstance(self.grad_accum, bool) or not isinstance(self.grad_accum, int) or self.grad_accum < 1:
-            raise ValueError(f"grad_accum must be a whole number >= 1, got {self.grad_accum!r}")
-        if self.autocast is not None and self.autocast not in MP_WORDS:
-            raise ValueError(f"autocast must be None, 'bf16' or 'fp16', got {self.autocast!r}")
-        object.__setattr__(self, "autocast", MP_WORDS.get(self.autocast))
-
-def _base(model:nn.Module)->nn.Module:
-    return model.get_base_model() if hasattr(model, "get_base_model") else model   # (an FSDP1 wrapper hands it on)
-
-def train_kwargs(model:nn.Module, use_cache:bool|None=None)->dict:
-    "What a training step passes its model's forward beyond the batch: `use_cache`, given and taken by the forward."
-    if use_cache is None: return {}
-    return {"use_cache": use_cache} if "use_cache" in inspect.signature(_base(model).forward).parameters else {}
-
-def kv_cache(model:nn.Module,                        # the (peft) model
-             use_cache:bool|None=None,               # the forward's `use_cache` (None: config.json's)
-             activation_checkpointing:bool|str=False,# as `WrapConfig` takes it: 'hf' is transformers' own
-            )->bool:                                 # does the training forward fill a KV cache?
-    "Whether a training forward fills a KV cache, as transformers decides: off under its own checkpointing, else asked."
-    # transformers' `merge_with_config_defaults`: the call's value, else the config's; under its gradient checkpointing,
-    # in training with gradients on, off whatever was asked. torch's checkpoint_wrapper it does not see.
-    if activation_checkpointing == "hf" and _base(model).training: return False
-    if use_cache is not None: return bool(use_cache)
-    conf = getattr(_base(model), "config", None)
-    text = conf.get_text_config() if hasattr(conf, "get_text_config") else conf
-    return bool(getattr(text, "use_cache", False))
-
-@contextlib.contextmanager
-def _unpacked_batch():
-    "Inside: transformers finds no packed sequences and no padding in the step's batch, as on real tensors."
-    # With no cache, transformers reads position_ids' values for packed sequences; on fake tensors it cannot, takes them
-    # as packed and builds a B x 1 x L x L mask that the job does not (+5 % on a tiny Llama). The step's are 0..L-1.
-    # SDPA's causal mask is skipped when the padding mask holds no zeros: a fake one, which BART's decoder makes itself
-    # (ones), cannot say so, and the trace kept an L x L mask (+0.26..0.86 %). The step's batch has no padding.
-    mu, fake = sys.modules.get("transformers.masking_utils"), _fake_tensor_class()
-    def unpadded(f): return lambda mask, *a, **k: f(None if isinstance(mask, fake) else mask, *a, **k)
-    names = ("find_packed_sequence_indices", "_ignore_causal_mask_sdpa", "_ignore_bidirectional_mask_sdpa")
-    saved = {n: getattr(mu, n) for n in names if hasattr(mu, n)}
-    for n, f in saved.items(): setattr(mu, n, (lambda position_ids: None) if n == names[0] else unpadded(f))
-    try: yield
-    finally:
-        for n, f in saved.items(): setattr(mu, n, f)
-
-# %% ../../nbs/11a_fits_trace.ipynb #c44a98b9
-@contextlib.contextmanager
-def _gradient_sync(model:nn.Module, sync:bool):
-    "Inside, FSDP reduces the gradients (`sync`) or keeps them for the next micro-batch (FSDP1's `no_sync`, FSDP2's)."
-    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
-    if sync or not isinstance(model, (FSDPModule, FullyShardedDataParallel)): yield
-    elif isinstance(model, FullyShardedDataParallel):
-        with model.no_sync(): yield
-    else:
-        model.set_requires_gradient_sync(False)
-        try: yield
-        finally: model.set_requires_gradient_sync(True)
-
-def _autocast(dtype:str|None):
-    "The forward's `torch.autocast` in `dtype` ('bf16', 'fp16'; on the CPU, where fake tensors live), or nothing."
-    from lora_fsdp_kit.plan.wrap import MP_DTYPES
-    return torch.autocast("cpu", dtype=MP_DTYPES[dtype]) if dtype else contextlib.nullcontext()
-
-def _step(model:nn.Module, opt, batch:int, seq:int, vocab:int, step:StepOptions|None=None,
-          between:Callable[[], None]|None=None):   # called before each micro-batch after the first
-    "The step: each micro-batch's loss on its own tokens (the forward `step` says), backward; AdamW step, grads freed."
-    step = step or StepOptions()
-    for i in range(step.grad_accum):   # the gradients reduced after the last micro-batch only
-        if i and between: between()
-        ids = torch.randint(0, vocab, (batch, seq))
-        with _gradient_sync(model, i == step.grad_accum - 1), _unpacked_batch():
-            with _autocast(step.autocast):
-                loss = model(input_ids=ids, labels=ids, **train_kwargs(model, step.use_cache)).loss
-            loss.backward(); del loss
-    opt.step(); opt.zero_grad(set_to_none=True)
-
-# %% ../../nbs/11a_fits_trace.ipynb #380c114b
-def attention_kernel(model:nn.Module, cfg:WrapConfig, backend:str)->str:
-    "The attention kernel the job's devices run: 'math' (softmax(QK^T)V, the B x H x L x L scores kept) or 'fused'."
-    # On CUDA, SDPA has no fused kernel for float32 with grouped-query heads: flash takes only fp16/bf16 and the
-    # memory-efficient kernel refuses `enable_gqa`, so it falls back to math (torch._fused_sdp_choice on an H200).
-    # The CPU's flash kernel takes both, so a CPU job (gloo) runs fused, as the trace does by default.
-    if backend != "nccl": return "fused"
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision)
-    dt = dt or next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
-    conf = getattr(model, "config", None)
-    text = conf.get_text_config() if hasattr(conf, "get_text_config") else conf
-    heads, kv = getattr(text, "num_attention_heads", None), getattr(text, "num_key_value_heads", None)
-    return "math" if dt == torch.float32 and heads and kv and kv < heads else "fused"
-
-def _attention(kind:str):
-    "Run SDPA as `kind` says: the math kernel, or whichever fused kernel the CPU picks."
-    if kind == "fused": return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    return sdpa_kernel([SDPBackend.MATH])
 
 # %% ../../nbs/11a_fits_trace.ipynb #c6fdbaa3
 def _storage_bytes(tensors)->int:
@@ -452,6 +211,13 @@ def tie_keeping_init(device:str="cpu")->Callable[[nn.Module], None]:
 
 
 # %% ../../nbs/11a_fits_trace.ipynb #1f013a87
+def _mesh(cfg:WrapConfig, world:int):
+    "The DeviceMesh the wrap shards over, built outside fake mode (`DeviceMesh` reads its ranks with `.tolist()`)."
+    from torch.distributed.device_mesh import init_device_mesh
+    if not cfg.hybrid: return init_device_mesh("cpu", (world,))
+    k = shard_group_size(world, True, cfg.shard_size)   # raises where the world does not split into groups of it
+    return init_device_mesh("cpu", (world // k, k), mesh_dim_names=("replicate", "shard"))
+
 def _sharded(model:nn.Module, cfg:WrapConfig, world:int, fake)->nn.Module:
     "A copy of the meta `model` sharded as `cfg` says, its tensors fake ones of `fake` (inside `fake_world`)."
     m, mesh = copy.deepcopy(model), _mesh(cfg, world)
@@ -463,12 +229,15 @@ def _sharded(model:nn.Module, cfg:WrapConfig, world:int, fake)->nn.Module:
         return cfg.wrap(m, mesh=mesh if cfg.hybrid else None, device_id=torch.device("cpu"),
                         param_init_fn=tie_keeping_init())
 
+
+# %% ../../nbs/11a_fits_trace.ipynb #372e93f8
 def rank_signatures(model:nn.Module, cfg:WrapConfig, world:int)->tuple:
     "Per rank of `world`, what makes its trace its own (`_signatures`), read from the model sharded, no step run."
     from torch._subclasses.fake_tensor import FakeTensorMode
     if why_not_reduced(model, cfg) is None: model = reduced_model(model, 2 * REDUCED_H)   # as a reduced trace reads it
     with fake_world(world, 0), _quiet(), _gc_paused():
         return _signatures(_sharded(model, cfg, world, FakeTensorMode(allow_non_fake_inputs=True)), cfg, world)
+
 
 # %% ../../nbs/11a_fits_trace.ipynb #b251796d
 def _prime(wrapped:nn.Module, opt, cfg:WrapConfig)->list:
@@ -483,11 +252,13 @@ def _prime(wrapped:nn.Module, opt, cfg:WrapConfig)->list:
     opt.step(); opt.zero_grad(set_to_none=True)   # AdamW's state, made by AdamW
     return primed
 
+
+# %% ../../nbs/11a_fits_trace.ipynb #db221834
 def _discount(tr, n:int, category:str):
     "Take `n` bytes of `category`, live and unchanged through the recorded step, off every figure `tr` recorded."
     if not n: return
     for snap in {id(s): s for s in [tr.peak_snap] + [r[2][0] for r in tr.keyed or ()]}.values():
-        key = next(k for k in snap if _TORCH_CATEGORY.get(k, k) == category)
+        key = next(k for k in snap if kit_category(k) == category)
         snap[key] -= n
     tr.peak -= n
     tr.timeline = [(i, v - n) for i, v in tr.timeline]
@@ -499,6 +270,7 @@ def _track_kept(tr, wrapped:nn.Module, cfg:WrapConfig):
     require("torch.distributed._tools.fsdp2_mem_tracker:_FSDPRefType")   # private: checked by `doctor`
     from torch.distributed._tools.fsdp2_mem_tracker import _FSDPRefType
     for p in fsdp2_unsharded_params(wrapped): tr._update_and_maybe_create_winfos(p, _FSDPRefType.UNSHARDED_PARAM)
+
 
 # %% ../../nbs/11a_fits_trace.ipynb #6676bdc1
 _NUMBERS = (bool, int, float, complex)
@@ -512,6 +284,8 @@ def _saved_numbers(node)->list[torch.Tensor]:
             if type(v) is torch.Tensor and v.dim() == 0: out.append(v)   # (a fake tensor is of a subclass)
     return out
 
+
+# %% ../../nbs/11a_fits_trace.ipynb #54278807
 class _SavedNumbers(TorchFunctionMode):
     "Inside: the Python numbers autograd keeps for the backward tracked as activations, as a real rank holds them."
     # `x * 0.5` makes 0.5 a 0-dim CPU tensor before the op runs, and autograd keeps it for the backward: 8 B from the
@@ -529,17 +303,8 @@ class _SavedNumbers(TorchFunctionMode):
             for t in _saved_numbers(res.grad_fn): self.tr._update_and_maybe_create_winfos(t, self.ref)
         return res
 
-# %% ../../nbs/11a_fits_trace.ipynb #bbce2873
-def _categories(snap:dict, sharded:int)->dict:
-    "torch's categories at a peak as the kit's (FSDP1: its one kind of parameter split into known shards, the rest)."
-    cats = {}
-    for k, v in snap.items():
-        c = _TORCH_CATEGORY.get(k, k); cats[c] = cats.get(c, 0) + v
-    if "parameters" in cats:
-        p = cats.pop("parameters")
-        cats["sharded parameters"], cats["unsharded parameters"] = min(sharded, p), max(p - sharded, 0)
-    return {c: cats.get(c, 0) for c in CATEGORIES}
 
+# %% ../../nbs/11a_fits_trace.ipynb #bbce2873
 def _layer_ids(wrapped:nn.Module, prefix:str|None)->dict|None:
     "id(decoder layer) -> its index, each layer itself (its wrappers share its clean name and come first); None: none."
     if prefix is None: return None
@@ -547,16 +312,6 @@ def _layer_ids(wrapped:nn.Module, prefix:str|None)->dict|None:
                 if re.fullmatch(re.escape(prefix) + r"\d+", clean_name(n))}
     return {id(mod): j for j, mod in by_index.items()}
 
-def _tracker(wrapped:nn.Module, opt, cfg:WrapConfig, world:int, backend:str, layers:dict|None):
-    "torch's tracker of `cfg`'s flavour over `wrapped` and `opt`, set for one step on `backend`'s devices."
-    cls = _tracker_class(cfg.flavour)
-    tr = cls(wrapped, opt) if cfg.flavour == "fsdp2" else cls()
-    if cfg.flavour == "fsdp1": tr.track_external(wrapped, opt)
-    # a CPU job's rank runs OMP_NUM_THREADS threads, or its share of the cores (as `launch` sets them)
-    threads = int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // world))
-    tr._init_step(staging=backend in STAGING_BACKENDS, cuda=backend == "nccl", layers=layers, h=REDUCED_H,
-                  cpu_threads=threads if backend in STAGING_BACKENDS else 0)
-    return tr
 
 # %% ../../nbs/11a_fits_trace.ipynb #bbce2875
 def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=None, step=None
@@ -573,21 +328,23 @@ def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=
             opt = torch.optim.AdamW([p for p in wrapped.parameters() if p.requires_grad], lr=1e-4)
             primed, idle = _prime(wrapped, opt, cfg), []   # idle: primed, yet no gradient in the step
             hook = opt.register_step_pre_hook(lambda o, a, k: idle.extend(p for p in primed if p.grad is None))
-            tr = _tracker(wrapped, opt, cfg, world, backend, layers)
-            with tr, _attention(attention), (_cpu_rng_states() if backend in STAGING_BACKENDS
+            tr = step_tracker(wrapped, opt, cfg, world, backend, layers)
+            with tr, use_attention_kernel(attention), (_cpu_rng_states() if backend in STAGING_BACKENDS
                                              else contextlib.nullcontext()):
                 if layers and cfg.flavour == "fsdp2": tracker_modules(tr).register_user_hooks(*tr._layer_hooks())
                 _track_kept(tr, wrapped, cfg)
                 tr.recording = True
                 # torch's trackers take a second forward of the root for a new iteration: a micro-batch is not one
                 saved = _SavedNumbers(tr) if not cfg.activation_checkpointing else contextlib.nullcontext()
-                with saved: _step(wrapped, opt, batch, seq, vocab, step, between=tr.reset_mod_stats)
+                trl = step is not None and step.loss == "trl-sft"   # TRL's head folds its tiles as the job's devices do
+                with saved, device_folds(backend == "nccl") if trl else contextlib.nullcontext():
+                    train_step(wrapped, opt, batch, seq, vocab, step, between=tr.reset_mod_stats)
             hook.remove()
     _discount(tr, _storage_bytes(v for p in idle for v in opt.state.pop(p).values()), "optimizer state")
     sharded, opt_bytes = _sharded_bytes(wrapped, cfg), _storage_bytes(v for s in opt.state.values() for v in s.values())
     # gloo: a rank may still hold the previous unit's all-gather output at its peak (its worker frees it late)
     worst = tr.peak + (tr.max_gather if backend in STAGING_BACKENDS else 0)
-    return RankTrace(rank, tr.peak, _categories(tr.peak_snap, sharded), *tr.peak_at, tuple(tr.timeline), sig,
+    return RankTrace(rank, tr.peak, peak_categories(tr.peak_snap, sharded), *tr.peak_at, tuple(tr.timeline), sig,
                      sharded, opt_bytes, time.perf_counter() - t0, worst_peak=worst), tr.keyed
 
 # %% ../../nbs/11a_fits_trace.ipynb #fc1b1506
@@ -603,7 +360,7 @@ def _trace_plan(model, cfg, world, rank, batch, seq, backend, attention, layers,
     parent, attr, path = decoder_layers(model)
     n, ks = len(getattr(parent, attr)), (2 * REDUCED_H, 2 * REDUCED_H + 1)
     def combined(got:list)->RankTrace:
-        try: return combine_reduced((ks[0],) + got[0], (ks[1],) + got[1], n, path + ".", _categories)
+        try: return combine_reduced((ks[0],) + got[0], (ks[1],) + got[1], n, path + ".", peak_categories)
         except NotReduced: return _trace_once(*whole)[0]   # every layer, here
     return [(reduced_model(model, k),) + whole[1:-2] + (path + ".", step) for k in ks], combined
 

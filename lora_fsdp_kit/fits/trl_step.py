@@ -47,7 +47,7 @@ def fused_head(model:nn.Module)->bool:
         warnings.warn(f"trl {trl.__version__} has no fused LM head: its SFT step is traced as the model's own loss "
                       "(the metrics it computes on the logits are not traced)")
         return False
-    if why := lora_head(model): warnings.warn(why)
+    if why := lora_head(model): raise ValueError(why)   # as SFTTrainer refuses it (TRL >= 1.x)
     add(base, outputs=SFT_OUTPUTS)
     base._lfk_fused_head = id(base)
     return True

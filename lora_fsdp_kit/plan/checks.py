@@ -337,15 +337,15 @@ def dora_lora_leaf(plan:Plan):
                        "FSDP1 with use_orig_params=True shows them as shards: the first forward fails (IndexError)")
 
 # %% ../../nbs/03b_checks.ipynb #872a96f3
-@plan_check("trl-lora-head", "warning",
-            "TRL's SFTTrainer reads the output head's weight past its LoRA: the head's adapter never trains",
+@plan_check("trl-lora-head", "error",
+            "TRL's SFTTrainer refuses LoRA on the output head (its fused LM head reads the weight past the adapter)",
             "leave the output head out of the LoRA targets, or train it whole (modules_to_save=['lm_head'])")
 def trl_lora_head(plan:Plan, loss:str="model"):
     if loss != "trl-sft" or plan.head is None: return
     for u in plan.units:
         if hit := [p.name for p in u.params if p.is_lora and p.name.startswith(plan.head + ".")]:
             yield u.name, (f"{plan.head} carries LoRA ({len(hit)} tensors): TRL's fused LM head reads "
-                           f"{plan.head}.weight, the frozen base, so the adapter gets no gradient and never trains")
+                           f"{plan.head}.weight, the frozen base: the adapter would never train, and SFTTrainer refuses it")
 
 # %% ../../nbs/03b_checks.ipynb #a5372f61
 def uneven_shards(plan:Plan,   # an FSDP2 plan (FSDP1 flattens: dim 0, padded)

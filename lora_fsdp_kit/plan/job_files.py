@@ -253,6 +253,9 @@ def _trl(f:JobFile, d:dict):
     if other := next((c for k, c in TRL_OTHER.items() if k in d), None):
         f.note(f"a TRL {other}: fits traces one step of the model's own loss on batch x seq, not its trainer's")
     if not any(k in d for k in TRL_SFT_KEYS): return
+    if float(d.get("label_smoothing_factor") or 0) > 0:   # TRL then takes the loss from the whole logits
+        f.note("label_smoothing_factor > 0: SFTTrainer's loss from the whole logits, as the model's own (and a "
+               "forward without gradients for its metrics, not traced)"); return
     f.set("loss", "trl-sft", "SFTConfig (TRL's SFTTrainer: its fused LM head)")
     said = dict(packing="examples packed into rows of max_length (fits traces batch x seq, unpacked)",
                 padding_free="padding-free batches (fits traces batch x seq, padded to seq)",

@@ -279,14 +279,15 @@ def sft_trainer(model:nn.Module,       # a peft model (not wrapped: the trainer 
 # %% ../../nbs/95g_trainer_runs.ipynb #5d693abe
 def sft_head_changes(root:str,     # a folder every rank can reach
                      steps:int=2,  # optimizer steps
-                    )->dict:       # files: the run's job files (rank 0); changes: LoRA tensor -> largest |change|
+                    )->dict:       # files (rank 0's), and refused (SFTTrainer's error) or changes (tensor -> |change|)
     "Inside a rank: TRL's SFTTrainer (FSDP2, fp32) on the tiny Llama with LoRA on its head too, `steps` steps."
     model = chapter_model(lora_head=True)
     before = {clean_name(n): p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     args = trainer_args(f"{root}/sft_head", "fsdp2", sft=True, max_steps=steps, save_strategy="no", bf16=False,
                         gradient_checkpointing=False)
     files = trainer_files(f"{root}/sft_head/job", args, model) if dist.get_rank() == 0 else None
-    tr = sft_trainer(model, args, token_data(4 * steps * dist.get_world_size(), 16))
+    try: tr = sft_trainer(model, args, token_data(4 * steps * dist.get_world_size(), 16))
+    except ValueError as e: return dict(files=files, refused=str(e))   # TRL >= 1.x refuses it when built
     tr.train()
     after = {clean_name(n): p.full_tensor() if hasattr(p, "full_tensor") else p
              for n, p in tr.model_wrapped.named_parameters() if p.requires_grad}
