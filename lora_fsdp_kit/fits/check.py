@@ -5,7 +5,7 @@
 # %% ../../nbs/11e_fits_check.ipynb #f152a399
 from __future__ import annotations
 
-import time
+import textwrap, time
 from pathlib import Path
 
 from .core import predicted_values
@@ -66,9 +66,10 @@ def check_report(config,            # the user's config (see `check_predictions`
     t0 = time.perf_counter()   # a name is the kit's shipped config (not a model type's defaults), a path its file
     checks = check_predictions(read_config(config)[0] if isinstance(config, (str, Path)) else config, wraps, world,
                                **kw)
-    print(f"\ncheck: a reduced copy of the model (its own classes; {SMALL['layers'][0]} layers, width "
-          f"{SMALL['hidden'][0]}, vocabulary {SMALL['vocab'][0]}; batch {kw.get('batch', 1)} x seq "
-          f"{kw.get('seq', 32)}) stepped on real gloo CPU ranks ({time.perf_counter() - t0:.0f} s):")
+    print("\n" + textwrap.fill(f"check: a reduced copy of the model (its own classes; {SMALL['layers'][0]} layers, "
+                               f"width {SMALL['hidden'][0]}, vocabulary {SMALL['vocab'][0]}; batch {kw.get('batch', 1)} "
+                               f"x seq {kw.get('seq', 32)}) stepped on real gloo CPU ranks "
+                               f"({time.perf_counter() - t0:.0f} s):", 100, subsequent_indent="  "))
     for c in checks: print(repr(c))
     return all(c.exact for c in checks)
 

@@ -317,8 +317,9 @@ def verdict(self:FitsCheck)->str:
 def __repr__(self:FitsCheck)->str:
     rows = [f"  rank {r}: predicted {p:,} B (worst {w:,}), measured {m:,} B, {p / m - 1:+.3%}"
             for r, (p, w, m) in enumerate(zip(self.peak, self.worst_peak, self.measured))]
-    return "\n".join([f"{self.label}: {self.world} real gloo ranks", *rows, self.verdict()]
-                     + ([self.note] if self.note else []) + ([self.not_exact] if self.not_exact else []))
+    fold = lambda s: textwrap.fill(s, 100, subsequent_indent="  ")   # the answer's width (a label or note is long)
+    return "\n".join([fold(f"{self.label}: {self.world} real gloo ranks"), *rows, fold(self.verdict())]
+                      + [fold(t) for t in (self.note, self.not_exact) if t])
 
 # %% ../../nbs/11f_steppeak.ipynb #19e1375d
 def _compared(pred:dict, got:list, label:str, note:str="")->FitsCheck:
