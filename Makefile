@@ -46,7 +46,7 @@ demo: $(STAMP)
 # orders them). One thread per process, as torchrun sets for its ranks, unless OMP_NUM_THREADS says otherwise: the
 # models are tiny and 2 cores run up to 6 ranks at once, where more threads only wait for each other.
 # tests/test_device_check.py runs in `make test-oldest` only (see there): once, where it proves something new.
-PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --ignore=tests/test_device_check.py \
+PYTEST := $(PY) -m pytest -q --durations=15 -n 2 --dist loadfile --no-loadscope-reorder --ignore=tests/test_device_check.py \
           --ignore=tests/test_install.py tests
 test nbtest pytest test-oldest: export OMP_NUM_THREADS ?= 1
 # A prediction's traces run in forked copies of the process, one per core (lora_fsdp_kit.forks): the suite's 2 workers
@@ -61,7 +61,7 @@ test nbtest pytest test-oldest: export LFK_TRACE_FORK ?= 0
 # meanwhile, from the first step: only the browser tests, in pytest, need it.
 test:
 	@$(MAKE) --no-print-directory chromium > .lfk-chromium.log 2>&1 & apt=$$!; \
-	$(MAKE) --no-print-directory install browser-python && $(VENV)/bin/nbdev_test; rc=$$?; \
+	$(MAKE) --no-print-directory install browser-python && $(VENV)/bin/nbdev_test --timing; rc=$$?; \
 	wait $$apt; cat .lfk-chromium.log; rm -f .lfk-chromium.log; test $$rc = 0
 	$(PYTEST)
 

@@ -29,9 +29,15 @@ because the arrival before it was a store round of its own (`arr.`, 0.35 ms raw)
 the arrival (the first check's flag and tags written with it) it costs 0.6-1.0 ms (about `arr.` + 0.25 ms); the gather's
 own work is about 0.35 ms of CPU on an idle core (reading 108 pieces 20 us, packing 40 us, making 108 output views
 110-190 us, the reorder 10 us, the engine's look-up 25 us), and on 2 cores at load 8-10 every such step and every
-wake-up after a blocking call takes several times its idle time. Packing runs while the check is in
-flight and the output views while the data collective is (`RankVote.check_async`, `gather._fill`,
-`packing.output_views`); the check itself stays, before every data collective.
+wake-up after a blocking call takes several times its idle time.
+Measured 2026-12-07 (load 4-8 throughout, the kit before and after alternated): at 2 ranks the kit's main thread
+spends about 1.1 ms of CPU per gather (thinker, FSDP1 leaves), 5-10 times what the same steps cost in a tight loop:
+after each blocking call (barrier, store round, collective) the caches hold other processes' data, so every object a
+gather touches (127 units' handles, 108 pieces, 108 views) is a cache miss. Since then a call's first check writes its
+arrival, then packs, then reads the others' arrivals (`RankVote.arrive_async`); rank 0 deletes old arrival keys
+once per block of calls (`votes.arrival_block`), while the data collective is in flight (`RankVote.tidy`), as the
+output views are made; the view's check reads one attribute per FSDP1 unit (its handle) where it read two. The
+check itself stays, before every data collective, on every rank.
 Run: `python bench/gather.py [--ranks 2 4] [--models llama thinker] [--settings ...] [--runs 15] [--no-save]
 [--profile]`.
 """
@@ -118,12 +124,15 @@ def raw_limit(fm)->tuple:
     vg = eng.vote_group   # the check's group: its ranks meet at the arrival too
     members, seat = (dist.get_process_group_ranks(vg), dist.get_rank(vg)) if vg else (range(dist.get_world_size()), me)
     store, calls, prefix = _default_store(), [0], f"bench/arrive/{min(members)}"
-    def arrival():   # the kit's arrival, raw: every rank appends to one store key, then reads it until all are there
-        calls[0] += 1
-        if seat == 0 and calls[0] > 1: store.delete_key(f"{prefix}/{calls[0] - 1}")   # read by all: a barrier since
-        key, nap = f"{prefix}/{calls[0]}", 1e-4
-        store.append(key, f"{seat},")
-        while store.get(key).count(b",") < len(members): time.sleep(nap); nap = min(2 * nap, 0.02)
+    try: from lora_fsdp_kit.gather.votes import arrival_block; block = arrival_block(len(members))
+    except ImportError: block = 1   # the kit before blocks: one key per call
+    def arrival():   # the kit's arrival, raw: every rank appends to its block's store key, then reads it until all of
+        calls[0] += 1   # this call's entries are there; rank 0 deletes the last block's key once all are in this one
+        c, nap = calls[0], 1e-4
+        key, mine = f"{prefix}/b{c // block}", b",%d/" % c
+        store.append(key, f"{c}/{seat},")
+        while (b"," + store.get(key)).count(mine) < len(members): time.sleep(nap); nap = min(2 * nap, 0.02)
+        if seat == 0 and c % block == 0: store.delete_key(f"{prefix}/b{c // block - 1}")
     def floor(): arrival(); check(); one()
     def copies():   # pack this rank's bytes, gather, copy every rank's bytes out (as the unpacking does)
         send[:sizes[me]].copy_(src); allgather()

@@ -148,7 +148,17 @@ def rebuild_case()->dict:
     finally: group.fsdp_params = kept
     v3 = sharded_view(fm)
     fewer = len(v2.unit_of(unit.params[0].name).params) == len(unit.params) - 1
-    return dict(same=same, rebuilt=v2 is not v1, fewer=fewer, rebuilt_back=v3 is not v2 and sharded_view(fm) is v3)
+    # FSDP1: the view holds each unit's handle (which keeps its flat parameter): two units' handles swapped, as if
+    # the units had been wrapped again, and the view is rebuilt; put back, rebuilt again, then kept
+    f1 = case_wrap(case_model("llama"), "layer", "fsdp1-orig")
+    w1 = sharded_view(f1)
+    a, b = [u.module for u in w1.units if u.module is not None and u.params][:2]
+    a._handle, b._handle = b._handle, a._handle
+    try: w2 = sharded_view(f1)
+    finally: a._handle, b._handle = b._handle, a._handle
+    w3 = sharded_view(f1)
+    return dict(same=same, rebuilt=v2 is not v1, fewer=fewer, rebuilt_back=v3 is not v2 and sharded_view(fm) is v3,
+                fsdp1_same=sharded_view(f1) is w3 and w1 is not None, fsdp1_rebuilt=w2 is not w1 and w3 is not w2)
 
 def run_all(cases:list[tuple[str, dict]])->list[dict]:
     "Rank function: each (case function name, kwargs); an error is returned as text, never raised."

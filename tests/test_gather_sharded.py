@@ -95,6 +95,7 @@ def test_faults_raise_on_every_rank(rows):
 def test_view_rebuilt_when_wrapping_changes(rows):
     for r in of(rows, "rebuild_case"):
         assert r["same"] and r["rebuilt"] and r["fewer"] and r["rebuilt_back"], r
+        assert r["fsdp1_same"] and r["fsdp1_rebuilt"], r
 
 def test_interrupt_while_packing(rows):
     # the copy into the send buffer runs while the check's all-reduce is in flight: a Ctrl-C there cannot be told in

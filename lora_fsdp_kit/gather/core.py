@@ -358,14 +358,16 @@ def run_packed(jobs:tuple,                 # from `packed_jobs`
             if err is None and plan is not None:
                 try: send, recv, dst, src = _buffers(plan, rank0_only, keep)   # all that can fail, before the check
                 except BaseException as e: err = e   # Ctrl-C included: this rank still checks in, then raises
-            finish = _check(vote, f"collective {k}", err)   # its all-reduce in flight: this rank packs meanwhile
+            # the check in flight (this rank's arrival written, or the all-reduce sent): this rank packs meanwhile
+            finish, views = _check(vote, f"collective {k}", err), {}
             late = None if err is not None or plan is None else _copied(lambda: _fill(plan, send, src))
             finish()   # one rank failed: every rank raises here, none enters the data collective
             if plan is None: continue
-            work, views = _exchange(plan, g, rank0_only, keep, send, recv), {}
-            # only views and copies are left, and the views are made while the bytes move; a Ctrl-C here (or in the
+            work = _exchange(plan, g, rank0_only, keep, send, recv)
+            # while the bytes move: the output views, and rank 0 deletes old arrival keys; a Ctrl-C here (or in the
             # packing) is told at the next check (after the last: this rank's): the peers get their tensors
             late = _copied(lambda: views.update(output_views(plan, dst)) if keep else None) or late
+            if vote is not None: vote.tidy()
             work.wait()
             err = _copied(lambda: reorder(plan, recv, dst) if keep else None) or late
             out.update(views)

@@ -176,12 +176,9 @@ def __repr__(self:ShardedView)->str:
 def _fingerprint(mods:list[nn.Module], flavour:str)->list:
     "The FSDP objects behind the units' modules `mods`, read live (held, and compared by identity)."
     if flavour == "fsdp1":   # the view's flavour, not an isinstance per unit: checked on every gather
-        hs = list(map(getattr, mods, repeat("_handle")))   # C-level reads: a few microseconds for 100 units
-        live = hs + list(map(getattr, filter(None, hs), repeat("flat_param")))
-    else:
-        live = [m._get_fsdp_state()._fsdp_param_group for m in mods]
-        live += [fp for g in live if g is not None for fp in g.fsdp_params]
-    return live
+        return list(map(getattr, mods, repeat("_handle")))   # C-level reads: a few microseconds for 100 units
+    live = [m._get_fsdp_state()._fsdp_param_group for m in mods]
+    return live + [g.fsdp_params for g in live if g is not None]   # the list: a group re-made, or given others
 
 def _holds(view, model:nn.Module)->bool:
     "Is `view`'s fingerprint still the model's? (the same objects, in the same order)"

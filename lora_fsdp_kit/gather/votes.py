@@ -18,7 +18,7 @@ from ..methods import patch_to
 # %% auto #0
 __all__ = ['CHECK_BYTES', 'CALLS', 'ARRIVAL_ENV', 'COLLECTIVES', 'cause', 'RankVote', 'Heartbeat', 'pulse_key', 'heartbeat',
            'stop_heartbeats', 'RankFailure', 'failure_message', 'sigint_held', 'collective_device', 'bounded_wait',
-           'CallMismatch', 'mismatches', 'arrival_timeout', 'PartialCall']
+           'CallMismatch', 'mismatches', 'arrival_timeout', 'arrival_block', 'PartialCall']
 
 # %% ../../nbs/04b_votes.ipynb #vt000006
 # private torch object: imported when first used, checked by `python -m lora_fsdp_kit doctor`
@@ -57,7 +57,7 @@ class RankVote:
         self.prefix, self.wait, self.keys, self.posted, self.stages = f"{base}/{n}", wait, set(), {}, []
         self.name, self.members, self.dead_after = name, members, dead_after
         self.call = _CALLS[members, self.rank] = _CALLS.get((members, self.rank), 0) + 1
-        self.checks, self.decision, self.seen = 0, None, {}
+        self.checks, self.decision, self.seen, self.stale = 0, None, {}, []   # stale: earlier calls' arrival keys
         self.failed_at: dict[int, str] = {}
         if self.collective and self.world > 1: heartbeat(store, members, self.rank)
 
@@ -309,6 +309,14 @@ def close(self:RankVote):
 
 # %% ../../nbs/04b_votes.ipynb #3e7c1582
 @patch_to(RankVote)
+def tidy(self:RankVote):
+    "Delete the earlier blocks' arrival keys that this vote's first check found past (`stale`; rank 0 only has any)."
+    while self.stale:
+        try: self.store.delete_key(self.stale.pop())
+        except Exception: pass   # the store is gone (the job is ending) or cannot delete: keys stay, few and small
+
+# %% ../../nbs/04b_votes.ipynb #h3cd0003
+@patch_to(RankVote)
 def __enter__(self): return self
 
 @patch_to(RankVote)
@@ -316,6 +324,7 @@ def __exit__(self:RankVote, typ, exc, tb):
     "Leaving a `with` block: a failure not yet posted (Ctrl-C while waiting, say) is posted, then the vote closes."
     # (a stream closed by its caller, GeneratorExit, has told its peers, or may not: `_stop_peers`)
     _BUSY.discard(self)
+    self.tidy()   # the earlier blocks' arrival keys, if no gather deleted them yet
     if exc is not None and not isinstance(exc, (RankFailure, GeneratorExit)) and not any(self.posted.values()):
         try: self.post("interrupted", exc)
         except Exception: pass   # the store is gone: the others find out at their own timeout
@@ -400,34 +409,43 @@ def check(self:RankVote, stage:str,
                ):
     "Agree on `stage` in one round (a call's arrival, or one small all-reduce) of every rank's tag and failure flag."
     self.check_async(stage, err, **agree_kw)()
+    self.tidy()
+
+# %% ../../nbs/04b_votes.ipynb #h3cd0001
+class _TagReduce:
+    "One check's all-reduce in flight; `wait()`: its result as a list (the largest flag, tag and tag negated)."
+    def __init__(self, work, v): self.work, self.v = work, v
+    def wait(self)->list[int]: self.work.wait(); return self.v.tolist()
+
+def _reduce_tag(vote:RankVote, err:BaseException|None, tag:list[int])->_TagReduce:
+    "Start the all-reduce (MAX) of the flag, the tag and the tag negated: max == -max(-tag) iff every rank's is equal."
+    v = torch.tensor([int(err is not None), *tag, *(-x for x in tag)], dtype=torch.int64, device=collective_device())
+    return _TagReduce(dist.all_reduce(v, op=dist.ReduceOp.MAX, group=vote.group, async_op=True), v)
+
 
 # %% ../../nbs/04b_votes.ipynb #dd08ee50
 @patch_to(RankVote)
 def check_async(self:RankVote, stage:str, err:BaseException|None=None, **agree_kw)->Callable[[], None]:
     "`check`, returning with its all-reduce in flight: work meanwhile, then call the result, which finishes it."
     self.checks += 1
-    work, stale, told = None, [], None
+    arrived, work, told, tag = None, None, None, None
     if self.collective and self.world > 1:
         tag = [_code(self.name), self.call, self.checks, _code(stage)]
-        # every rank made this call (through the store, bounded); the first check rides on it:
-        # {rank: [flag, *tag]}
-        if self.checks == 1: told = self.arrive(stale=stale, tag=[int(err is not None), *tag])
-        # a later check, or a call inside another: the peers meet it in an all-reduce
-        if told is None:
-            # one all-reduce (MAX) of the flag, the tag and the tag negated: max == -max(-tag) iff
-            # every rank's is equal
-            v = torch.tensor([int(err is not None), *tag, *(-x for x in tag)], dtype=torch.int64,
-                             device=collective_device())
-            work = dist.all_reduce(v, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
-        # the earlier calls' arrivals (rank 0), while any all-reduce travels
-        for k in stale: self.store.delete_key(k)
+        # every rank made this call (through the store, bounded); the first check rides on it: this rank's
+        # arrival is written now, the others' read in `finish`
+        if self.checks == 1: arrived = self.arrive_async(stale=self.stale, tag=[int(err is not None), *tag])
+        # a later check: the peers meet it in an all-reduce
+        else: work = _reduce_tag(self, err, tag)
     def finish():
+        nonlocal told, work
+        # {rank: [flag, *tag]}; None: a call inside another, whose peers meet it in an all-reduce
+        if arrived is not None and (told := arrived()) is None: work = _reduce_tag(self, err, tag)
         # every rank read the same arrivals: every rank decides alike, with no collective
         if told is not None:
             if any(t[1:] != tag for t in told.values()): self.mismatch(tag, [told[r][1:] for r in range(self.world)])
             if not any(t[0] for t in told.values()): return
         elif work is not None:
-            work.wait(); got = v.tolist()
+            got = work.wait()
             # every rank sees it, and raises
             if any(got[1 + i] != -got[5 + i] for i in range(4)): self.mismatch(tag)
             if not got[0]: return
@@ -450,10 +468,20 @@ def arrival_timeout()->float:
     if not s > 0: raise ValueError(f"{ARRIVAL_ENV}={v!r}: give a number of seconds > 0, e.g. {ARRIVAL_ENV}=120")
     return s
 
-def _arrivals(log:str)->tuple[list[int], list[int], dict[int, list[int]]]:
+# %% ../../nbs/04b_votes.ipynb #h3cd0004
+def arrival_block(world:int)->int:
+    "Consecutive calls whose arrivals share one store key (its log holds at most about 64 arrivals)."
+    return max(1, 64 // world)
+
+def _arrivals(log:str,
+              call:int|None=None,   # read only this call's entries (`"<call>/..."`); None: the log is one call's
+             )->tuple[list[int], list[int], dict[int, list[int]]]:
     "(ranks that arrived before the first give-up, ranks that gave up, {rank: [flag, *tag]} of those with a check)."
-    came, gave_up, told = [], [], {}
+    came, gave_up, told, mine = [], [], {}, None if call is None else f"{call}/"
     for t in filter(None, log.split(",")):
+        if mine is not None:
+            if not t.startswith(mine): continue   # another call of the block
+            t = t[len(mine):]
         if t.startswith("x"): gave_up.append(int(t[1:]))
         elif not gave_up:
             r, _, check = t.partition(":"); came.append(int(r))
@@ -475,32 +503,51 @@ def _called_as(default:str)->str:
 
 # %% ../../nbs/04b_votes.ipynb #eb431e4e
 @patch_to(RankVote)
-def arrive(self:RankVote, seconds:float|None=None,
-           stale:list|None=None,   # the earlier calls' keys rank 0 deletes go here, for later (None: deleted now)
-           tag:list[int]|None=None,   # this rank's first check, [flag, *tag], carried in its arrival
-          )->dict[int, list[int]]|None: # every rank's check, if every rank's arrival carried one
-    "Wait (at most `seconds`, default `arrival_timeout()`) until every rank made this call; else `PartialCall`."
-    # seats on an explicit store (threads of one process) share its call counter: they arrive under
-    # the vote's own keys
-    key = f"lfk/arrive/{self.members}/{self.call}" if self.collective else f"lfk/arrive/{self.prefix}"
+def arrive_async(self:RankVote, seconds:float|None=None,
+                 stale:list|None=None,     # the earlier blocks' keys rank 0 deletes go here, for later (None: now)
+                 tag:list[int]|None=None,  # this rank's first check, [flag, *tag], carried in its arrival
+                )->Callable[[], dict[int, list[int]]|None]:   # the wait (`arrive`'s result)
+    "This rank's arrival at this call, written; the result waits for every rank's."
+    key, call = self._arrival_key()
     inside = self.collective and any(v.members == self.members for v in list(_BUSY))
     # inside: its check is an all-reduce
     check = "" if inside or tag is None else ":" + ".".join(map(str, tag))
-    self.store.append(key, f"{self.rank}{check},")
-    _PENDING.setdefault(seat := (self.members, self.rank), []).append(key)
+    self.store.append(key, f"{'' if call is None else f'{call}/'}{self.rank}{check},")
+    if key not in (keys := _PENDING.setdefault((self.members, self.rank), [])): keys.append(key)
     _BUSY.add(self)
     # a nested call, or a stream left mid-way: the all-reduce that follows meets the peers there
-    if inside: return
-    limit, seen = arrival_timeout() if seconds is None else seconds, {}
+    if inside: return lambda: None
+    return lambda: self._await_arrival(key, call, seconds, stale)
+
+# %% ../../nbs/04b_votes.ipynb #h3cd0005
+@patch_to(RankVote)
+def _arrival_key(self:RankVote)->tuple[str, int|None]:
+    "(the store key this call's arrivals go to, the call number its entries carry; None: the key is this vote's own)."
+    # seats on an explicit store (threads of one process) share its call counter: they arrive under the vote's keys
+    if not self.collective: return f"lfk/arrive/{self.prefix}", None
+    return f"lfk/arrive/{self.members}/b{self.call // arrival_block(self.world)}", self.call
+
+@patch_to(RankVote)
+def arrive(self:RankVote, seconds:float|None=None, stale:list|None=None,
+           tag:list[int]|None=None)->dict[int, list[int]]|None:   # every rank's check, if every arrival carried one
+    "Wait (at most `seconds`, default `arrival_timeout()`) until every rank made this call; else `PartialCall`."
+    return self.arrive_async(seconds, stale, tag)()
+
+# %% ../../nbs/04b_votes.ipynb #h3cd0002
+@patch_to(RankVote)
+def _await_arrival(self:RankVote, key:str, call:int|None, seconds:float|None,
+                   stale:list|None)->dict[int, list[int]]|None:
+    "`arrive`'s wait for every rank's arrival at `key`: every rank's check if every arrival carried one, else None."
+    limit, seen, seat = arrival_timeout() if seconds is None else seconds, {}, (self.members, self.rank)
     def ready()->bool:
-        seen["came"], seen["gave_up"], seen["told"] = _arrivals(self.store.get(key).decode())
+        seen["came"], seen["gave_up"], seen["told"] = _arrivals(self.store.get(key).decode(), call)
         return len(seen["came"]) >= self.world or bool(seen["gave_up"])
     absent = lambda: [r for r in range(self.world) if r not in seen.get("came", ())]
     bad = self.poll(ready, "make this call", absent, limit)
     if bad:   # timed out, or a waited-for rank died: give up, then read the log again (it may have completed first)
-        self.store.append(key, f"x{self.rank},"); ready()
+        self.store.append(key, f"{'' if call is None else f'{call}/'}x{self.rank},"); ready()
     if len(seen["came"]) >= self.world:   # every rank is here: the all-reduce that follows pairs
-        done, _PENDING[seat] = _PENDING[seat][:-1], [key]
+        done, _PENDING[seat] = [k for k in _PENDING[seat] if k != key], [key]   # earlier blocks' keys
         if self.rank == 0:   # every rank is past the earlier calls now: none reads their keys again
             if stale is not None: stale.extend(done)
             else:
