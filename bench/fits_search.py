@@ -1,81 +1,150 @@
 """What `lfk fits --max-batch` / `--max-seq` costs, in traces: per setting of fits' default sweep, one trace's time
 (every rank's, and rank 0's alone: the search's guide) beside the search's time and its traces, now (`fits`' own
-`_search`) and as it was before (every value traced for every rank, from batch 1), side by side in one run.
+`_search`) and as it was before (commit 8dfa587: a line through the peaks, the value after the answer traced for every
+rank), side by side in one process; then, with `--cli`, the real command (its settings side by side in forked copies).
 
-    OMP_NUM_THREADS=1 LFK_TRACE_FORK=0 .venv/bin/python bench/fits_search.py [--max-seq] [--settings N | --setting I]
-        [--no-before]
+    OMP_NUM_THREADS=1 LFK_TRACE_FORK=0 .venv/bin/python bench/fits_search.py [--max-seq] [--setting I ...]
+        [--no-before] [--cli]
 
-The model is the Llama-3-8B shape (config only, on the meta device) at world 8 on 80 GiB devices, as in issue 50. The
-search now runs first, so the one before meets the trace's caches warm (in its favour). Traces: every rank's + rank 0's
-alone (FSDP1 with use_orig_params traces 3 ranks at world 8, so rank 0's is a third of a value's; FSDP2's rank 0 is
-every rank's). Both searches give the same answer (checked).
+The model is the Llama-3-8B shape (config only, on the meta device) at world 8 on 80 GiB devices, as in issue 50.
+Values traced: every rank's + rank 0's alone (FSDP1 with use_orig_params traces 3 ranks at world 8, so rank 0's is a
+third of a value's; FSDP2's rank 0 is every rank's). Both searches give the same answer (checked). The search now runs
+first, so the one before meets the trace's caches warm (in its favour).
 
---max-batch, 2026-12-07 01:02-01:31 UTC, 2 cores at load 13-22 (3 other sessions' work), OMP_NUM_THREADS=1,
-LFK_TRACE_FORK=0; "now" before `_plan_of` (a setting's plan made once) and `_aim`'s bracket ends for adjacent peaks:
+--max-batch, 2026-12-07 03:47-03:54 UTC, 2 cores at load 4.0-4.7 (3 other sessions' work), OMP_NUM_THREADS=1,
+LFK_TRACE_FORK=0; "before": the search of this morning (below), "now": profiles to aim, the guide's "no" decides,
+settings side by side (the CLI only); "trace": batch 2 (this run measured it after the searches, the search now
+first and cold: FSDP2's 13 s hold ~3 s of the process's first trace):
 
-    setting                   trace rank 0    before       now         answer (now: values traced)
-    fsdp2:layer bf16          12.2s  11.8s     80.0s 4+0    45.5s 2+2   24 (2, 3, 24, 25)
-    fsdp2:layer bf16 ac       59.4s  22.6s    175.5s 5+0   183.5s 2+3   79 (2, 3, 96, 79, 80)
-    fsdp1:layer orig bf16     82.1s  47.0s    295.9s 5+0   232.2s 2+2   19 (2, 3, 19, 20)
-    fsdp1:layer orig bf16 ac  44.7s  23.0s    316.4s 5+0   322.0s 4+3   79 (2, 3, 96, 78, 79, 87, 80)
-    every setting: before 867.8 s, now 783.2 s
+    setting                   trace rank 0             before                now  answer (now: values traced)
+    fsdp2:layer bf16           2.0s   1.7s        8s 8cpu 2+2      13s 11cpu 1+3  24 (2', 3', 24, 25')
+    fsdp2:layer bf16 ac        4.1s   3.3s      14s 14cpu 2+3      11s 11cpu 1+3  79 (2', 3', 79, 80')
+    fsdp1:layer orig bf16     16.2s  14.2s      40s 26cpu 2+2      19s 19cpu 1+3  19 (2', 3', 19, 20'*)
+    fsdp1:layer orig bf16 ac  18.0s   4.8s      85s 57cpu 4+3      39s 25cpu 1+3  79 (2', 3', 79, 80'*)
+    every setting: before 147 s (105 CPU-s), now 82 s (66 CPU-s)
 
-With CPU time (`--setting 2`, 01:37-01:43 UTC, load 8.5-11; `--setting 3`, 01:43-01:50, load 5.5-6; CPU-s of this
-process; the search as it is now but for the bracket ends, which leave the second row's values as they are):
+(': rank 0's trace, every rank's for FSDP2; *: the answer's next value is rank 0's alone, "at 20: 80.24 GiB on rank 0
+alone (2.24 GiB missing)": a lower bound, over the device already.) In rank traces (each 2 steps of 4 and 5 decoder
+layers): before 4 + 5 + (2 + 6) + (4 + 9) = 30, now 4 + 4 + (3 + 3) + (3 + 3) = 20. Under checkpointing the peak
+moves from the forward (batch 2) to the backward (batch 3 on): the peaks' line through 2 and 3 aims at 173 (FSDP2)
+and 115 (FSDP1), each op's line (`_profile`) at 79, the answer.
 
-    setting                   trace rank 0               before                  now  answer (now: values traced)
-    fsdp1:layer orig bf16     29.4s  12.0s        97s 41cpu 5+0        77s 24cpu 2+2  19 (2, 3, 19, 20)
-    fsdp1:layer orig bf16 ac  18.7s   8.8s        88s 49cpu 5+0        84s 51cpu 4+3  79 (2, 3, 96, 78, 79, 87, 80)
+--max-seq, 04:00-04:12 UTC, load 5.2-7.9 (values 2, 3: the guide's; then where the ops' lines aim, the next):
 
-In rank traces (each 2 steps of 4 and 5 decoder layers): before 4 + 5 + 15 + 15 = 39, now 4 + 5 + 8 + 15 = 32: the
-guide's values are rank 0's, a value that decides is traced for every rank. Under checkpointing the peaks climb in
-steps (78 and 79 fit, 80 does not, the line through them aims at 87), and FSDP1's search costs what it did. One rank's
-trace is 1.7-3 CPU-s (FSDP2, FSDP1; measured at the same load), 6-25 s wall at this load: the 60 s of issue 50 needs
-a machine far less loaded than this one was.
+    fsdp2:layer bf16           4.8s   3.8s      60s 25cpu 5+4      16s 11cpu 0+4  12642 (2', 3', 12642', 12643')
+    fsdp2:layer bf16 ac       16.1s   6.0s      49s 24cpu 2+5      30s 15cpu 0+4  40632 (2', 3', 40632', 40633')
+    fsdp1:layer orig bf16     16.9s   4.9s     137s 49cpu 5+4      25s 17cpu 1+4  9937 (2', 3', 9937', 9937, 9938'*)
+    fsdp1:layer orig bf16 ac  21.0s   7.3s     313s 82cpu 5+4      72s 29cpu 1+4  40624 (2', 3', 40624', 40624, 40625'*)
+    every setting: before 559 s (179 CPU-s), now 143 s (72 CPU-s)
 
---max-seq, 01:25-01:31 UTC, load 9-15: FSDP2 before 60 s (21 CPU-s, 7 values), now 243 s (29 CPU-s, 5+4: 2, 3, 96, 3072,
-13752, 12514, 12642, 13197, 12643; answer 12642); FSDP2 with checkpointing before: fails at seq 1 (the trace's
-recompute: a checkpoint metadata mismatch), now starts at 2. The seq's peaks bend: the line misses more often.
+The real command (`--cli`; `lfk fits --config <this config> --world 8 --device-memory 80GiB --max-batch`), the
+settings side by side in forked copies, against the kit of this morning (commit 8dfa587, each trace's steps forked):
+
+    --max-batch   before (8dfa587)                          now
+    03:25 UTC     234 s wall, 119 + 13 CPU-s, load 1.9 -> 6.1
+    03:54-04:00   242 s wall, 145 + 14 CPU-s, load 4.4 -> 5.0  95 s, 80 + 5 CPU-s, load 4.0 -> 4.5 (`--cli`);
+                                                               127 s, 76 + 5 CPU-s, load 5.0 -> 5.4
+    04:22         beside `pytest -q tests/test_fits.py`:       219 s, 81 + 6 CPU-s, load 5.2 -> 7.0
+    04:33         (the other sessions quieter)                 41 s, 65 + 5 CPU-s, load 2.9 -> 2.5
+    04:34         beside `pytest -q tests/test_fits.py`:       64 s, 65 + 5 CPU-s, load 2.2 -> 2.9
+    --max-seq
+    04:14-04:22   322 s wall, 201 + 22 CPU-s, load 4.7 -> 5.0  73 s, 70 + 5 CPU-s, load 7.9 -> 4.7 (`--cli`);
+                                                               124 s, 84 + 6 CPU-s, load 5.0 -> 5.5
+    04:26         beside `pytest -q tests/test_fits.py`:       243 s, 92 + 7 CPU-s, load 6.4 -> 9.2
+    04:35         (the other sessions quieter)                 48 s, 64 + 5 CPU-s, load 2.9 -> 2.4
+    04:36         beside `pytest -q tests/test_fits.py`:       83 s, 70 + 5 CPU-s, load 2.2 -> 3.3
+
+The same answers (every row's value and peak, to the byte; the value after the answer is rank 0's alone where FSDP1
+traces 3 ranks, and here the same bytes as every rank's). The command takes about half the CPU (batch 159 -> 70-87
+CPU-s, seq 223 -> 69-99), and its wall time follows the CPU it gets: 41-48 s at load 2.5-2.9, 64-83 s beside a
+test file (4 settings' copies on 2 cores, balanced: 39 + 16 s and 30 + 22 s of tracing, 5 CPU-s of imports and the
+model before them). Issue 50's 60 s beside a test run needs fewer traces still: 20 rank traces of 2.5-3 CPU-s each
+(with --max-seq, FSDP1 traces rank 0 at the answer twice: its guide, then every rank).
 """
-import argparse, json, os, sys, tempfile, time
+import argparse, json, os, resource, subprocess, sys, tempfile, time
 
-import lora_fsdp_kit.fits.core as core, lora_fsdp_kit.fits.report as report
 from lora_fsdp_kit.__main__ import fits_job_of_args, parser
-from lora_fsdp_kit.fits.report import _cap, _fits_model, _search
+from lora_fsdp_kit.fits import report
+from lora_fsdp_kit.fits.report import _cap, _every_rank, _fits_model, _search
 from lora_fsdp_kit.units import parse_bytes
 
 LLAMA3_8B = dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=14336,
                  num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
                  max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5, torch_dtype="bfloat16")
 
-def before(peak, usable:int, cap:int, jump:int=32)->tuple[int, dict]:
-    "The search as it was (commit 008ce37): every value's peak traced for every rank, from 1; a line, else halving."
-    seen, order = {}, []
-    def fits(n):
-        if n not in seen: seen[n] = peak(n); order.append(n)
-        return seen[n] <= usable
-    if not fits(1): return 0, seen
-    lo, hi, n, halve = 1, None, 2, False
+# ---- the search as it was (commit 8dfa587), for the comparison ----
+def _line(pts:dict, order:list):
+    last = list(dict.fromkeys(reversed(order)))[:2]
+    if len(last) < 2: return None
+    a, b = sorted(last)
+    return a, (pts[b] - pts[a]) / (b - a), b - a
+
+def _aim(seen, order, low, lows, usable, lo, hi, top):
+    line, at = _line(seen, order), None
+    if line is not None and line[2] == 1 and hi is not None and lo:
+        line = lo, ((seen[hi] if hi in seen else low[hi]) - seen[lo]) / (hi - lo), hi - lo
+    elif (line is None or line[2] == 1) and (wide := _line(low, lows)) is not None:
+        line, at = wide, (order[-1], seen[order[-1]]) if order else (wide[0], low[wide[0]])
+    if line is None: return max(lo + 1, (lo + hi) // 2 if hi else lo + 1), True
+    (a, slope, _), (a, pa) = line, at or (line[0], seen[line[0]])
+    want = a + int((usable - pa) // slope) if slope > 0 else top + 1
+    return max(lo + 1, min(want, top)), want <= top
+
+def before_fitting(peak, usable, cap=2**16, jump=32, guide=None):
+    "`largest_fitting` as it was: the guide's 'no' not trusted at the end (the next value traced for every rank)."
+    seen, order, low, lows = {}, [], {}, []
+    def fits(n, exact):
+        if n in seen or exact or guide is None:
+            if n not in seen: seen[n] = peak(n); order.append(n)
+            return seen[n] <= usable
+        if n not in low: low[n] = guide(n); lows.append(n)
+        return low[n] <= usable
+    lo, reach, hi, halve = 0, 0, None, False
+    for n in (2, 3)[:max(cap - 1, 0)]:
+        if not fits(n, False): hi = n; break
+        lo, reach = (n if n in seen else lo), n
     while True:
-        width = None if hi is None else hi - lo
-        if fits(n): lo = n
-        else: hi = n
-        if hi is not None and hi - lo <= 1: return lo, seen
-        if hi is None and lo >= cap: return cap, seen
-        if halve: n, halve = (lo + hi) // 2, False; continue
-        halve = width is not None and hi - lo > width / 2
-        a, b = sorted(order[-2:])
-        slope = (seen[b] - seen[a]) / (b - a)
-        top = min(cap, jump * lo) if hi is None else hi - 1
-        n = max(lo + 1, min(a + int((usable - seen[a]) // slope) if slope > 0 else top, top))
+        if hi is not None and hi - lo <= 1:
+            if not fits(hi, True): return lo, {**low, **seen}
+            lo = reach = hi; hi = None
+        if hi is None and lo >= cap: return cap, {**low, **seen}
+        before = None if hi is None else hi - max(lo, reach)
+        top = min(cap, jump * max(reach, 1)) if hi is None else hi - 1
+        n, aimed = ((max(lo, reach) + hi) // 2, True) if halve else _aim(seen, order, low, lows, usable, lo, hi, top)
+        if fits(n, aimed or hi is not None or n in low): lo, reach = (n if n in seen else lo), max(reach, n)
+        else: hi, reach = n, min(reach, n - 1)
+        halve = not halve and before is not None and hi - max(lo, reach) > before / 2
+
+def before_search(model, c, size, usable, search):
+    "`_search` as it was: (answer, value -> peak)."
+    mems = {}
+    def peak(n, rank=None):
+        if rank is None and n in mems: return mems[n].worst_case
+        m = report._probe(model, c, 8, *size(n), "config", "base", "nccl", "auto", None, rank)
+        if (every := _every_rank(m)) is not None: mems[n] = every
+        return m.worst_case
+    return before_fitting(peak, usable, _cap(model, search), guide=lambda n: peak(n, 0))
+
+def cli(d:str, search:str)->str:
+    "The real command, its settings in forked copies as users run it: wall, CPU-s of the command, load before/after."
+    env = {k: v for k, v in os.environ.items() if k != "LFK_TRACE_FORK"}   # copies: one per core
+    r0, l0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), os.getloadavg()[0], time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "lora_fsdp_kit", "fits", "--config", d, "--world", "8", "--device-memory",
+                        "80GiB", f"--max-{search}"], env=env, capture_output=True, text=True)
+    wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    found = [l for l in p.stdout.splitlines() if l[:3] in ("1: ", "2: ", "3: ", "4: ")]
+    return (f"lfk fits --max-{search}: {wall:.0f} s wall, {r1.ru_utime - r0.ru_utime:.0f} user + "
+            f"{r1.ru_stime - r0.ru_stime:.0f} sys CPU-s, exit {p.returncode}, "
+            f"load {l0:.1f} -> {os.getloadavg()[0]:.1f}\n"
+            + "\n".join(found))
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-seq", action="store_true",
                     help="search the sequence (at batch 1), not the batch (at seq 512)")
-    ap.add_argument("--settings", type=int, default=None, help="only the first N settings of the sweep")
     ap.add_argument("--setting", type=int, action="append", help="only setting I of the sweep (0-3; repeatable)")
     ap.add_argument("--no-before", action="store_true", help="the search as it is now, alone")
+    ap.add_argument("--cli", action="store_true", help="then the real command, `lfk fits --max-...`, timed")
     b = ap.parse_args()
     d = tempfile.mkdtemp()
     with open(os.path.join(d, "config.json"), "w") as f: json.dump(LLAMA3_8B, f)
@@ -85,41 +154,46 @@ def main():
     model = _fits_model(d, job.lora_r, ",".join(job.lora_targets))
     usable, search = parse_bytes("80GiB") - parse_bytes("2GiB"), "seq" if b.max_seq else "batch"
     size = lambda n: (n, 512) if search == "batch" else (1, n)
-    calls = []   # (rank or None: every rank, seconds) of each prediction
+    calls = []   # (value, rank or None: every rank, seconds) of each prediction
     def timed(*args, **kw):
         t = time.perf_counter(); m = probe(*args, **kw)
-        calls.append((args[10] if len(args) > 10 else kw.get("rank"), time.perf_counter() - t)); return m
+        rank = args[10] if len(args) > 10 else kw.get("rank")
+        calls.append((args[3] if search == "batch" else args[4], rank, time.perf_counter() - t)); return m
     probe, report._probe = report._probe, timed
+    def run(f):
+        calls.clear(); t0, c0 = time.perf_counter(), time.process_time()
+        out = f()
+        return out, time.perf_counter() - t0, time.process_time() - c0, list(calls)
+    count = lambda got: f"{sum(r is None for _, r, _ in got)}+{sum(r is not None for _, r, _ in got)}"
     print(f"Llama-3-8B shape, world 8, 80 GiB less 2 GiB reserve, --max-{search}; load {os.getloadavg()[0]:.1f}, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, LFK_TRACE_FORK={os.environ.get('LFK_TRACE_FORK')}")
-    print(f"{'setting':<24}{'trace':>7}{'rank 0':>7}  {'before':>19}  {'now':>19}  answer (now: values traced)")
-    total, cpus = [0.0, 0.0], [0.0, 0.0]   # wall and CPU seconds: before, now
-    for c in [w for i, w in enumerate(wraps[:b.settings]) if b.setting is None or i in b.setting]:
+    print(f"{'setting':<24}{'trace':>7}{'rank 0':>7}  {'before':>17}  {'now':>17}  answer (now: values traced)")
+    total = [0.0, 0.0, 0.0, 0.0]   # wall and CPU seconds: before, now
+    for c in [w for i, w in enumerate(wraps) if b.setting is None or i in b.setting]:
         name = c.label.replace("mixed_precision=", "")
-        calls.clear(); t0, c0 = time.perf_counter(), time.process_time()
-        try: best, seen, _ = _search(model, c, 8, 1, 512, "config", "base", "nccl", "auto", None, usable, search)
+        try:   # first one trace of the setting, every rank's and rank 0's (the caches warm for both searches)
+            calls.clear()
+            timed(model, c, 8, *size(2), "config", "base", "nccl", "auto")
+            timed(model, c, 8, *size(2), "config", "base", "nccl", "auto", None, 0)
+            (_, _, full), (_, _, guide) = calls
+            (best, seen, lower, _), now, cpu, got = run(lambda: _search(model, c, 8, 1, 512, "config", "base",
+                                                                         "nccl", "auto", None, usable, search))
         except Exception as e: print(f"{name:<24} refused: {str(e)[:60]}"); continue
-        now, cpu, got = time.perf_counter() - t0, time.process_time() - c0, list(calls)
-        full = [s for r, s in got if r is None]; guide = [s for r, s in got if r is not None]
-        if not full: full = [timed(model, c, 8, *size(2), "config", "base", "nccl", "auto") and calls[-1][1]]
-        if not guide: guide = [timed(model, c, 8, *size(2), "config", "base", "nccl", "auto", None, 0) and calls[-1][1]]
+        total[2] += now; total[3] += cpu
         old = "-"
         if not b.no_before:
-            calls.clear(); t0, c0 = time.perf_counter(), time.process_time()
-            def peak(n):   # as before: the plan made again for each value
-                core._PLANS.clear(); return timed(model, c, 8, *size(n), "config", "base", "nccl", "auto").worst_case
-            try: ob, oseen = before(peak, usable, _cap(model, search))
-            except Exception as e:   # seq 1 under checkpointing: the trace's recompute fails (now: starts at 2)
-                print(f"{name:<24} before: fails: {type(e).__name__}: {str(e).splitlines()[0][:50]}")
-                ob, oseen = best, {}
-            took, ocpu = time.perf_counter() - t0, time.process_time() - c0; total[0] += took; cpus[0] += ocpu
-            assert ob == best, (ob, best)   # the same answer (or it failed)
-            old = f"{took:.0f}s {ocpu:.0f}cpu {len(oseen)}+0"
-        total[1] += now; cpus[1] += cpu
-        new = f"{now:.0f}s {cpu:.0f}cpu {len(full)}+{len(guide)}"
-        print(f"{name:<24}{full[0]:>6.1f}s{guide[0]:>6.1f}s  {old:>19}  {new:>19}  "
-              f"{best} ({', '.join(map(str, seen))})", flush=True)
-    print(f"every setting: before {total[0]:.0f} s ({cpus[0]:.0f} CPU-s), now {total[1]:.0f} s ({cpus[1]:.0f} CPU-s); "
-          f"load {os.getloadavg()[0]:.1f}")
+            try: (ob, oseen), took, ocpu, ogot = run(lambda: before_search(model, c, size, usable, search))
+            except Exception as e:
+                print(f"{name:<24} before: fails: {type(e).__name__}: {str(e).splitlines()[0][:50]}"); continue
+            assert ob == best, (ob, best)   # the same answer
+            total[0] += took; total[1] += ocpu
+            old = f"{took:.0f}s {ocpu:.0f}cpu {count(ogot)}"
+        shown = ", ".join(f"{n}{'' if r is None else chr(39)}{'*' if n in lower else ''}" for n, r, _ in got)
+        print(f"{name:<24}{full:>6.1f}s{guide:>6.1f}s  {old:>17}  {f'{now:.0f}s {cpu:.0f}cpu {count(got)}':>17}  "
+              f"{best} ({shown})", flush=True)
+    print(f"every setting: before {total[0]:.0f} s ({total[1]:.0f} CPU-s), "
+          f"now {total[2]:.0f} s ({total[3]:.0f} CPU-s); "
+          f"load {os.getloadavg()[0]:.1f}; values in the order traced, ': rank 0's trace, *: the answer's bound")
+    if b.cli: print(cli(d, search))
 
 if __name__ == "__main__": sys.exit(main())

@@ -241,7 +241,18 @@ def test_max_seq_stops_at_a_learned_position_table(tmp_path):
     (tmp_path/"config.json").write_text(json.dumps(cfg))
     rc, out, err = _report(config=str(tmp_path/"config.json"), targets="c_attn", world=2, device_memory="80GiB",
                            wraps=[WrapConfig(flavour="fsdp2")], batch="1", max_seq=True)
-    assert rc == 0 and "largest seq 128 (the search stops there)" in out, out + err
+    assert rc == 0 and "largest seq 128 (the search stops there: the model's context)" in out, out + err
+
+def test_max_seq_stops_at_a_rope_models_context(tmp_path):
+    "A RoPE model has no table to outrun, but past max_position_embeddings it was never trained: the search stops."
+    import json
+    cfg = dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=64, intermediate_size=128,
+               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+               max_position_embeddings=96)
+    (tmp_path/"config.json").write_text(json.dumps(cfg))
+    rc, out, err = _report(config=str(tmp_path/"config.json"), world=2, device_memory="80GiB",
+                           wraps=[WrapConfig(flavour="fsdp2")], batch="1", max_seq=True)
+    assert rc == 0 and "largest seq 96 (the search stops there: the model's context)" in out, out + err
 
 def test_max_batch_the_peak_at_n_fits_and_at_n_plus_1_does_not():
     """A device sized from a trace (batch 2's peak, plus 1 byte): the search answers 2, with that very peak, and a

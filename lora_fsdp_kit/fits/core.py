@@ -16,7 +16,7 @@ from .tracker import CATEGORIES
 from .closed_form import closed_form
 from .trace import RankTrace, rank_signatures, steps_per_rank, trace_many
 from .limits import (explain_failure, inexact_families, kept_cache, known_failure,
-                                       past_positions, position_table)   # position_table: for fits.report
+                                       past_positions)
 from ..forks import copies
 from ..units import fmt_bytes, fmt_count, parse_bytes
 from ..shards import clean_name

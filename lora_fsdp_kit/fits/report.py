@@ -5,7 +5,7 @@
 # %% ../../nbs/11b_fits_report.ipynb #b2ae4889
 from __future__ import annotations
 
-import dataclasses, os, re, sys, textwrap, time
+import dataclasses, functools, math, os, re, sys, textwrap, time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -13,9 +13,11 @@ import torch
 from torch import nn
 
 from ..families import PLAN_TARGETS, text_model_of
+from ..forks import fork_map
 from ..units import fmt_bytes, fmt_count, parse_bytes
 from .core import (RESERVE, FitsError, StepMemory, dtype_short, is_adapter_name, ranks_text,
-    plot_stack, storage_dtype, plot_timeline, plot_unit, position_table, predict_job, predict_step_memory)
+    plot_stack, storage_dtype, plot_timeline, plot_unit, predict_job, predict_step_memory)
+from .limits import position_table
 from ..plan.policies import resolve_layer_classes
 from ..shards import shard_group_size
 from ..plan.wrap import WrapConfig
@@ -23,11 +25,19 @@ from ..plan.wrap import WrapConfig
 # %% auto #0
 __all__ = ['Setting', 'settings_table', 'plot_settings', 'largest_fitting', 'fits_report']
 
-# %% ../../nbs/11b_fits_report.ipynb #00b01cd8
+# %% ../../nbs/11b_fits_report.ipynb #7584a379
 _CAT_SHORT = {"sharded parameters": "shards", "unsharded parameters": "gathered", "buffers": "buffers",
               "gradients": "grads", "unsharded gradients": "full grads", "optimizer state": "adam", "activations":
               "acts", "temporaries": "temps", "all-gather buffers": "ag bufs", "reduce-scatter buffers": "rs bufs",
               "backend staging": "staging", "inputs": "inputs", "other": "other"}
+
+def _sb(n:int)->str:
+    "Bytes in at most 5 characters: 30.1G, 512M, 1.5K."
+    for div, u in ((2**40, "T"), (2**30, "G"), (2**20, "M"), (2**10, "K")):
+        if abs(n) >= div: return f"{n / div:.0f}{u}" if abs(n) >= 999.5 * div else f"{n / div:.3g}{u}"   # 1020K
+    return f"{n}B"
+
+# %% ../../nbs/11b_fits_report.ipynb #22cdd30a
 _WORD = {"mixed_precision=bf16": "bf16", "mixed_precision=fp16": "fp16"}
 
 _SAID = {"no-mp": "no mixed precision", "bf16": "bf16 compute", "fp16": "fp16 compute",
@@ -36,6 +46,7 @@ _SAID = {"no-mp": "no mixed precision", "bf16": "bf16 compute", "fp16": "fp16 co
          "no-reshard": "no reshard after forward", "ac-of=units": "every unit checkpointed (accelerate's FSDP1)",
          "orig": "use_orig_params", "store=config": "base stored in config.json's dtype"}
 
+# %% ../../nbs/11b_fits_report.ipynb #da3e9fd8
 def _in_words(words:Sequence[str])->str:
     "A setting's short words (`Setting.words`) as a phrase: 'FSDP2 on layer units, bf16 compute, batch 4 x seq 4096'."
     def one(w:str)->str:
@@ -49,17 +60,11 @@ def _in_words(words:Sequence[str])->str:
         return _SAID.get(w, w)
     return ", ".join(one(w) for w in words)
 
-def _sb(n:int)->str:
-    "Bytes in at most 5 characters: 30.1G, 512M, 1.5K."
-    for div, u in ((2**40, "T"), (2**30, "G"), (2**20, "M"), (2**10, "K")):
-        if abs(n) >= div: return f"{n / div:.0f}{u}" if abs(n) >= 999.5 * div else f"{n / div:.3g}{u}"   # 1020K
-    return f"{n}B"
-
-# %% ../../nbs/11b_fits_report.ipynb #1f4c22aa
 def _dtype_word(v:str|torch.dtype, keep:str)->str:
     "A storage dtype as the kit writes it ('bfloat16', `torch.bfloat16` -> 'bf16'); the word `keep` ('config') as is."
     return v if isinstance(v, str) and v.lower() == keep else dtype_short(storage_dtype(v, "dtype", {}))
 
+# %% ../../nbs/11b_fits_report.ipynb #1f4c22aa
 @dataclass(frozen=True)
 class Setting:
     "One row of the `fits` answer: a wrap configuration, the storage dtypes and batch x seq, with its prediction."
@@ -87,12 +92,13 @@ class Setting:
                     largest=", ".join(f"{_CAT_SHORT.get(k, k)} {_sb(v)}" for v, k in cats),
                     left=("+" if left >= 0 else "-") + fmt_bytes(abs(left)), verdict="fits" if left >= 0 else "NO")
 
-# %% ../../nbs/11b_fits_report.ipynb #e5a1c202
+# %% ../../nbs/11b_fits_report.ipynb #c8fc7ed0
 def _varying(settings:Sequence[Setting])->tuple[list[str], list[str]]:
     "(words every setting shares, words that tell them apart), each in order."
     common = [t for t in settings[0].words if all(t in s.words for s in settings)] if settings else []
     return common, list(dict.fromkeys(t for s in settings for t in s.words if t not in common))
 
+# %% ../../nbs/11b_fits_report.ipynb #076930ab
 def settings_table(settings:list[Setting],            # the rows
                    usable:int,                        # bytes the step may take (the device less the reserve)
                    width:int=100,                     # columns
@@ -143,59 +149,73 @@ def plot_settings(settings:list[Setting], device:int, reserve:int=0):
                  f"{_in_words(_varying(settings)[0])}" + (f"\n{said.pop()}" if len(said) == 1 else ""), fontsize=10)
     return fig
 
-# %% ../../nbs/11b_fits_report.ipynb #a3f192c0
-def _line(pts:dict, order:list)->tuple[int, float]|None:
-    "The last two values traced (distinct) in `order`: (the lower, the slope of the line through their peaks, b - a)."
+# %% ../../nbs/11b_fits_report.ipynb #570339c5
+def _pair(order:list)->tuple[int, int]|None:
+    "The last two distinct values traced in `order`, the lower first."
     last = list(dict.fromkeys(reversed(order)))[:2]
-    if len(last) < 2: return None
-    a, b = sorted(last)
-    return a, (pts[b] - pts[a]) / (b - a), b - a
+    return (min(last), max(last)) if len(last) == 2 else None
 
-def _aim(seen:dict, order:list, low:dict, lows:list, usable:int, lo:int, hi:int|None, top:int)->tuple[int, bool]:
-    "Where a line reaches `usable`, in lo+1..top, and whether it got there (the peaks' line, else the guide's)."
-    line, at = _line(seen, order), None
-    if line is not None and line[2] == 1 and hi is not None and lo:   # two peaks side by side: a step (checkpointing)
-        line = lo, ((seen[hi] if hi in seen else low[hi]) - seen[lo]) / (hi - lo), hi - lo   # the bracket's ends
-    elif (line is None or line[2] == 1) and (wide := _line(low, lows)) is not None:   # the guide's slope
-        line, at = wide, (order[-1], seen[order[-1]]) if order else (wide[0], low[wide[0]])   # from the last peak
-    if line is None: return max(lo + 1, (lo + hi) // 2 if hi else lo + 1), True
-    (a, slope, _), (a, pa) = line, at or (line[0], seen[line[0]])
-    want = a + int((usable - pa) // slope) if slope > 0 else top + 1
-    return max(lo + 1, min(want, top)), want <= top
+def _reach(at:tuple, a:tuple, b:tuple, usable:int, profile=None)->int|float:
+    "Where the line through a's and b's peaks, drawn from `at` (each a (value, peak, exact)), reaches `usable`."
+    got = [profile(n, e) for n, _, e in (at, a, b)] if profile else []
+    if not (got and all(got) and len({len(p) for p in got}) == 1): got = [(p,) for _, p, _ in (at, a, b)]
+    (x, w), (px, pa, pb) = (at[0], b[0] - a[0]), got   # with profiles: each op on its own line, the first to get there
+    ups = [(usable - p) * w // (v - u) for p, u, v in zip(px, pa, pb) if v > u]
+    return x + min(ups) if ups else math.inf
 
-# %% ../../nbs/11b_fits_report.ipynb #a3f192b8
+# %% ../../nbs/11b_fits_report.ipynb #3906f5ba
+def _aim(seen:dict, order:list, low:dict, lows:list, usable:int, lo:int, hi:int|None, top:int, profile=None
+        )->tuple[int, int|float|None]:
+    "The next value to trace, in lo+1..top, and where its line reaches `usable` (None: no line, the bracket halved)."
+    pair, at, exact = _pair(order), None, lambda n: (n, seen[n], True)
+    if pair and pair[1] - pair[0] == 1 and hi is not None and lo:   # two peaks side by side: a step (checkpointing)
+        a, b = exact(lo), exact(hi) if hi in seen else (hi, low[hi], False)   # the bracket's ends
+    elif (pair is None or pair[1] - pair[0] == 1) and (wide := _pair(lows)) is not None:   # the guide's slope
+        a, b = ((n, low[n], False) for n in wide)
+        at = exact(order[-1]) if order else None   # from the last peak
+    elif pair: a, b = exact(pair[0]), exact(pair[1])
+    else: return max(lo + 1, (lo + hi) // 2 if hi else lo + 1), None
+    want = _reach(at or a, a, b, usable, profile)
+    return max(lo + 1, min(want, top)), want
+
+# %% ../../nbs/11b_fits_report.ipynb #e82913ea
 def largest_fitting(peak:Callable[[int], int],  # the peak at a value (nondecreasing in it), e.g. a traced step's
                     usable:int,                 # bytes the step may take
                     cap:int=2**16,              # the search stops here
                     jump:int=32,                # before a value that does not fit is known: at most x32 a step
-                    guide:Callable[[int], int]|None=None, # a cheaper lower bound of `peak` (one rank's) to aim with
-                   )->tuple[int, dict[int, int]]:  # (the largest value that fits, 0 if 1 does not; value -> peak)
+                    guide:Callable[[int], int]|None=None, # a cheaper lower bound of `peak` (one rank's): aims, says no
+                    profile:Callable[[int, bool], Sequence[int]]|None=None, # a value's bytes op by op (True: peak's)
+                   )->tuple[int, dict[int, int], set[int]]:  # (the largest that fits, 0 if 1 does not; value -> peak;
+                                                             #  the values only the guide traced: lower bounds)
     "The largest value in 1..cap whose peak fits, in few calls: a line through the last two peaks, else halving."
     seen, order, low, lows = {}, [], {}, []   # value -> its peak, in the order traced; the guide's likewise
-    def fits(n:int, exact:bool)->bool:   # the guide's peak is a lower bound: only its "no" is certain
-        if n in seen or exact or guide is None:
-            if n not in seen: seen[n] = peak(n); order.append(n)
-            return seen[n] <= usable
+    def exact(n:int)->bool:
+        if n not in seen: seen[n] = peak(n); order.append(n)
+        return seen[n] <= usable
+    def cheap(n:int)->bool:   # the guide's peak is a lower bound: its "no" is certain, its "yes" only aims
+        if guide is None: return exact(n)
         if n not in low: low[n] = guide(n); lows.append(n)
         return low[n] <= usable
-    lo, reach, hi, halve = 0, 0, None, False   # fits (its peak traced); fits (the guide's); does not fit
+    lo, reach, hi, halve = 0, 0, None, False   # fits (its peak traced); fits (the guide's); does not fit (certain)
     for n in (2, 3)[:max(cap - 1, 0)]:   # the first line's two points (batch 1 is off the line): the guide's
-        if not fits(n, False): hi = n; break
+        if not cheap(n): hi = n; break
         lo, reach = (n if n in seen else lo), n
-    while True:
-        if hi is not None and hi - lo <= 1:
-            if not fits(hi, True): return lo, {**low, **seen}   # the value after the answer: its peak traced
-            lo = reach = hi; hi = None                          # a guide above the peak: on, with peaks alone
-        if hi is None and lo >= cap: return cap, {**low, **seen}
+    while (hi is None and lo < cap) or (hi is not None and hi - lo > 1):
         before = None if hi is None else hi - max(lo, reach)
         top = min(cap, jump * max(reach, 1)) if hi is None else hi - 1
-        n, aimed = ((max(lo, reach) + hi) // 2, True) if halve else _aim(seen, order, low, lows, usable, lo, hi, top)
-        # the peak where a line aims or in a bracket; the guide's while the search runs ahead of its line
-        if fits(n, aimed or hi is not None or n in low): lo, reach = (n if n in seen else lo), max(reach, n)
-        else: hi, reach = n, min(reach, n - 1)
+        if halve: n, want = (max(lo, reach) + hi) // 2, None
+        else: n, want = _aim(seen, order, low, lows, usable, lo, hi, top, profile)
+        far = hi is None and want is not None and want > top   # past the jump: the guide runs ahead
+        if far and profile and want < math.inf: n = min(want, cap)   # a line op by op: where it aims
+        if far and n not in low: cheap(n)
+        elif want is not None and want >= n: exact(n)   # the line says it fits: its peak
+        elif cheap(n): exact(n)                         # else the guide's first: its "no" is certain
+        if (seen if n in seen else low)[n] <= usable: lo, reach = (n if n in seen else lo), max(reach, n)
+        else: hi, reach = n, reach if n > reach else lo   # the guide's yes misled: not again
         halve = not halve and before is not None and hi - max(lo, reach) > before / 2
+    return (lo if hi is not None else cap), {**low, **seen}, set(low) - set(seen)
 
-# %% ../../nbs/11b_fits_report.ipynb #5d7498c1
+# %% ../../nbs/11b_fits_report.ipynb #e14cf0b8
 def _sweep(text:str|int, what:str, lowest:int=1)->list[int]:
     try: out = [int(v) for v in str(text).split(",")]
     except ValueError: raise FitsError(f"--{what} takes whole numbers (comma-separated), got {text!r}") from None
@@ -208,6 +228,7 @@ def _dtype_words(text:str|torch.dtype, what:str, key:str)->list:
     for v in out: storage_dtype(v, what, {key: torch.float32})
     return [_dtype_word(v, key) for v in out]
 
+# %% ../../nbs/11b_fits_report.ipynb #e2d34d8c
 def _probe(model, cfg, world, batch, seq, pd, ld, backend, attention, job=None, rank=None)->StepMemory:
     "One setting's prediction (of one `rank`, or every): the `job`'s step at this wrapping, batch, seq and storage..."
     if job is not None: return predict_job(dataclasses.replace(job, wrap=cfg, world=world, batch=batch, seq=seq,
@@ -223,6 +244,7 @@ def _every_rank(m:StepMemory)->StepMemory|None:
     if len(set(t.signatures)) > 1: return None
     return dataclasses.replace(m, ranks=tuple(range(m.world)), trace_of=(0,) * m.world)
 
+# %% ../../nbs/11b_fits_report.ipynb #21532499
 def _one_line(label:str, e:Exception, speak)->str:
     "'cannot predict <label>: why; fix: ...' in at most 160 characters, the fix (the flag) kept whole."
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -253,11 +275,12 @@ def _header(model, config:str, lora_r:int, targets:str, world:int, backend:str, 
             [f"every setting: {_in_words(common)}"] if common else [])
     return head
 
-# %% ../../nbs/11b_fits_report.ipynb #4dc58fed
+# %% ../../nbs/11b_fits_report.ipynb #ac3442fb
 def _short_source(src:str)->str:
     "'/long/path/args.json: optim' as 'args.json: optim' (the file's name is enough beside its key), every path in it."
     return re.sub(r"(?:[^\s:]*[/\\])+(?=[^/\\\s:]+: )", "", src)
 
+# %% ../../nbs/11b_fits_report.ipynb #e16d11d0
 def _job_lines(job, wraps, batches, seqs, backend:str, search:str|None, dtypes=None)->list[str]:
     "The job the answer is for, in one line (`Job.line`; a swept field: its values), where each field came from."
     size = lambda v, what: ("largest that fits" if search == what else ",".join(map(str, v)))
@@ -278,7 +301,7 @@ def _job_lines(job, wraps, batches, seqs, backend:str, search:str|None, dtypes=N
     if said: out.append("from " + "; ".join(said))
     return out + [f"note: {_short_source(n)}" for n in job.notes]
 
-# %% ../../nbs/11b_fits_report.ipynb #8741c6dd
+# %% ../../nbs/11b_fits_report.ipynb #674b2daf
 def _details(s:Setting, usable:int)->list[str]:
     "`--verbose`: every category at the worst rank's peak, the module and phase, and the ranks that differ."
     m = s.memory; i = m.peak_bytes.index(m.worst)
@@ -294,6 +317,7 @@ def _details(s:Setting, usable:int)->list[str]:
                                                  sorted(by.items(), reverse=True)))
     return out
 
+# %% ../../nbs/11b_fits_report.ipynb #4e58cd18
 def _wrapped(lines:list[str], width:int=100)->list[str]:
     "Lines over `width` columns folded at spaces (a longer word broken, never cut), indented 2 past their own indent."
     fold = lambda t, lead: textwrap.fill(t, width, subsequent_indent=lead + "  ", break_on_hyphens=False)
@@ -303,19 +327,22 @@ def _say(lines:list[str]):
     "Print `lines` folded to 100 columns (nothing when there are none)."
     if lines: print("\n".join(_wrapped(lines)))
 
-# %% ../../nbs/11b_fits_report.ipynb #e5a1c203
+# %% ../../nbs/11b_fits_report.ipynb #e36401b2
 def _searched(found:dict, search:str|None, usable:int)->list[str]:
-    "Each searched row's answer: the largest value that fits and its peak, the next value's peak and what it misses."
+    "Each searched row's answer: the largest value that fits, its peak; the next value's (rank 0's alone: a bound)."
     out = []
-    for i, (best, seen) in found.items():
+    for i, (best, seen, lower) in found.items():
         nxt = seen.get(best + 1)
+        alone = " on rank 0 alone" if best + 1 in lower else ""   # the guide's "no": the other ranks not traced
         if best == 0: out.append(f"{i + 1}: {search} 1 does not fit ({fmt_bytes(seen[1] - usable)} missing)")
-        elif nxt is None: out.append(f"{i + 1}: largest {search} {best} (the search stops there): "
+        elif nxt is None: out.append(f"{i + 1}: largest {search} {best} (the search stops there: "
+                                     + ("the model's context" if search == "seq" else "65,536") + "): "
                                      f"peak {fmt_bytes(seen[best])}")
         else: out.append(f"{i + 1}: largest {search} {best}: peak {fmt_bytes(seen[best])}; at {best + 1}: "
-                         f"{fmt_bytes(nxt)} ({fmt_bytes(nxt - usable)} missing); {len(seen)} traces")
+                         f"{fmt_bytes(nxt)}{alone} ({fmt_bytes(nxt - usable)} missing); {len(seen)} traces")
     return out
 
+# %% ../../nbs/11b_fits_report.ipynb #5e2aaa5d
 def _refusal(label:str, e:Exception, speak)->list[str]:
     "Why a setting cannot be predicted, nothing cut: the setting and its fix (a flag) first, the reason below."
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -324,6 +351,7 @@ def _refusal(label:str, e:Exception, speak)->list[str]:
     if not sep: return [f"cannot predict {label}: {speak(msg)}"]
     return [f"cannot predict {label}; fix: {fix}", f"  why: {head}"]
 
+# %% ../../nbs/11b_fits_report.ipynb #6f6b1aa7
 def _legend(done:list[Setting], usable:int, common:Sequence[str])->list[str]:
     "The table's short words in words: its categories, and each row's setting (its flavour, what the header omits)."
     shown = {k for s in done for k in s.row(usable)["largest"].split(", ")}
@@ -348,7 +376,7 @@ def _answer(done:list[Setting], failed:list[str], found:dict, usable:int, search
     if verbose:
         for i, s in enumerate(done): _say([f"{i + 1} {' '.join(s.words)}:"] + _details(s, usable))
 
-# %% ../../nbs/11b_fits_report.ipynb #6a744ca3
+# %% ../../nbs/11b_fits_report.ipynb #e454702e
 def _fits_model(config:str, lora_r:int, targets:str, dora:bool=False)->nn.Module:
     "The meta model with LoRA that `fits_report` traces: a multi-stage Omni model's thinker alone."
     import sys
@@ -366,9 +394,15 @@ def _check_wraps(model:nn.Module, wraps, world:int):
         shard_group_size(world, c.hybrid, c.shard_size)     # a hybrid shard group that does not divide the world
         if c.layer_cls not in (None, "auto"): resolve_layer_classes(model, c.layer_cls)   # a class the model lacks
 
+# %% ../../nbs/11b_fits_report.ipynb #27beea2d
 def _cap(model:nn.Module, search:str)->int:
-    "The most `--max-batch` / `--max-seq` may answer: a sequence stops at a learned position table (GPT-2's `wpe`)."
-    return min(2**16, (position_table(model) or ("", 2**16))[1]) if search == "seq" else 2**16
+    "The most `--max-batch` / `--max-seq` may answer: a sequence stops at the model's context (`wpe`, its config's)."
+    if search != "seq": return 2**16
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    conf = getattr(base, "config", None)
+    text = conf.get_text_config() if hasattr(conf, "get_text_config") else conf
+    # RoPE has no table to outrun, but past max_position_embeddings the model was never trained: not an answer
+    return min(2**16, (position_table(model) or ("", 2**16))[1], getattr(text, "max_position_embeddings", None) or 2**16)
 
 def _jobs(wraps, pds, lds, batches, seqs, search):
     "Every setting to trace, the words that name each, and the words they all share (said once, in the header)."
@@ -379,36 +413,65 @@ def _jobs(wraps, pds, lds, batches, seqs, search):
              for c, pd, ld, b, s in jobs]
     return jobs, names, [t for t in names[0] if all(t in w for w in names)]
 
-# %% ../../nbs/11b_fits_report.ipynb #d91e48b0
-def _search(model, c, world, b, s, pd, ld, backend, attention, job, usable, search)->tuple[int, dict, StepMemory]:
-    "One setting's largest batch (`search`: 'batch') or seq that fits: it, value -> peak, every rank's at it (or 1)."
-    mems = {}   # value -> every rank's prediction
-    def peak(n:int, rank:int|None=None)->int:   # rank 0's alone: the guide (every rank's, where they trace alike)
-        if rank is None and n in mems: return mems[n].worst_case
-        m = _probe(model, c, world, *((n, s) if search == "batch" else (b, n)), pd, ld, backend, attention, job, rank)
+# %% ../../nbs/11b_fits_report.ipynb #21df987f
+def _profile(m:StepMemory)->tuple[int, ...]:
+    "The bytes live at each op of the step of `m`'s worst rank (plus its worst case's extra): a profile to aim with."
+    t, out, at, v = max(m.traces, key=lambda t: t.worst_peak), [], 0, 0
+    for i, b in t.timeline: out += [v] * (i - at); at, v = i, b   # the timeline: (op, bytes) where they changed
+    return tuple(x + t.worst_peak - t.peak for x in out + [v])
+
+# %% ../../nbs/11b_fits_report.ipynb #84a4f2cc
+def _search(model, c, world, b, s, pd, ld, backend, attention, job, usable, search
+           )->tuple[int, dict, set, StepMemory]:
+    "One setting's largest batch (`search`: 'batch') or seq that fits: it, value -> peak, rank 0's alone, its memory."
+    mems, guides = {}, {}   # value -> every rank's prediction; rank 0's (the guide)
+    def probe(n:int, rank:int|None=None)->StepMemory:
+        size = (n, s) if search == "batch" else (b, n)
+        return _probe(model, c, world, *size, pd, ld, backend, attention, job, rank)
+    def peak(n:int)->int:
+        if n not in mems: mems[n] = probe(n)
+        return mems[n].worst_case
+    def guide(n:int)->int:   # rank 0's: every rank's where they all trace alike (FSDP2; FSDP1 without orig params)
+        guides[n] = m = probe(n, 0)
         if (every := _every_rank(m)) is not None: mems[n] = every
         return m.worst_case
-    best, seen = largest_fitting(peak, usable, _cap(model, search), guide=lambda n: peak(n, 0))
-    return best, seen, mems[max(best, 1)]
+    profile = functools.cache(lambda n, exact: _profile((mems if exact else guides)[n]))
+    best, seen, lower = largest_fitting(peak, usable, _cap(model, search), guide=guide, profile=profile)
+    if best == 0 and 1 not in mems: seen[1] = peak(1)   # its row: every rank's
+    return best, seen, lower - set(mems), mems[max(best, 1)]
 
-# %% ../../nbs/11b_fits_report.ipynb #d91e48a1
+# %% ../../nbs/11b_fits_report.ipynb #6a492e83
+def _trace_setting(model, job_args:tuple, label:str, world, backend, attention, job, usable, search, speak
+                  )->tuple[Setting|None, list[str], tuple|None]:
+    "One setting traced (with `search`, searched), in a forked copy or here: its row, its refusal's lines, its search."
+    (c, pd, ld, b, s), t0, row, failed, found = job_args, time.perf_counter(), None, [], None
+    try:
+        if search is None:
+            row = Setting(c, b, s, _probe(model, c, world, b, s, pd, ld, backend, attention, job), pd, ld)
+        else:
+            best, seen, lower, m = _search(model, c, world, b, s, pd, ld, backend, attention, job, usable, search)
+            v, found = max(best, 1), (best, seen, lower)
+            row = Setting(c, *((v, s) if search == "batch" else (b, v)), m, pd, ld)
+    except Exception as e: failed = _refusal(label, e, speak)   # the step fails as it would on devices: a line, here
+    print(f"  traced {label} in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    return row, failed, found
+
+# %% ../../nbs/11b_fits_report.ipynb #9c38fa93
 def _trace_settings(model, jobs, names, common, world, backend, attention, job, usable, search, speak):
-    "Each setting traced (with `search`, its largest fitting batch or seq): the rows, failures' lines, searches."
+    "Each setting traced (with `search`, searched), side by side, the costliest first: the rows, failures, searches."
+    label = lambda w: " ".join(t for t in w if t not in common) or "the setting"
+    cost = lambda c: (c.flavour == "fsdp1", bool(c.activation_checkpointing))   # FSDP1: up to 3 ranks a value
+    first = sorted(range(len(jobs)), key=lambda i: cost(jobs[i][0]), reverse=True)
+    got = dict(zip(first, fork_map(_trace_setting, [(model, jobs[i], label(names[i]), world, backend, attention, job,
+                                                     usable, search, speak) for i in first])))
     done, failed, found = [], [], {}
-    for (c, pd, ld, b, s), words in zip(jobs, names):
-        t0, label = time.perf_counter(), " ".join(t for t in words if t not in common) or "the setting"
-        try:
-            if search is None:
-                done.append(Setting(c, b, s, _probe(model, c, world, b, s, pd, ld, backend, attention, job), pd, ld))
-            else:
-                best, seen, m = _search(model, c, world, b, s, pd, ld, backend, attention, job, usable, search)
-                v = max(best, 1); found[len(done)] = (best, seen)
-                done.append(Setting(c, *((v, s) if search == "batch" else (b, v)), m, pd, ld))
-        except Exception as e: failed += _refusal(label, e, speak)   # the step fails as it would on devices
-        print(f"  traced {label} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    for row, lines, search_of in (got[i] for i in range(len(jobs))):
+        if search_of: found[len(done)] = search_of
+        if row: done.append(row)
+        failed += lines
     return done, failed, found
 
-# %% ../../nbs/11b_fits_report.ipynb #e5a1c206
+# %% ../../nbs/11b_fits_report.ipynb #e3062d7d
 def _checked(device_memory, reserve, world, job, max_batch, max_seq, batch, seq, param_dtype, lora_dtype, wraps):
     "`fits_report`'s inputs read and checked before any model is built: the device, reserve, sizes and dtypes."
     device, res = parse_bytes(device_memory), parse_bytes(reserve)
@@ -420,6 +483,7 @@ def _checked(device_memory, reserve, world, job, max_batch, max_seq, batch, seq,
     return (device, res, _sweep(batch, "batch"), _sweep(seq, "seq"), _dtype_words(param_dtype, "param_dtype", "config"),
             _dtype_words(lora_dtype, "lora_dtype", "base"))
 
+# %% ../../nbs/11b_fits_report.ipynb #3b45533a
 def _model_of(job, world, config, lora_r:int, targets:str, dora:bool, wraps):
     "The meta model `fits_report` traces (its wrappings checked), its world, config, LoRA rank and targets (`job`'s)."
     if job is None: out = _fits_model(config, lora_r, targets, dora), world, config, lora_r, targets
