@@ -5,7 +5,7 @@
 # %% ../../nbs/04b_votes.ipynb #vt000004
 from __future__ import annotations
 
-import atexit, contextlib, datetime, logging, os, re, sys, threading, time, weakref, zlib
+import contextlib, datetime, logging, os, re, sys, threading, time, weakref, zlib
 from signal import SIGINT, getsignal, signal as set_handler   # `signal` is a RankVote method here
 from typing import Callable
 
@@ -13,12 +13,13 @@ import torch
 import torch.distributed as dist
 
 from ..doctor import internal
+from .heartbeats import dead_ranks, heartbeat
 from ..methods import patch_to
 
 # %% auto #0
-__all__ = ['CHECK_BYTES', 'CALLS', 'ARRIVAL_ENV', 'COLLECTIVES', 'cause', 'RankVote', 'Heartbeat', 'pulse_key', 'heartbeat',
-           'stop_heartbeats', 'RankFailure', 'failure_message', 'sigint_held', 'collective_device', 'bounded_wait',
-           'CallMismatch', 'mismatches', 'arrival_timeout', 'arrival_block', 'PartialCall']
+__all__ = ['CHECK_BYTES', 'CALLS', 'ARRIVAL_ENV', 'COLLECTIVES', 'cause', 'RankVote', 'RankFailure', 'failure_message',
+           'sigint_held', 'collective_device', 'bounded_wait', 'CallMismatch', 'mismatches', 'arrival_timeout',
+           'arrival_block', 'PartialCall']
 
 # %% ../../nbs/04b_votes.ipynb #vt000006
 # private torch object: imported when first used, checked by `python -m lora_fsdp_kit doctor`
@@ -102,63 +103,11 @@ def failures(self:RankVote, stage:str)->dict[int, str]:
     if late: return late
     return self.causes() if self.store.add(failed, 0) else {}
 
-# %% ../../nbs/04b_votes.ipynb #hb000002
-class Heartbeat(threading.Thread):
-    "This process's pulse in the store while it lives: a counter that its peers watch to tell slow from dead."
-    period = 1.0   # seconds between beats
-    def __init__(self, store, key:str):
-        super().__init__(daemon=True, name=f"lfk-heartbeat {key}")
-        self.store, self.key, self.stopped = store, key, threading.Event()
-    def run(self):
-        while not self.stopped.is_set() and dist.is_initialized():   # the job's group torn down: no one listens
-            try: self.store.add(self.key, 1)
-            except Exception: return   # the store is gone (the job ended): nobody is listening
-            self.stopped.wait(self.period)
-    def stop(self): self.stopped.set()   # what a killed process does (a test's stand-in for SIGKILL)
-
-# %% ../../nbs/04b_votes.ipynb #1de25345
-_BEATS: dict[str, Heartbeat] = {}
-
-def pulse_key(members:str, rank:int)->str:
-    "The store key of a seat's heartbeat counter."
-    return f"lfk/alive/{members}/{rank}"
-
-def heartbeat(store, members:str, rank:int)->Heartbeat:
-    "Start, once per store and seat, the thread that beats for this process (it runs until the process ends)."
-    key = pulse_key(members, rank)
-    hb = _BEATS.get(key)
-    if hb is None or hb.store is not store or not hb.is_alive():
-        # the first beat now, not in the thread: the key exists before the caller's next store call
-        # (a peer that counts the store's keys, or watches this one, never sees it appear late)
-        try: store.add(key, 1)
-        except Exception: pass   # the store is gone: the vote's own calls say so
-        hb = _BEATS[key] = Heartbeat(store, key); hb.start()
-    return hb
-
-# %% ../../nbs/04b_votes.ipynb #d9effae7
-def stop_heartbeats(timeout:float=2.0):   # seconds to wait for each thread
-    "Stop this process's heartbeat threads and wait for them (run at exit; call it before tearing a job down early)."
-    beats = list(_BEATS.values())
-    for hb in beats: hb.stop()
-    for hb in beats: hb.join(timeout)
-    _BEATS.clear()
-
-atexit.register(stop_heartbeats)
-
 # %% ../../nbs/04b_votes.ipynb #f6c522a6
 @patch_to(RankVote)
 def dead(self:RankVote, ranks:list[int])->dict[int, str]:
-    "{rank: why} for the ranks among `ranks` whose heartbeat has not moved for `dead_after` s (none yet: not judged)."
-    now, dead = time.monotonic(), {}
-    for r in ranks:
-        k = pulse_key(self.members, r)
-        if not self.store.check([k]): continue
-        v, seen = self.store.get(k), self.seen.get(r)
-        if seen is None or seen[0] != v: self.seen[r] = (v, now)
-        elif now - seen[1] >= self.dead_after:
-            dead[r] = (f"stopped: no sign of life for {now - seen[1]:.0f} s (its process was killed, ran out of "
-                       f"memory, or lost its machine)")
-    return dead
+    "{rank: why} for the ranks among `ranks` whose heartbeat has not moved for `dead_after` s (`dead_ranks`)."
+    return dead_ranks(self.store, self.members, ranks, self.seen, self.dead_after)
 
 # %% ../../nbs/04b_votes.ipynb #hb000003
 @patch_to(RankVote)
