@@ -146,6 +146,19 @@ def _forward_text(model:nn.Module, cfg:WrapConfig, step:StepOptions=StepOptions(
                 "between them)")
     return out
 
+# %% ../../nbs/11_fits.ipynb #d387184a
+_TRACES: dict = {}   # (id(model), wrap, world, rank, batch, seq, backend, attention, step) -> (the model, its trace)
+
+def _traced(model, cfg, world, ranks, batch, seq, backend, attention, step=None)->list[RankTrace]:
+    "`trace_many`, each rank's trace kept (the last 16): a search's guide (rank 0 alone) is its every-rank call's rank 0."
+    key = lambda r: (id(model), cfg, world, r, batch, seq, backend, attention, step)
+    hits = {r: h[1] for r in ranks if (h := _TRACES.get(key(r))) and h[0] is model}
+    todo = [r for r in ranks if r not in hits]
+    for r, t in zip(todo, trace_many(model, cfg, world, todo, batch, seq, backend, attention, step=step) if todo else []):
+        hits[r] = t; _TRACES[key(r)] = (model, t)
+        if len(_TRACES) > 16: _TRACES.pop(next(iter(_TRACES)))
+    return [hits[r] for r in ranks]
+
 # %% ../../nbs/11_fits.ipynb #23d6965f
 _CACHE_FIX = ("; with use_cache on, checkpoint_wrapper's recompute appends each layer's keys to the KV cache a second "
               "time: fix: use_cache=False (the forward's or config.json's), or activation_checkpointing='hf'")
@@ -158,11 +171,11 @@ def _trace(model, cfg, world, ranks, batch, seq, backend, attention, plan, step:
         first = []
         # a rank's steps fill the copies: the first rank's trace, alone, names every rank's signature
         if copies() <= steps_per_rank(model, cfg, plan=plan):
-            first = trace_many(model, cfg, world, ranks[:1], *args, step=step); sig = first[0].signatures
+            first = _traced(model, cfg, world, ranks[:1], *args, step=step); sig = first[0].signatures
         else: sig = rank_signatures(model, cfg, world)   # a wrap, no step: then every signature in one round
         keys = list(dict.fromkeys(sig[r] for r in ranks))   # each signature once, its first rank traced
         firsts = [next(r for r in ranks if sig[r] == s) for s in keys]
-        traces = first + trace_many(model, cfg, world, firsts[len(first):], *args, step=step)
+        traces = first + _traced(model, cfg, world, firsts[len(first):], *args, step=step)
         return traces, [keys.index(sig[r]) for r in ranks]
     except (RuntimeError, NotImplementedError, TypeError, ValueError, AssertionError) as e:
         why = explain_failure(e, model)
