@@ -8,7 +8,7 @@ the previous measurement). tests/test_device_check.py and tests/test_install.py 
 the Makefile). A file not listed runs after these, in collection order."""
 COST = {"test_fits_beyond": 84,     # 2026-12-07: every real-rank fits case of four launches in one (4 ranks, 28 cases)
         "test_fits_accuracy": 85,    # 2026-12-07: trace-equality rows (its real-rank cases moved to test_fits_beyond)
-        "test_trainer_fits": 110,    # 2026-12-06: fits beside 13 real Trainer / accelerate steps (108 s alone)
+        "test_trainer_fits": 135,    # 2026-12-07: fits beside 16 real Trainer / accelerate / TRL steps, + TRL refusing
         "test_trainer": 100,         # 2026-12-07: the HF Trainer, 2 ranks, and a resume at 3 ranks (+12 s)
         "test_groups": 70,           # 2026-12-06: 2 ranks, 3 cases (70 s wall)
         "test_fits_sweep": 50,       # 2026-12-06: a sample of the sweep that changes with the commit
