@@ -23,8 +23,8 @@ from ..shards import WRAPPER_SEGMENTS, clean_name
 from ..gather.core import (GatherEngine, MissingLoraError, check_collected, fsdp_flavour, gather_engine,
                                   gather_lora)
 from ..publish import clean_leftovers, fsync_tree, new_tmp, publish, save_target
-from ..gather.votes import (CallMismatch, RankFailure, RankVote, bounded_wait, mismatches,
-                                  sigint_held, collective_device)
+from ..gather.votes import (CallMismatch, RankFailure, RankVote, mismatches, sigint_held)
+from ..gather.bounded_wait import (bounded_wait, collective_device)
 
 # %% auto #0
 __all__ = ['ADAPTER_CONFIG', 'ADAPTER_WEIGHTS', 'CONFIG_FIELDS', 'ADAPTER_BIN', 'is_sharded', 'peft_model_of', 'adapter_config',

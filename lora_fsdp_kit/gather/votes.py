@@ -5,7 +5,7 @@
 # %% ../../nbs/04b_votes.ipynb #vt000004
 from __future__ import annotations
 
-import contextlib, datetime, logging, os, re, sys, threading, time, weakref, zlib
+import contextlib, logging, os, re, sys, threading, time, weakref, zlib
 from signal import SIGINT, getsignal, signal as set_handler   # `signal` is a RankVote method here
 from typing import Callable
 
@@ -13,13 +13,13 @@ import torch
 import torch.distributed as dist
 
 from ..doctor import internal
+from .bounded_wait import collective_device
 from .heartbeats import dead_ranks, heartbeat
 from ..methods import patch_to
 
 # %% auto #0
 __all__ = ['CHECK_BYTES', 'CALLS', 'ARRIVAL_ENV', 'COLLECTIVES', 'cause', 'RankVote', 'RankFailure', 'failure_message',
-           'sigint_held', 'collective_device', 'bounded_wait', 'CallMismatch', 'mismatches', 'arrival_timeout',
-           'arrival_block', 'PartialCall']
+           'sigint_held', 'CallMismatch', 'mismatches', 'arrival_timeout', 'arrival_block', 'PartialCall']
 
 # %% ../../nbs/04b_votes.ipynb #vt000006
 # private torch object: imported when first used, checked by `python -m lora_fsdp_kit doctor`
@@ -278,35 +278,6 @@ def __exit__(self:RankVote, typ, exc, tb):
         try: self.post("interrupted", exc)
         except Exception: pass   # the store is gone: the others find out at their own timeout
     if self.posted: self.close()   # a vote that only ever `check`ed wrote no key: nothing to clean
-
-# %% ../../nbs/04b_votes.ipynb #vt000024
-_set_pg_timeout = internal("torch.distributed.distributed_c10d:_set_pg_timeout",
-                           feature="the bounded wait in save_lora's and the gathers' collectives (votes.bounded_wait)")
-
-def collective_device()->torch.device:
-    # imported late: platform imports more than a vote needs
-    from lora_fsdp_kit.platform import get_platform
-    return get_platform().torch_device()
-
-def _pg_timeout(group)->datetime.timedelta|None:
-    try: return group._get_backend(collective_device()).options._timeout
-    except Exception: return None   # a backend without options: its timeout stays as it is
-
-@contextlib.contextmanager
-def bounded_wait(groups:list,                # process groups the block's collectives run in
-                 seconds:float|None,         # the most a collective may wait for a peer (None: unchanged)
-                ):
-    "Lower the timeout of `groups` inside the block, so a collective whose peer failed before it raises, not hangs."
-    saved = []
-    for g in (list(dict.fromkeys(groups)) if seconds else []):
-        old = _pg_timeout(g)
-        if old is None or old.total_seconds() <= seconds: continue
-        _set_pg_timeout(datetime.timedelta(seconds=seconds), g); saved.append((g, old))
-    try: yield
-    finally:
-        for g, old in saved:
-            try: _set_pg_timeout(old, g)
-            except Exception: pass   # a group closed by a timeout takes no new setting
 
 # %% ../../nbs/04b_votes.ipynb #b1d536a3
 _NAMES: dict[int, str] = {}   # code -> name, for every name coded here (every rank runs the same code)
