@@ -1,7 +1,8 @@
 """What `lfk fits --max-batch` / `--max-seq` costs, in traces: per setting of fits' default sweep, one trace's time
 (every rank's, and rank 0's alone: the search's guide) beside the search's time and its traces, now (`fits`' own
-`_search`) and as it was before (commit 8dfa587: a line through the peaks, the value after the answer traced for every
-rank), side by side in one process; then, with `--cli`, the real command (its settings side by side in forked copies).
+`search_setting`) and as it was before (commit 8dfa587: a line through the peaks, the value after the answer traced
+for every rank), side by side in one process; then, with `--cli`, the real command (its settings side by side in
+forked copies).
 
     OMP_NUM_THREADS=1 LFK_TRACE_FORK=0 .venv/bin/python bench/fits_search.py [--max-seq] [--setting I ...]
         [--no-before] [--cli]
@@ -64,8 +65,9 @@ model before them). Issue 50's 60 s beside a test run needs fewer traces still: 
 import argparse, json, os, resource, subprocess, sys, tempfile, time
 
 from lora_fsdp_kit.__main__ import fits_job_of_args, parser
-from lora_fsdp_kit.fits import report
-from lora_fsdp_kit.fits.report import _cap, _every_rank, _fits_model, _search
+from lora_fsdp_kit.fits import search as searching
+from lora_fsdp_kit.fits.report import _fits_model
+from lora_fsdp_kit.fits.search import every_rank, search_cap, search_setting
 from lora_fsdp_kit.units import parse_bytes
 
 LLAMA3_8B = dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=14336,
@@ -116,14 +118,14 @@ def before_fitting(peak, usable, cap=2**16, jump=32, guide=None):
         halve = not halve and before is not None and hi - max(lo, reach) > before / 2
 
 def before_search(model, c, size, usable, search):
-    "`_search` as it was: (answer, value -> peak)."
+    "`search_setting` as it was: (answer, value -> peak)."
     mems = {}
     def peak(n, rank=None):
         if rank is None and n in mems: return mems[n].worst_case
-        m = report._probe(model, c, 8, *size(n), "config", "base", "nccl", "auto", None, rank)
-        if (every := _every_rank(m)) is not None: mems[n] = every
+        m = searching.probe(model, c, 8, *size(n), "config", "base", "nccl", "auto", None, rank)
+        if (every := every_rank(m)) is not None: mems[n] = every
         return m.worst_case
-    return before_fitting(peak, usable, _cap(model, search), guide=lambda n: peak(n, 0))
+    return before_fitting(peak, usable, search_cap(model, search), guide=lambda n: peak(n, 0))
 
 def cli(d:str, search:str)->str:
     "The real command, its settings in forked copies as users run it: wall, CPU-s of the command, load before/after."
@@ -159,7 +161,7 @@ def main():
         t = time.perf_counter(); m = probe(*args, **kw)
         rank = args[10] if len(args) > 10 else kw.get("rank")
         calls.append((args[3] if search == "batch" else args[4], rank, time.perf_counter() - t)); return m
-    probe, report._probe = report._probe, timed
+    probe, searching.probe = searching.probe, timed
     def run(f):
         calls.clear(); t0, c0 = time.perf_counter(), time.process_time()
         out = f()
@@ -176,8 +178,8 @@ def main():
             timed(model, c, 8, *size(2), "config", "base", "nccl", "auto")
             timed(model, c, 8, *size(2), "config", "base", "nccl", "auto", None, 0)
             (_, _, full), (_, _, guide) = calls
-            (best, seen, lower, _), now, cpu, got = run(lambda: _search(model, c, 8, 1, 512, "config", "base",
-                                                                         "nccl", "auto", None, usable, search))
+            (best, seen, lower, _), now, cpu, got = run(lambda: search_setting(
+                model, c, 8, 1, 512, "config", "base", "nccl", "auto", None, usable, search))
         except Exception as e: print(f"{name:<24} refused: {str(e)[:60]}"); continue
         total[2] += now; total[3] += cpu
         old = "-"

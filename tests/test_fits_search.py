@@ -9,9 +9,10 @@ import functools
 
 from lora_fsdp_kit import forks
 from lora_fsdp_kit.config_files import shipped_config
-from lora_fsdp_kit.fits import report
+from lora_fsdp_kit.fits import report, search as searching
 from lora_fsdp_kit.fits.core import predict_step_memory
-from lora_fsdp_kit.fits.report import _search, _searched, fits_report, largest_fitting
+from lora_fsdp_kit.fits.report import _searched, fits_report
+from lora_fsdp_kit.fits.search import largest_fitting, search_setting
 from lora_fsdp_kit.models import add_lora, model_from_config
 from lora_fsdp_kit.plan.wrap import WrapConfig
 
@@ -35,7 +36,7 @@ def scan(usable:int, upto:int=6)->int:
     raise AssertionError(f"batch {upto} fits too: widen the scan")
 
 def search(usable:int):
-    return _search(model(), CFG, WORLD, 1, SEQ, "config", "base", "nccl", "auto", None, usable, "batch")
+    return search_setting(model(), CFG, WORLD, 1, SEQ, "config", "base", "nccl", "auto", None, usable, "batch")
 
 def test_search_answers_what_a_scan_answers():
     "The device sized to batch 4's worst case: the search says 4, batch 4 traced for every rank, 5 over the device."
@@ -80,8 +81,9 @@ def test_settings_side_by_side_answer_as_one_after_the_other(monkeypatch, capfd)
                          wraps=wraps, max_batch=True)
         return rc, capfd.readouterr()
     rc0, (out0, err0) = answer(0)
-    probes, probe = [], report._probe
-    monkeypatch.setattr(report, "_probe", lambda *a, **k: probes.append(a) or probe(*a, **k))
+    probes, probe = [], searching.probe
+    counted = lambda *a, **k: probes.append(a) or probe(*a, **k)
+    for mod in (searching, report): monkeypatch.setattr(mod, "probe", counted)   # a search's traces, a row's
     rc2, (out2, err2) = answer(2)
     assert forks.copies() == 2 and not probes, len(probes)   # every trace ran in a copy, the refusal's too
     assert rc0 == rc2 == 1 and out0 == out2, out0 + "\n----\n" + out2

@@ -5,7 +5,7 @@
 # %% ../../nbs/11b_fits_report.ipynb #b2ae4889
 from __future__ import annotations
 
-import dataclasses, functools, math, os, re, sys, textwrap, time
+import dataclasses, os, re, sys, textwrap, time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -16,14 +16,14 @@ from ..families import PLAN_TARGETS, text_model_of
 from ..forks import fork_map
 from ..units import fmt_bytes, fmt_count, parse_bytes
 from .core import (RESERVE, FitsError, StepMemory, dtype_short, is_adapter_name, ranks_text,
-    plot_stack, storage_dtype, plot_timeline, plot_unit, predict_job, predict_step_memory)
-from .limits import position_table
+    plot_stack, storage_dtype, plot_timeline, plot_unit, predict_step_memory)
+from .search import probe, search_setting
 from ..plan.policies import resolve_layer_classes
 from ..shards import shard_group_size
 from ..plan.wrap import WrapConfig
 
 # %% auto #0
-__all__ = ['Setting', 'settings_table', 'plot_settings', 'largest_fitting', 'fits_report']
+__all__ = ['Setting', 'settings_table', 'plot_settings', 'fits_report']
 
 # %% ../../nbs/11b_fits_report.ipynb #7584a379
 _CAT_SHORT = {"sharded parameters": "shards", "unsharded parameters": "gathered", "buffers": "buffers",
@@ -149,72 +149,6 @@ def plot_settings(settings:list[Setting], device:int, reserve:int=0):
                  f"{_in_words(_varying(settings)[0])}" + (f"\n{said.pop()}" if len(said) == 1 else ""), fontsize=10)
     return fig
 
-# %% ../../nbs/11b_fits_report.ipynb #570339c5
-def _pair(order:list)->tuple[int, int]|None:
-    "The last two distinct values traced in `order`, the lower first."
-    last = list(dict.fromkeys(reversed(order)))[:2]
-    return (min(last), max(last)) if len(last) == 2 else None
-
-def _reach(at:tuple, a:tuple, b:tuple, usable:int, profile=None)->int|float:
-    "Where the line through a's and b's peaks, drawn from `at` (each a (value, peak, exact)), reaches `usable`."
-    got = [profile(n, e) for n, _, e in (at, a, b)] if profile else []
-    if not (got and all(got) and len({len(p) for p in got}) == 1): got = [(p,) for _, p, _ in (at, a, b)]
-    (x, w), (px, pa, pb) = (at[0], b[0] - a[0]), got   # with profiles: each op on its own line, the first to get there
-    ups = [(usable - p) * w // (v - u) for p, u, v in zip(px, pa, pb) if v > u]
-    return x + min(ups) if ups else math.inf
-
-# %% ../../nbs/11b_fits_report.ipynb #3906f5ba
-def _aim(seen:dict, order:list, low:dict, lows:list, usable:int, lo:int, hi:int|None, top:int, profile=None
-        )->tuple[int, int|float|None]:
-    "The next value to trace, in lo+1..top, and where its line reaches `usable` (None: no line, the bracket halved)."
-    pair, at, exact = _pair(order), None, lambda n: (n, seen[n], True)
-    if pair and pair[1] - pair[0] == 1 and hi is not None and lo:   # two peaks side by side: a step (checkpointing)
-        a, b = exact(lo), exact(hi) if hi in seen else (hi, low[hi], False)   # the bracket's ends
-    elif (pair is None or pair[1] - pair[0] == 1) and (wide := _pair(lows)) is not None:   # the guide's slope
-        a, b = ((n, low[n], False) for n in wide)
-        at = exact(order[-1]) if order else None   # from the last peak
-    elif pair: a, b = exact(pair[0]), exact(pair[1])
-    else: return max(lo + 1, (lo + hi) // 2 if hi else lo + 1), None
-    want = _reach(at or a, a, b, usable, profile)
-    return max(lo + 1, min(want, top)), want
-
-# %% ../../nbs/11b_fits_report.ipynb #e82913ea
-def largest_fitting(peak:Callable[[int], int],  # the peak at a value (nondecreasing in it), e.g. a traced step's
-                    usable:int,                 # bytes the step may take
-                    cap:int=2**16,              # the search stops here
-                    jump:int=32,                # before a value that does not fit is known: at most x32 a step
-                    guide:Callable[[int], int]|None=None, # a cheaper lower bound of `peak` (one rank's): aims, says no
-                    profile:Callable[[int, bool], Sequence[int]]|None=None, # a value's bytes op by op (True: peak's)
-                   )->tuple[int, dict[int, int], set[int]]:  # (the largest that fits, 0 if 1 does not; value -> peak;
-                                                             #  the values only the guide traced: lower bounds)
-    "The largest value in 1..cap whose peak fits, in few calls: a line through the last two peaks, else halving."
-    seen, order, low, lows = {}, [], {}, []   # value -> its peak, in the order traced; the guide's likewise
-    def exact(n:int)->bool:
-        if n not in seen: seen[n] = peak(n); order.append(n)
-        return seen[n] <= usable
-    def cheap(n:int)->bool:   # the guide's peak is a lower bound: its "no" is certain, its "yes" only aims
-        if guide is None: return exact(n)
-        if n not in low: low[n] = guide(n); lows.append(n)
-        return low[n] <= usable
-    lo, reach, hi, halve = 0, 0, None, False   # fits (its peak traced); fits (the guide's); does not fit (certain)
-    for n in (2, 3)[:max(cap - 1, 0)]:   # the first line's two points (batch 1 is off the line): the guide's
-        if not cheap(n): hi = n; break
-        lo, reach = (n if n in seen else lo), n
-    while (hi is None and lo < cap) or (hi is not None and hi - lo > 1):
-        before = None if hi is None else hi - max(lo, reach)
-        top = min(cap, jump * max(reach, 1)) if hi is None else hi - 1
-        if halve: n, want = (max(lo, reach) + hi) // 2, None
-        else: n, want = _aim(seen, order, low, lows, usable, lo, hi, top, profile)
-        far = hi is None and want is not None and want > top   # past the jump: the guide runs ahead
-        if far and profile and want < math.inf: n = min(want, cap)   # a line op by op: where it aims
-        if far and n not in low: cheap(n)
-        elif want is not None and want >= n: exact(n)   # the line says it fits: its peak
-        elif cheap(n): exact(n)                         # else the guide's first: its "no" is certain
-        if (seen if n in seen else low)[n] <= usable: lo, reach = (n if n in seen else lo), max(reach, n)
-        else: hi, reach = n, reach if n > reach else lo   # the guide's yes misled: not again
-        halve = not halve and before is not None and hi - max(lo, reach) > before / 2
-    return (lo if hi is not None else cap), {**low, **seen}, set(low) - set(seen)
-
 # %% ../../nbs/11b_fits_report.ipynb #e14cf0b8
 def _sweep(text:str|int, what:str, lowest:int=1)->list[int]:
     try: out = [int(v) for v in str(text).split(",")]
@@ -227,22 +161,6 @@ def _dtype_words(text:str|torch.dtype, what:str, key:str)->list:
     out = [v.strip() for v in text.split(",")] if isinstance(text, str) else [text]
     for v in out: storage_dtype(v, what, {key: torch.float32})
     return [_dtype_word(v, key) for v in out]
-
-# %% ../../nbs/11b_fits_report.ipynb #e2d34d8c
-def _probe(model, cfg, world, batch, seq, pd, ld, backend, attention, job=None, rank=None)->StepMemory:
-    "One setting's prediction (of one `rank`, or every): the `job`'s step at this wrapping, batch, seq and storage..."
-    if job is not None: return predict_job(dataclasses.replace(job, wrap=cfg, world=world, batch=batch, seq=seq,
-                                                               param_dtype=pd, lora_dtype=ld),
-                                           rank=rank, backend=backend, attention=attention)
-    return predict_step_memory(model, world=world, wrap=cfg, batch=batch, seq=seq, param_dtype=pd, lora_dtype=ld,
-                               rank=rank, backend=backend, attention=attention)
-
-def _every_rank(m:StepMemory)->StepMemory|None:
-    "One rank's prediction as every rank's, where every rank traces alike (one signature); else None."
-    t = m.traces[0]
-    if len(m.ranks) == m.world: return m
-    if len(set(t.signatures)) > 1: return None
-    return dataclasses.replace(m, ranks=tuple(range(m.world)), trace_of=(0,) * m.world)
 
 # %% ../../nbs/11b_fits_report.ipynb #21532499
 def _one_line(label:str, e:Exception, speak)->str:
@@ -395,15 +313,6 @@ def _check_wraps(model:nn.Module, wraps, world:int):
         if c.layer_cls not in (None, "auto"): resolve_layer_classes(model, c.layer_cls)   # a class the model lacks
 
 # %% ../../nbs/11b_fits_report.ipynb #27beea2d
-def _cap(model:nn.Module, search:str)->int:
-    "The most `--max-batch` / `--max-seq` may answer: a sequence stops at the model's context (`wpe`, its config's)."
-    if search != "seq": return 2**16
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    conf = getattr(base, "config", None)
-    text = conf.get_text_config() if hasattr(conf, "get_text_config") else conf
-    # RoPE has no table to outrun, but past max_position_embeddings the model was never trained: not an answer
-    return min(2**16, (position_table(model) or ("", 2**16))[1], getattr(text, "max_position_embeddings", None) or 2**16)
-
 def _jobs(wraps, pds, lds, batches, seqs, search):
     "Every setting to trace, the words that name each, and the words they all share (said once, in the header)."
     jobs = [(c, pd, ld, b, s) for c in wraps for pd in pds for ld in lds
@@ -413,33 +322,6 @@ def _jobs(wraps, pds, lds, batches, seqs, search):
              for c, pd, ld, b, s in jobs]
     return jobs, names, [t for t in names[0] if all(t in w for w in names)]
 
-# %% ../../nbs/11b_fits_report.ipynb #21df987f
-def _profile(m:StepMemory)->tuple[int, ...]:
-    "The bytes live at each op of the step of `m`'s worst rank (plus its worst case's extra): a profile to aim with."
-    t, out, at, v = max(m.traces, key=lambda t: t.worst_peak), [], 0, 0
-    for i, b in t.timeline: out += [v] * (i - at); at, v = i, b   # the timeline: (op, bytes) where they changed
-    return tuple(x + t.worst_peak - t.peak for x in out + [v])
-
-# %% ../../nbs/11b_fits_report.ipynb #84a4f2cc
-def _search(model, c, world, b, s, pd, ld, backend, attention, job, usable, search
-           )->tuple[int, dict, set, StepMemory]:
-    "One setting's largest batch (`search`: 'batch') or seq that fits: it, value -> peak, rank 0's alone, its memory."
-    mems, guides = {}, {}   # value -> every rank's prediction; rank 0's (the guide)
-    def probe(n:int, rank:int|None=None)->StepMemory:
-        size = (n, s) if search == "batch" else (b, n)
-        return _probe(model, c, world, *size, pd, ld, backend, attention, job, rank)
-    def peak(n:int)->int:
-        if n not in mems: mems[n] = probe(n)
-        return mems[n].worst_case
-    def guide(n:int)->int:   # rank 0's: every rank's where they all trace alike (FSDP2; FSDP1 without orig params)
-        guides[n] = m = probe(n, 0)
-        if (every := _every_rank(m)) is not None: mems[n] = every
-        return m.worst_case
-    profile = functools.cache(lambda n, exact: _profile((mems if exact else guides)[n]))
-    best, seen, lower = largest_fitting(peak, usable, _cap(model, search), guide=guide, profile=profile)
-    if best == 0 and 1 not in mems: seen[1] = peak(1)   # its row: every rank's
-    return best, seen, lower - set(mems), mems[max(best, 1)]
-
 # %% ../../nbs/11b_fits_report.ipynb #6a492e83
 def _trace_setting(model, job_args:tuple, label:str, world, backend, attention, job, usable, search, speak
                   )->tuple[Setting|None, list[str], tuple|None]:
@@ -447,9 +329,10 @@ def _trace_setting(model, job_args:tuple, label:str, world, backend, attention, 
     (c, pd, ld, b, s), t0, row, failed, found = job_args, time.perf_counter(), None, [], None
     try:
         if search is None:
-            row = Setting(c, b, s, _probe(model, c, world, b, s, pd, ld, backend, attention, job), pd, ld)
+            row = Setting(c, b, s, probe(model, c, world, b, s, pd, ld, backend, attention, job), pd, ld)
         else:
-            best, seen, lower, m = _search(model, c, world, b, s, pd, ld, backend, attention, job, usable, search)
+            best, seen, lower, m = search_setting(model, c, world, b, s, pd, ld, backend, attention, job,
+                                                  usable, search)
             v, found = max(best, 1), (best, seen, lower)
             row = Setting(c, *((v, s) if search == "batch" else (b, v)), m, pd, ld)
     except Exception as e: failed = _refusal(label, e, speak)   # the step fails as it would on devices: a line, here
