@@ -18,16 +18,23 @@ def assert_in_range(name:str, got:list, pred)->None:
             f"rank {r}: measured {g:,}, predicted {t.peak:,} ({t.peak / g - 1:+.3%}) to {t.worst_peak:,} "
             f"({t.worst_peak / g - 1:+.3%}), {pred.label}")
 
+GLOO_SLACK = 64   # bytes: a gloo worker's own small allocations beside a late-freed buffer (worst_peak + 12 B seen)
+
 def assert_exact(name:str, got:list, pred, tol:float=0.001)->None:
     """Every rank's measured peak within `tol` of its predicted `peak`; or, where a gloo worker freed an all-gather's
-    buffer late (the one thing `worst_peak` adds, seen about 1 run in 30), within `tol` of its `worst_peak`. Either
-    way the reading is the prediction's to the byte range, never somewhere between."""
+    output late, inside [peak, worst_peak] (`worst_peak` adds the largest unit's; under load a smaller unit's was seen
+    too: -3.1 % and -6.5 % from `peak`, both inside), a gloo thread's few bytes (`GLOO_SLACK`) aside. At least one
+    rank of the case at its `peak`: the step's own reading, to the byte range."""
     assert all(isinstance(g, int) for g in got), got   # an error would be the rank's traceback
+    exact = []
     for r, g in enumerate(got):
         t = pred.traces[pred.trace_of[r]]
-        late = t.worst_peak > t.peak and abs(t.worst_peak / g - 1) <= tol < abs(t.peak / g - 1)
+        ok = abs(t.peak / g - 1) <= tol
+        late = not ok and t.worst_peak > t.peak and t.peak <= g <= t.worst_peak + GLOO_SLACK
         print(f"{name} rank {r}: measured {g:,}, predicted {t.peak:,} ({t.peak / g - 1:+.4%})"
-              + (f", at its worst_peak {t.worst_peak:,} (an all-gather freed late)" if late else ""))
-        assert late or abs(t.peak / g - 1) <= tol, (
+              + (f", inside [peak, worst_peak {t.worst_peak:,}] (an all-gather freed late)" if late else ""))
+        assert ok or late, (
             f"rank {r}: predicted {t.peak:,}, measured {g:,} ({t.peak / g - 1:+.3%}; worst_peak {t.worst_peak:,}), "
             f"{pred.label}")
+        exact.append(ok)
+    assert any(exact), f"no rank at its predicted peak ({pred.label}): measured {got}"
