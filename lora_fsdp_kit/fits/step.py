@@ -5,7 +5,7 @@
 # %% ../../nbs/10a_fits_step.ipynb #30f8a655
 from __future__ import annotations
 
-import contextlib, inspect, sys
+import contextlib, dataclasses, inspect, sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -123,7 +123,9 @@ def train_step(model:nn.Module,   # the (wrapped) peft model
               ):
     "The step: each micro-batch's loss on its own tokens (the forward `step` says), backward; AdamW step, grads freed."
     step = step or StepOptions()
-    if step.loss == "trl-sft": from .trl_step import fused_head; fused_head(model)   # as SFTTrainer, once
+    if step.loss == "trl-sft":   # as SFTTrainer, once; a TRL with no fused head trains the model's own loss
+        from .trl_step import fused_head
+        if not fused_head(model): step = dataclasses.replace(step, loss="model")
     for i in range(step.grad_accum):   # the gradients reduced after the last micro-batch only
         if i and between: between()
         ids = torch.randint(0, vocab, (batch, seq))

@@ -99,8 +99,7 @@ class Job:
     optimizer_offload: bool = False
     "Optimizer states offloaded to the CPU (the RL framework's `optimizer_offload`)."
     loss: str = "model"
-    ("The step's loss: 'model' (the model's own, on the whole logits: the HF Trainer, accelerate, torchrun scripts) "
-     "or 'trl-sft' (TRL's SFTTrainer: its fused LM head, no logits; an `SFTConfig` file says so).")
+    "The step's loss: 'model' (its own, on the whole logits) or 'trl-sft' (TRL SFTTrainer's fused LM head)."
     sources: dict = field(default_factory=dict, compare=False, repr=False)
     "Where each field came from: {field: 'flag' | 'file.yaml: key' | ...}; a field not in it is the default."
     notes: tuple[str, ...] = field(default=(), compare=False, repr=False)

@@ -62,18 +62,17 @@ def trainer_args(output_dir:str,         # the Trainer's output folder
                  **kw,                   # further TrainingArguments (max_steps, save_steps, bf16, ...)
                 ):                       # transformers `TrainingArguments` (`sft`: trl's `SFTConfig`)
     "TrainingArguments for accelerate's FSDP path on CPU ranks (inside a rank; see `fsdp_on_cpu`)."
-    from transformers import TrainingArguments
-    if sft:   # the examples come tokenized (`sft_data`): TRL's dataset preparation is skipped
-        from trl import SFTConfig
-        TrainingArguments, kw = SFTConfig, {"dataset_kwargs": {"skip_prepare_dataset": True}, **kw}
+    from transformers import TrainingArguments as cls
+    if sft:   # the examples come tokenized (`sft_trainer`): TRL's dataset preparation is skipped
+        from trl import SFTConfig as cls
+        kw = {"dataset_kwargs": {"skip_prepare_dataset": True}, **kw}
     # accelerate names a MULTI_CPU rank's device "cpu:<local rank>"; FSDP1 compares that `device_id` with its compute
     # device "cpu" and raises "Inconsistent compute device and `device_id` on rank 0: cpu vs cpu:0". accelerate reads
     # this variable when the arguments first set up its state (lazily, in `args.device`): "cpu", with no index
     os.environ["ACCELERATE_TORCH_DEVICE"] = "cpu"
     # use_cpu: without it a CPU-only host gets DistributedType.NO and each rank trains alone on all the data
-    return TrainingArguments(output_dir=output_dir, use_cpu=True, fsdp=True,
-                             fsdp_config={**fsdp_config(flavour), **(fsdp or {})},
-                             **{**TRAINER_KW, **kw})
+    return cls(output_dir=output_dir, use_cpu=True, fsdp=True, fsdp_config={**fsdp_config(flavour), **(fsdp or {})},
+               **{**TRAINER_KW, **kw})
 
 # %% ../../nbs/95g_trainer_runs.ipynb #d6f2c004
 def fsdp_on_cpu(args)->None:   # the run's TrainingArguments (`trainer_args`)
