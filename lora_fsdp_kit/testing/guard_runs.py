@@ -260,7 +260,9 @@ def guard_store_keys(steps:int=20,          # guarded steps after the first
     ids = hazard_batch("branch" if name.startswith("branch") else name, 0, True)
     store = dist.distributed_c10d._get_default_store()
     dist.barrier()
-    keys, kinds, n, t0 = [store.num_keys()], [], 0, time.perf_counter()
+    keys = [store.num_keys()]
+    dist.barrier()   # every rank has read before any writes its first slot (a fast rank's slot #0 was read once)
+    kinds, n, t0 = [], 0, time.perf_counter()
     for i in range(steps + 1):
         kind = ("train", "eval", "accumulate", "fail")[i % 4]
         try:
