@@ -25,8 +25,13 @@ def canonical(word)->str:
                      f"({', '.join(ITEMSIZE)}) and half, float, double")
 
 def itemsize(dtype)->int:
-    "Bytes per element of the dtype `dtype` names ('bf16' -> 2)."
-    return ITEMSIZE[canonical(dtype)]
+    "Bytes per element of the dtype `dtype` names ('bf16' -> 2); a torch dtype the table lacks, torch's own."
+    try: return ITEMSIZE[canonical(dtype)]
+    except ValueError:
+        import torch   # only for a dtype the table does not list ('float8_e4m3fnuz', 'uint16')
+        d = getattr(torch, str(dtype).strip().removeprefix("torch."), None)
+        if isinstance(d, torch.dtype): return d.itemsize
+        raise
 
 def short(dtype)->str:
     "The kit's short word for a float dtype ('bfloat16' -> 'bf16'); other dtypes keep torch's name."

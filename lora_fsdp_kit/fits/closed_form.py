@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..plan.core import dtype_itemsize
 from ..shards import (chunk_spans, clean_name, flat_spans, fsdp1_align, fsdp1_chunk_numel,
                                   fsdp1_flat_numels, fsdp1_padded_numel, fsdp2_padded_numel, piece_length,
                                   shard_group_size)
@@ -21,7 +20,7 @@ def _fsdp2_unit(params:list, k:int, r:int, cdt)->tuple[int, int, int]:
     "One FSDP2 unit's bytes on shard rank `r` of `k`: (shards, unsharded in the compute dtype `cdt`, AdamW's state)."
     sharded = unsharded = opt = 0
     for p in params:   # each parameter padded on its shard dim to a multiple of the shard group
-        shp, isz = tuple(p.shape), dtype_itemsize(p.dtype)   # the plan's own shape, under whichever name
+        shp, isz = tuple(p.shape), p.itemsize   # the plan's own shape and item size
         d = p.shard_dim   # the plan's placement (tensors with fewer dims on dim 0)
         rows = shp[d] if shp else 1
         rest = p.numel // rows if rows else 0
@@ -35,7 +34,7 @@ def _fsdp2_unit(params:list, k:int, r:int, cdt)->tuple[int, int, int]:
 # %% ../../nbs/10d_fits_closed_form.ipynb #a7a5bcd1
 def _fsdp1_unit(params:list, k:int, r:int, cdt, orig:bool)->tuple[int, int, int]:
     "One FSDP1 unit's bytes on shard rank `r` of `k`: its flat parameter's chunk, all of it gathered, AdamW's state."
-    isz = dtype_itemsize(params[0].dtype)
+    isz = params[0].itemsize
     numels, pad = fsdp1_flat_numels([p.numel for p in params], fsdp1_align(cdt.itemsize if cdt else isz, orig))
     total = sum(numels)
     c, gathered = fsdp1_chunk_numel(total, k), fsdp1_padded_numel(total, k) * (cdt.itemsize if cdt else isz)

@@ -19,7 +19,7 @@ from ..gather.packing import evenly
 from .core import AllGatherCounter, MemoryMeter
 from ..gather.votes import CHECK_BYTES
 from ..units import fmt_bytes
-from ..plan.core import dtype_itemsize
+from .. import dtypes
 from ..shards import (fsdp1_align, fsdp1_flat_numels, fsdp1_layouts, fsdp1_padded_numel, fsdp2_layout,
                                   fsdp2_padded_numel)
 
@@ -161,7 +161,7 @@ def _fsdp1_flat(u, use_orig_params:bool, pos:dict|None,
     # FSDP1 flattens in `module.parameters()` order: `pos` gives each name's place in the model
     params = sorted(u.params, key=lambda p: pos.get(p.name, len(pos))) if pos else list(u.params)
     if not params: return params, [], []
-    align = fsdp1_align(dtype_itemsize(mixed_precision or params[0].dtype), use_orig_params)
+    align = fsdp1_align(dtypes.itemsize(mixed_precision) if mixed_precision else params[0].itemsize, use_orig_params)
     return (params, *fsdp1_flat_numels([p.numel for p in params], align))
 
 def _fsdp1_rank_lora_bytes(u, world:int, use_orig_params:bool, adapter_name:str|None=None,
@@ -170,7 +170,7 @@ def _fsdp1_rank_lora_bytes(u, world:int, use_orig_params:bool, adapter_name:str|
     if world <= 1 or not u.params: return [0] * max(world, 1)
     params, numels, pad = _fsdp1_flat(u, use_orig_params, pos, mixed_precision)
     layouts = fsdp1_layouts([(p.numel,) for p in params], numels, pad, world)
-    return [sum(l.piece_numel(r) * dtype_itemsize(p.dtype) for l, p in zip(layouts, params)
+    return [sum(l.piece_numel(r) * p.itemsize for l, p in zip(layouts, params)
                 if _in_adapter(p, adapter_name)) for r in range(world)]
 
 # %% ../../nbs/06a_measure.ipynb #d564c5e4
@@ -192,7 +192,7 @@ def _unit_gather_bytes(u, flavour:str, world:int, use_orig_params:bool, shapes:d
     if world <= 1: return 0   # one rank holds every unit whole: FSDP gathers nothing
     if flavour == "fsdp1":
         params, numels, _ = _fsdp1_flat(u, use_orig_params, pos, mixed_precision)
-        return fsdp1_padded_numel(sum(numels), world) * dtype_itemsize(params[0].dtype)
+        return fsdp1_padded_numel(sum(numels), world) * params[0].itemsize
     return sum(_padded(p, world, shapes) for p in u.params)
 
 # %% ../../nbs/06a_measure.ipynb #5746ada5
@@ -282,7 +282,7 @@ def _predict_packed(plan, lora:list, lora_units:list, world:int, shapes:dict|Non
                                           for u in lora_units))] or [0]
     else:
         piece = lambda p: _fsdp2_pieces((shapes or {}).get(p.name, (p.numel,)), world, p.shard_dim)
-        chunks = [[c * dtype_itemsize(p.dtype) for c in piece(p)] for p in lora]
+        chunks = [[c * p.itemsize for c in piece(p)] for p in lora]
         per_rank = [sum(c) for c in zip(*chunks)] or [0]
     width, total = max(per_rank), sum(per_rank)
     me = per_rank[(dist.get_rank() if rank is None and dist.is_initialized() else rank or 0) % world]

@@ -25,14 +25,8 @@ from ..doctor import internal
 _managed_modules = internal("torch.distributed.fsdp._fully_shard._fsdp_init:_get_managed_modules")
 
 # %% auto #0
-__all__ = ['dtype_itemsize', 'ParamInfo', 'param_info', 'Unit', 'Plan', 'conditional_modules', 'mixed_precision_dtype',
-           'idle_modules', 'build_plan', 'refuse_wrapped', 'plan_fsdp1', 'plan_fsdp2', 'plan_html']
-
-# %% ../../nbs/03_plan.ipynb #a34cc58f
-def dtype_itemsize(dtype:str)->int:
-    "Bytes per element of a dtype given by name (\"bfloat16\" -> 2): `dtypes`' table, else torch's."
-    try: return dtypes.itemsize(dtype)
-    except ValueError: return getattr(torch, dtype).itemsize   # a dtype the table does not list
+__all__ = ['ParamInfo', 'param_info', 'Unit', 'Plan', 'conditional_modules', 'mixed_precision_dtype', 'idle_modules',
+           'build_plan', 'refuse_wrapped', 'plan_fsdp1', 'plan_fsdp2', 'plan_html']
 
 # %% ../../nbs/03_plan.ipynb #c6152ea8
 @dataclass(frozen=True)
@@ -46,7 +40,7 @@ class ParamInfo:
     shape: tuple[int, ...] = ()  # the full (unsharded) shape
     shard_dim: int = 0           # the dim FSDP2 cuts it on (`Shard(dim)`); FSDP1 cuts the flat parameter, dim 0
     @property
-    def itemsize(self)->int: return dtype_itemsize(self.dtype)
+    def itemsize(self)->int: return dtypes.itemsize(self.dtype)
     @property
     def nbytes(self)->int: return self.numel * self.itemsize
     def to_dict(self)->dict:
@@ -58,8 +52,9 @@ def param_info(name:str, p:torch.Tensor,
                shard_dim:int=0,   # FSDP2's placement dim; a tensor with fewer dims is cut on dim 0, as FSDP2 does
               )->ParamInfo:
     "The `ParamInfo` of parameter `p` under its clean `name`."
-    return ParamInfo(name, p.numel(), dtypes.name(p.dtype), bool(p.requires_grad), is_lora_name(name), tuple(p.shape),
-                     shard_dim if p.dim() > shard_dim else 0)
+    # the dtype's name as torch says it (what `dtypes.name` gives a torch dtype)
+    return ParamInfo(name, p.numel(), str(p.dtype).removeprefix("torch."), bool(p.requires_grad), is_lora_name(name),
+                     tuple(p.shape), shard_dim if p.dim() > shard_dim else 0)
 
 # %% ../../nbs/03_plan.ipynb #4556366a
 @dataclass(frozen=True)

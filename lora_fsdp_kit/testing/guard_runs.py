@@ -259,10 +259,8 @@ def guard_store_keys(steps:int=20,          # guarded steps after the first
         model = spec.wrap(HAZARD_MODELS[name]())
     ids = hazard_batch("branch" if name.startswith("branch") else name, 0, True)
     store = dist.distributed_c10d._get_default_store()
-    dist.barrier()
-    keys = [store.num_keys()]
-    dist.barrier()   # every rank has read before any writes its first slot (a fast rank's slot #0 was read once)
-    kinds, n, t0 = [], 0, time.perf_counter()
+    dist.barrier(); keys, kinds, n = [store.num_keys()], [], 0
+    dist.barrier(); t0 = time.perf_counter()   # all have read before any writes a slot (a peer's #0 was counted once)
     for i in range(steps + 1):
         kind = ("train", "eval", "accumulate", "fail")[i % 4]
         try:
