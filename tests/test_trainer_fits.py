@@ -4,7 +4,8 @@
 measures the kit's own step (`trainer_runs.StepPeak`: the CPU allocator's running total around optimizer steps 2-4,
 the lowest: a gloo worker frees an all-gather's buffer late now and then).
 The Trainer's defaults are fused AdamW and clipping at 1.0; the cases add autocast, accumulation, both checkpointings,
-backward prefetch, the unfused optimizer and no clipping, and TRL's `SFTTrainer` (its `SFTConfig` read from the file
+backward prefetch, the unfused optimizer and no clipping, the Trainer under `accelerate launch` (FSDP from its YAML),
+and TRL's `SFTTrainer` (its `SFTConfig` read from the file
 like the Trainer's; its step another: a fused LM head, `fits.trl_step`). Where the kit's step and the Trainer's differ (the Trainer's
 `labels` tensor, its prefetched micro-batches: 16 B a token each) the misses are a few KiB, figures in
 nbs/95g_trainer_runs.ipynb."""
@@ -20,6 +21,9 @@ from lora_fsdp_kit.launch import launch
 SEQ, WORLD, TOL = 64, 2, 0.005
 CASES = {   # most telling first: what `fits` got wrong or could not say before the job was read from these files
     "fsdp1-bf16-autocast": dict(flavour="fsdp1", bf16=True),   # peft's LoRA-leaf units: trains under autocast
+    # `accelerate launch --config_file`: FSDP1 from the YAML (its newer sharding key, which accelerate leaves unread),
+    # the arguments' fsdp off; the Trainer installs peft's policy over the YAML's layers (planned as layers: +16 %)
+    "launched-fsdp1-yaml": dict(launch=TR.accelerate_config(fsdp_reshard_after_forward="SHARD_GRAD_OP")),
     "fsdp1-accum4": dict(flavour="fsdp1", gradient_accumulation_steps=4),
     "fsdp2-accum4": dict(flavour="fsdp2", gradient_accumulation_steps=4),
     "fsdp1-hf-checkpointing": dict(flavour="fsdp1", gradient_checkpointing=True),
@@ -87,6 +91,9 @@ def test_the_job_is_the_trainers(runs):
     sft = job("trl-sft-fsdp2")
     assert (sft.autocast_dtype, sft.wrap.activation_checkpointing) == ("bf16", "hf")   # TRL's defaults, from its file
     assert "TRL's fused LM head" in runs["trl-sft-fsdp2"][2].forward, runs["trl-sft-fsdp2"][2].forward
+    launched = job("launched-fsdp1-yaml")   # the YAML's FSDP1, the Trainer's rule, the strategy accelerate builds
+    assert (launched.flavour, launched.wrap.policy, launched.wrap.sharding) == ("fsdp1", "peft", None), launched.line()
+    assert not any("DDP" in n for n in launched.notes) and any("to SHARD_GRAD_OP" in n for n in launched.notes)
     w = job("fsdp2").wrap
     assert (w.policy, w.wrap_embedding, w.wrap_lm_head, w.tie_group) == ("layer", True, True, True)
 

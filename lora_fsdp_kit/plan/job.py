@@ -18,7 +18,7 @@ from .checks import Finding, check_plan
 from .core import Plan
 from .wrap import WrapConfig
 from .job_files import (LORA_OPTIONS, as_names,
-                                          read_job_file)   # the job from the trainer's own files
+                                          read_job_file, trainer_rules)   # the job from the trainer's own files
 
 # %% auto #0
 __all__ = ['OPTIMIZERS', 'PREFETCH', 'LOSSES', 'MODEL_FIELDS', 'STEP_KEYWORDS', 'default_wrap', 'Job']
@@ -291,12 +291,15 @@ def _step_kwargs(job:Job, fn:Callable)->tuple[dict, list[str]]:
 # %% ../../nbs/03e_job.ipynb #456e98d3
 def _from_files(cls, paths, overrides:dict)->Job:
     "`Job.from_files`: each file's fields in turn (a later file wins), then `overrides`; the source of each field kept."
-    fields, sources, notes = {}, {}, []
-    for p in paths:
-        f = read_job_file(p)
+    fields, sources, notes, files = {}, {}, [], [read_job_file(p) for p in paths]
+    rules = trainer_rules(files)   # what the files say together (the Trainer under accelerate launch)
+    for f in files:
         for k in f.fields:
             if k in fields and fields[k] != f.fields[k]: notes.append(f"{k}: {f.sources[k]} replaces {sources[k]}")
         fields.update(f.fields); sources.update(f.sources); notes += f.notes
+    for k, (v, src) in rules.items():
+        if fields.get(k, v) != v: notes.append(f"{k}: {src} replaces {sources[k]}")
+        fields[k], sources[k] = v, src
     _flavour_yields(fields, sources, overrides, notes)
     fields.update(overrides); sources.update({k: "given" for k in overrides})
     return _job_of(cls, dict(fields, sources=sources, notes=tuple(notes)))

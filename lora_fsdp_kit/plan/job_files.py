@@ -12,8 +12,8 @@ from ..dtypes import short
 from .wrap import WrapConfig
 
 # %% auto #0
-__all__ = ['TRL_SFT_KEYS', 'TRL_OTHER', 'LORA_OPTIONS', 'READERS', 'as_names', 'JobFile', 'file_kind', 'peft_targets',
-           'read_job_file']
+__all__ = ['TRAINER_DDP', 'TRL_SFT_KEYS', 'TRL_OTHER', 'LORA_OPTIONS', 'READERS', 'as_names', 'JobFile', 'file_kind',
+           'peft_targets', 'read_job_file', 'trainer_rules']
 
 # %% ../../nbs/03g_job_files.ipynb #56010645
 def as_names(v)->tuple[str, ...]:
@@ -26,6 +26,7 @@ class JobFile:
     "What one file says about a job: fields (flat `Job.of` names), where each came from, and what is left unread."
     def __init__(self, path:str, kind:str):
         self.path, self.kind, self.fields, self.sources, self.notes = path, kind, {}, {}, []
+        self.fsdp = None   # does the file turn FSDP on (True), off (False), or not say (None)
     def set(self, name:str, value, key:str, default:bool=False):
         "Field `name` from the file's `key` (`default`: the tool's own default, the key being absent)."
         self.fields[name] = value
@@ -95,18 +96,30 @@ def _accelerate_policy(f:JobFile, fc:dict):
     elif pol == "NO_WRAP": f.set("policy", "root", src, "fsdp_auto_wrap_policy" not in fc)
     else: f.note(f"fsdp_auto_wrap_policy {pol!r} is none of TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP")
 
+# %% ../../nbs/03g_job_files.ipynb #ee17f7e6
+def _fsdp1_sharding(f:JobFile, sharding, reshard, key:str, reshard_key:str)->str:
+    "FSDP1's strategy as accelerate builds it: `sharding_strategy` (FULL_SHARD when not given), whatever the other says."
+    s = _sharding(sharding or "FULL_SHARD")
+    if s != "FULL_SHARD": f.set("sharding", s, key)
+    # accelerate (<= 1.16) reads `reshard_after_forward` for FSDP1 only when sharding_strategy is None, and its
+    # plugin has filled that in (FULL_SHARD) just before: the newer key never reaches FSDP1
+    r = _sharding(reshard) if reshard is not None else s
+    if r != s and r not in ("TRUE", "FALSE"):
+        f.note(f"{reshard_key} {r}: accelerate builds FSDP1 with {key} ({s}) and leaves this key unread: "
+               f"set {key} to {r}")
+    return s
+
 # %% ../../nbs/03g_job_files.ipynb #7395beab
 def _accelerate_fsdp1(f:JobFile, fc:dict, d:dict):
     "FSDP1's knobs: the sharding strategy (a hybrid one's shard group: a node's ranks), orig params, prefetch."
-    for k in ("fsdp_sharding_strategy", "fsdp_reshard_after_forward"):   # the new name, then accelerate's old one
-        if k not in fc: continue
-        if (s := _sharding(fc[k])) != "FULL_SHARD": f.set("sharding", s, f"fsdp_config.{k}")
-        if "HYBRID" in s and "num_processes" in d:   # torch's FSDP1 (no mesh given) shards within each node
-            n = int(d.get("num_machines") or 1)
-            f.set("shard_size", int(d["num_processes"]) // n, "num_processes / num_machines (FSDP1's hybrid "
-                  "sharding shards within a node: torch's intra-node group)")
-        elif "HYBRID" in s: f.note(f"{k} {s}: no num_processes, so no shard group size (torch: a node's ranks)")
-        break
+    k = "fsdp_config.fsdp_sharding_strategy"   # `accelerate launch` always passes it on (FULL_SHARD when absent)
+    s = _fsdp1_sharding(f, fc.get("fsdp_sharding_strategy"), fc.get("fsdp_reshard_after_forward"),
+                        k, "fsdp_config.fsdp_reshard_after_forward")
+    if "HYBRID" in s and "num_processes" in d:   # torch's FSDP1 (no mesh given) shards within each node
+        n = int(d.get("num_machines") or 1)
+        f.set("shard_size", int(d["num_processes"]) // n, "num_processes / num_machines (FSDP1's hybrid "
+              "sharding shards within a node: torch's intra-node group)")
+    elif "HYBRID" in s: f.note(f"{k} {s}: no num_processes, so no shard group size (torch: a node's ranks)")
     f.set("use_orig_params", _bool(fc.get("fsdp_use_orig_params", False)), "fsdp_config.fsdp_use_orig_params",
           "fsdp_use_orig_params" not in fc)
     bp = str(fc.get("fsdp_backward_prefetch") or "NO_PREFETCH").upper()   # accelerate passes None: no prefetch
@@ -133,13 +146,14 @@ def _accelerate_mesh(f:JobFile, d:dict, version:int):
 def _read_accelerate(f:JobFile, d:dict):
     "An accelerate config (`accelerate config`'s YAML): the world, the precision, and `fsdp_config`."
     fc = {k if k.startswith("fsdp_") else "fsdp_" + k: v for k, v in (d.get("fsdp_config") or {}).items()}
-    if str(d.get("distributed_type", "FSDP")).upper() != "FSDP":
-        f.note(f"distributed_type {d['distributed_type']!r}: not FSDP (accelerate runs no fsdp_config)")
+    f.fsdp = str(d.get("distributed_type", "FSDP")).upper() == "FSDP"
+    if not f.fsdp: f.note(f"distributed_type {d['distributed_type']!r}: not FSDP (accelerate runs no fsdp_config)")
     if "num_processes" in d: f.set("world", int(d["num_processes"]), "num_processes")
     _precision(f, d.get("mixed_precision"), "mixed_precision")
     v = int(fc.get("fsdp_version", 1))
     f.set("flavour", f"fsdp{v}", "fsdp_config.fsdp_version", "fsdp_version" not in fc)
     _accelerate_policy(f, fc)
+    if v == 2 and f.fields.get("policy") == "size": _fsdp2_size_refused(f, "fsdp_config.fsdp_auto_wrap_policy")
     if v == 1: _accelerate_fsdp1(f, fc, d)
     else:
         _carve(f, "fsdp_config.fsdp_version")
@@ -211,24 +225,39 @@ def _trainer_fsdp1(f:JobFile, fc:dict):
           "use_orig_params" not in fc)
     f.set("backward_prefetch", str(fc.get("backward_prefetch", "NO_PREFETCH")).upper(),
           "fsdp_config.backward_prefetch", "backward_prefetch" not in fc)
-    if (s := _sharding(fc.get("reshard_after_forward", "FULL_SHARD"))) != "FULL_SHARD":
-        f.set("sharding", s, "fsdp_config.reshard_after_forward")
+    if "sharding" not in f.fields:   # transformers 5 passes the strategy as reshard_after_forward only
+        _fsdp1_sharding(f, None, fc.get("reshard_after_forward"), "FSDP_SHARDING_STRATEGY (the environment)",
+                        "fsdp_config.reshard_after_forward")
+
+# %% ../../nbs/03g_job_files.ipynb #ac647b7f
+TRAINER_DDP = "fsdp is off: the Trainer runs DDP, not FSDP (unless `accelerate launch` turns it on)"
+# fsdp_config keys the Trainer's reader takes; the rest are noted (those that change no plan are not)
+_TRAINER_READ = {"version", "auto_wrap_policy", "min_num_params", "transformer_layer_cls_to_wrap", "use_orig_params",
+                 "backward_prefetch", "reshard_after_forward", "activation_checkpointing", "cpu_offload",
+                 "state_dict_type", "sync_module_states", "cpu_ram_efficient_loading", "xla", "xla_fsdp_v2",
+                 "xla_fsdp_grad_ckpt"}
+
+def _fsdp2_size_refused(f:JobFile, key:str):
+    "accelerate's FSDP2 size policy counts a module's parameters with its children's: it reaches the layers' list."
+    raise ValueError(f"{f.path}: {key} SIZE_BASED_WRAP under FSDP2: accelerate shards every module whose parameters, "
+                     "its children's included, pass min_num_params, the layers' ModuleList among them, and FSDP2 "
+                     "refuses that (`fully_shard does not support containers that do not implement forward`): use "
+                     "TRANSFORMER_BASED_WRAP")
 
 # %% ../../nbs/03g_job_files.ipynb #fab82ec9
 def _read_trainer(f:JobFile, d:dict):
     "The Trainer's arguments (`TrainingArguments.to_json_string()`): the step, and `fsdp_config` as it reads it."
     _trainer_step(f, d); _trl(f, d)
-    if not d.get("fsdp"): f.note("fsdp is off: the Trainer runs DDP, not FSDP"); return
+    f.fsdp = bool(d.get("fsdp"))
+    if not f.fsdp: f.note(TRAINER_DDP); return
     fc = {k.removeprefix("fsdp_"): v for k, v in (d.get("fsdp_config") or {}).items()}
     if (v := _trainer_flavour(f, d, fc)) == 1:   # the Trainer wraps a peft model with peft's own policy
         f.set("policy", "peft", "fsdp (the Trainer's FSDP1 policy for a peft model)")
     else:        # FSDP2: its auto_wrap_policy as given (accelerate cannot apply peft's), the embedding and head carved
         pol = str(fc.get("auto_wrap_policy", "TRANSFORMER_BASED_WRAP")).upper()
-        if pol == "SIZE_BASED_WRAP" and int(fc.get("min_num_params", 0) or 0) > 0:
-            f.set("policy", "size", "fsdp_config.auto_wrap_policy"); f.set("min_num_params", int(fc["min_num_params"]),
-                                                                          "fsdp_config.min_num_params")
-        else: f.set("policy", "layer" if pol == "TRANSFORMER_BASED_WRAP" else "root", "fsdp_config.auto_wrap_policy",
-                    "auto_wrap_policy" not in fc)
+        if pol == "SIZE_BASED_WRAP": _fsdp2_size_refused(f, "fsdp_config.auto_wrap_policy")
+        f.set("policy", "layer" if pol == "TRANSFORMER_BASED_WRAP" else "root", "fsdp_config.auto_wrap_policy",
+              "auto_wrap_policy" not in fc)
         _carve(f, "fsdp_config.version")
     if cls := fc.get("transformer_layer_cls_to_wrap"):
         f.set("layer_cls", tuple(as_names(cls)), "fsdp_config.transformer_layer_cls_to_wrap")
@@ -243,10 +272,14 @@ def _read_trainer(f:JobFile, d:dict):
                "node's ranks): give it (--shard-size)")
     if v == 1 and int(fc.get("min_num_params", 0) or 0) > 0:
         f.note("fsdp_config.min_num_params: the Trainer installs peft's policy over it")
+    for k in sorted(set(fc) - _TRAINER_READ): f.note(f"fsdp_config.{k}: not read")
 
 # %% ../../nbs/03g_job_files.ipynb #0896b0d7
 TRL_SFT_KEYS = ("dataset_text_field", "completion_only_loss", "assistant_only_loss", "packing")   # SFTConfig's own
-TRL_OTHER = dict(num_generations="GRPOConfig", max_prompt_length="DPOConfig")   # a field of each, its config
+# a field of each other TRL config (the first found names it): TRL 1.x's own, then older TRL's
+TRL_OTHER = dict(desirable_weight="KTOConfig", center_rewards_coefficient="RewardConfig",
+                 teacher_model_name_or_path="DistillationConfig", reward_clip_range="RLOOConfig", rloo_k="RLOOConfig",
+                 num_generations="GRPOConfig", f_divergence_type="DPOConfig", max_prompt_length="DPOConfig")
 
 def _trl(f:JobFile, d:dict):
     "TRL's config on top of the Trainer's arguments: SFTTrainer's loss, and what it changes that no field takes."
@@ -364,3 +397,16 @@ def read_job_file(path:str)->JobFile:
     if kind == "model": f.set("model", str(path), "the file (a model config)")
     else: READERS[kind](f, data)
     return f
+
+# %% ../../nbs/03g_job_files.ipynb #c516e22b
+def trainer_rules(files:list[JobFile])->dict[str, tuple]:
+    "The Trainer under `accelerate launch` (FSDP from accelerate's config): fields it sets over every file's."
+    acc = [f for f in files if f.kind == "accelerate" and f.fsdp]
+    tr = [f for f in files if f.kind == "trainer"]
+    if not (acc and tr): return {}
+    for t in tr: t.notes = [n for n in t.notes if not n.endswith(TRAINER_DDP)]   # FSDP is accelerate's here
+    flavour = next((f.fields["flavour"] for f in reversed(files) if "flavour" in f.fields), None)
+    if flavour != "fsdp1": return {}
+    # FSDP on, by whichever file: transformers' Trainer installs peft's wrap policy on accelerate's FSDP1 plugin
+    # for a peft model (`update_fsdp_plugin_peft`), over the policy accelerate's config names
+    return dict(policy=("peft", f"{tr[-1].path}: the Trainer's FSDP1 policy for a peft model (over {acc[-1].path}'s)"))

@@ -23,7 +23,8 @@ TRAINER_KW = dict(per_device_train_batch_size=2, learning_rate=1e-2, report_to="
 __all__ = ['LAYER', 'TRAINER_KW', 'UNIT_CASES', 'ACCELERATE_FSDP1', 'chapter_model', 'token_data', 'fsdp_config', 'trainer_args',
            'fsdp_on_cpu', 'fsdp_trainer', 'checkpoint_files', 'resume_runs', 'built_units', 'planned_units',
            'trainer_files', 'unit_cases', 'trainer_suite', 'StepPeak', 'step_peaks', 'sft_tokenizer', 'sft_trainer',
-           'sft_head_changes', 'accelerate_config', 'accelerator_on_cpu', 'accelerate_step_peaks', 'peak_suite']
+           'sft_head_changes', 'accelerate_config', 'accelerator_on_cpu', 'launched_trainer', 'accelerate_step_peaks',
+           'peak_suite']
 
 # %% ../../nbs/95g_trainer_runs.ipynb #c0a76eb4
 def chapter_model(tied:bool=False,                   # tie the input embedding and the output head
@@ -59,6 +60,7 @@ def trainer_args(output_dir:str,         # the Trainer's output folder
                  flavour:str="fsdp2",    # "fsdp1" or "fsdp2"
                  fsdp:dict|None=None,    # further `fsdp_config` keys (activation_checkpointing, backward_prefetch, ...)
                  sft:bool=False,         # TRL's `SFTConfig` (its defaults: bf16, gradient checkpointing)
+                 launched:bool=False,    # FSDP from accelerate's config (`launched_trainer`): the arguments' off
                  **kw,                   # further TrainingArguments (max_steps, save_steps, bf16, ...)
                 ):                       # transformers `TrainingArguments` (`sft`: trl's `SFTConfig`)
     "TrainingArguments for accelerate's FSDP path on CPU ranks (inside a rank; see `fsdp_on_cpu`)."
@@ -71,8 +73,8 @@ def trainer_args(output_dir:str,         # the Trainer's output folder
     # this variable when the arguments first set up its state (lazily, in `args.device`): "cpu", with no index
     os.environ["ACCELERATE_TORCH_DEVICE"] = "cpu"
     # use_cpu: without it a CPU-only host gets DistributedType.NO and each rank trains alone on all the data
-    return cls(output_dir=output_dir, use_cpu=True, fsdp=True, fsdp_config={**fsdp_config(flavour), **(fsdp or {})},
-               **{**TRAINER_KW, **kw})
+    on = {} if launched else dict(fsdp=True, fsdp_config={**fsdp_config(flavour), **(fsdp or {})})
+    return cls(output_dir=output_dir, use_cpu=True, **on, **{**TRAINER_KW, **kw})
 
 # %% ../../nbs/95g_trainer_runs.ipynb #d6f2c004
 def fsdp_on_cpu(args)->None:   # the run's TrainingArguments (`trainer_args`)
@@ -174,13 +176,18 @@ def planned_units(plan)->list[tuple[str, ...]]:   # a kit `Plan`
 def trainer_files(folder:str|Path,   # where to write them
                   args,              # the run's `TrainingArguments` (None: none, an accelerate loop's job)
                   model:nn.Module,   # its peft model
+                  accelerate:dict|None=None,   # the accelerate config it was launched with (first in the list)
                  )->list[str]:       # config.json, args.json, adapter_config.json
     "The files a Trainer user has for a job: the model's config, `args.to_json_string()`, peft's adapter config."
     d = Path(folder); d.mkdir(parents=True, exist_ok=True)
+    if accelerate:
+        import yaml
+        (d/"accelerate.yaml").write_text(yaml.safe_dump(accelerate))
     model.get_base_model().config.to_json_file(str(d/"config.json"))
     if args is not None: (d/"args.json").write_text(args.to_json_string())   # None: an accelerate job's, no arguments
     model.peft_config["default"].save_pretrained(str(d))
-    return [str(d/"config.json"), str(d/"args.json"), str(d/"adapter_config.json")]
+    return [str(d/"accelerate.yaml")] * bool(accelerate) + [str(d/"config.json"), str(d/"args.json"),
+                                                             str(d/"adapter_config.json")]
 
 # %% ../../nbs/95g_trainer_runs.ipynb #4a754b5d
 def unit_cases(root:str,                      # a folder every rank can reach
@@ -234,20 +241,24 @@ def step_peaks(root:str,           # a folder every rank can reach
         for i, case in enumerate(cases):
             kw, t0 = dict(case), time.perf_counter()
             res, fl = dict(case=case, files=None), kw.pop("flavour", "fsdp2")
+            model = tr = None
             try:
                 n = 4 * kw.get("gradient_accumulation_steps", 1) * TRAINER_KW["per_device_train_batch_size"]
                 data = token_data(n * dist.get_world_size(), seq)   # made before the count starts
                 torch.manual_seed(0); gc.collect()
                 base, cb = allocator_total(), StepPeak()
-                model = chapter_model()
-                args = trainer_args(f"{root}/peak{i}", fl, max_steps=max(cb.at), save_strategy="no", **kw)
-                if dist.get_rank() == 0: res["files"] = trainer_files(f"{root}/peak{i}/job", args, model)
-                tr = (sft_trainer if kw.get("sft") else fsdp_trainer)(model, args, data, callbacks=[cb])
+                model, config = chapter_model(), kw.pop("launch", None)   # an accelerate config: `accelerate launch`
+                args = trainer_args(f"{root}/peak{i}", fl, max_steps=max(cb.at), save_strategy="no",
+                                    launched=config is not None, **kw)
+                if dist.get_rank() == 0: res["files"] = trainer_files(f"{root}/peak{i}/job", args, model, config)
+                if config: tr = launched_trainer(model, args, config, data, callbacks=[cb])
+                else: tr = (sft_trainer if kw.get("sft") else fsdp_trainer)(model, args, data, callbacks=[cb])
                 tr.train()
-                del tr, model; gc.collect()
+                model = tr = None; gc.collect()
                 # the lowest of steps 2-4: a gloo worker may free an all-gather's buffer late, now and then
                 res["peak"], res["start"] = min(allocator_peak(p, cb.window, base) for p in cb.profs)
             except Exception: res["error"] = traceback.format_exc()
+            finally: model = tr = None; gc.collect()   # a failed case's model was counted in the next one's window
             res["seconds"] = time.perf_counter() - t0
             out.append(res)
     return out
@@ -321,6 +332,22 @@ def accelerator_on_cpu(config:dict,   # an `accelerate_config`
     return acc
 
 
+# %% ../../nbs/95g_trainer_runs.ipynb #32911de7
+def launched_trainer(model:nn.Module,       # a peft model (not wrapped: the Trainer wraps it)
+                     args,                  # `trainer_args(..., launched=True)`: fsdp off
+                     config:dict,           # the accelerate config it is launched with (`accelerate_config`)
+                     data:list|None=None,   # examples; None: `token_data()`
+                     callbacks:list|None=None,
+                    ):                      # a transformers `Trainer` on the FSDP path of `config`
+    "The Trainer as `accelerate launch --config_file` starts it on CPU ranks: FSDP from `config`, not from `args`."
+    from transformers import Trainer, default_data_collator
+    args.device   # the arguments set accelerate's state up (and reset it) here, once: then the launch's plugin
+    accelerator_on_cpu(config)
+    tr = Trainer(model=model, args=args, train_dataset=token_data() if data is None else data,
+                 data_collator=default_data_collator, callbacks=callbacks)
+    if not tr.is_fsdp_enabled: raise RuntimeError("the Trainer is not on the FSDP path of accelerate's config")
+    return tr
+
 # %% ../../nbs/95g_trainer_runs.ipynb #62d12043
 def accelerate_step_peaks(root:str,          # a folder every rank can reach
                           cases:list[dict],  # each: `accelerate_config` keywords, and accum (micro-batches per step)
@@ -335,10 +362,10 @@ def accelerate_step_peaks(root:str,          # a folder every rank can reach
         for i, case in enumerate(cases):
             kw, t0 = dict(case), time.perf_counter()
             k, res = kw.pop("accum", 1), dict(case=case, files=None)
+            model = opt = acc = None
             try:
                 config, data = accelerate_config(**kw), token_data(4 * k * b, seq, seed=dist.get_rank())
-                torch.manual_seed(0); gc.collect()
-                base = allocator_total()
+                torch.manual_seed(0); gc.collect(); base = allocator_total()
                 acc, model = accelerator_on_cpu(config, gradient_accumulation_steps=k), chapter_model()
                 if dist.get_rank() == 0:
                     d = Path(f"{root}/acc{i}"); d.mkdir(parents=True, exist_ok=True)
@@ -359,8 +386,8 @@ def accelerate_step_peaks(root:str,          # a folder every rank can reach
                 del model, opt, acc; gc.collect()
                 res["peak"], res["start"] = min(allocator_peak(p, StepPeak.window, base) for p in profs)
             except Exception: res["error"] = traceback.format_exc()
-            res["seconds"] = time.perf_counter() - t0
-            out.append(res)
+            finally: model = opt = acc = None; gc.collect()   # none of a failed case's left in the next one's count
+            out.append(dict(res, seconds=time.perf_counter() - t0))
     return out
 
 # %% ../../nbs/95g_trainer_runs.ipynb #ba6c2edb
