@@ -85,7 +85,7 @@ def shard_fsdp2(cfg, model:nn.Module, modules:list, mesh, fsdp_kw:dict)->nn.Modu
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     mesh, kw = device_mesh(mesh, cfg.hybrid, cfg.shard_size), {}
     if cfg.compute_dtype is not None:
-        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=cfg.compute_dtype, reduce_dtype=torch.float32)
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=cfg.compute_dtype, reduce_dtype=cfg.grad_reduce_dtype)
     if not cfg.reshard_after_forward: kw["reshard_after_forward"] = False
     if cfg.shard_dim: kw["shard_placement_fn"] = functools.partial(_placement, cfg.shard_dim)
     kw.update(fsdp_kw)
@@ -102,7 +102,7 @@ def shard_fsdp1(cfg, model:nn.Module, mesh, fsdp_kw:dict)->nn.Module:
     kw = dict(auto_wrap_policy=cfg.auto_wrap_policy(model), use_orig_params=cfg.use_orig_params,
               device_id=get_platform().torch_device())     # device_id=None fails on the CPU
     if cfg.compute_dtype is not None:
-        kw["mixed_precision"] = MixedPrecision(param_dtype=cfg.compute_dtype, reduce_dtype=torch.float32)
+        kw["mixed_precision"] = MixedPrecision(param_dtype=cfg.compute_dtype, reduce_dtype=cfg.grad_reduce_dtype)
     if cfg.sharding:
         kw["sharding_strategy"] = ShardingStrategy["HYBRID_SHARD" if cfg.sharding == "HYBRID" else cfg.sharding]
     if cfg.backward_prefetch != "BACKWARD_PRE":   # FSDP1's default; None: no prefetch

@@ -76,11 +76,13 @@ def _sharding(v)->str:
     s = str(v).strip().upper()
     return _SHARDING.get(s, s)
 
-def _precision(f:JobFile, mp, key:str):
+def _precision(f:JobFile, mp, key:str, reduce:bool=True):
     "accelerate's and the Trainer's mixed precision: FSDP's compute dtype and `torch.autocast` around the forward."
     if mp in (None, "no", False): return
-    f.set("mixed_precision", {"bf16": "bf16", "fp16": "fp16", True: "bf16"}.get(mp, mp), key)
+    f.set("mixed_precision", mp := {"bf16": "bf16", "fp16": "fp16", True: "bf16"}.get(mp, mp), key)
     f.set("autocast", True, key)   # accelerate runs the forward under torch.autocast(compute dtype)
+    # accelerate's plugin reduces gradients in the compute dtype too (`set_mixed_precision`: param = reduce dtype)
+    if reduce: f.set("reduce_dtype", mp, key + " (accelerate's FSDP reduces gradients in it)")
 
 # %% ../../nbs/03g_job_files.ipynb #77d8fef3
 def _accelerate_policy(f:JobFile, fc:dict):
@@ -366,7 +368,7 @@ def _read_verl(f:JobFile, d:dict):
     try: mp = short(mp)
     except ValueError: pass   # a word no dtype has: no mixed precision, below
     f.set("param_dtype", "fp32", a + "fsdp_config (verl loads the actor in fp32)", True)
-    _precision(f, mp if mp in ("bf16", "fp16") else None, a + "fsdp_config.mixed_precision.param_dtype")
+    _precision(f, mp if mp in ("bf16", "fp16") else None, a + "fsdp_config.mixed_precision.param_dtype", False)
     _verl_lora(f, d, m)
     if _bool(_at(d, m + "enable_gradient_checkpointing", False)):
         f.set("activation_checkpointing", _ac("hf"), m + "enable_gradient_checkpointing")

@@ -60,7 +60,10 @@ class WrapConfig:
     ("FSDP1's `use_orig_params`; None: True where a unit holds frozen and trained tensors together ('layer', 'size', "
      "'root'), False where the LoRA leaves are units of their own ('lora', 'peft', 'leaves+size'). FSDP2 keeps them.")
     mixed_precision: str|None = None
-    "Compute dtype: None, 'bf16' or 'fp16' ('bfloat16'/'float16' accepted); gradients are reduced in float32."
+    "Compute dtype: None, 'bf16' or 'fp16' ('bfloat16'/'float16' accepted); gradients reduced in `reduce_dtype`."
+    reduce_dtype: str|None = None
+    ("Under `mixed_precision`, the dtype gradients are reduced (and FSDP2 accumulates them) in: None, float32 (torch's "
+     "advice); 'bf16'/'fp16': the compute dtype, as accelerate (and so the Trainer) sets it.")
     sharding: str|None = None
     "FSDP1 `ShardingStrategy` name, or 'HYBRID' (both flavours: shard within groups of `shard_size`, replicate across)."
     shard_size: int|None = None
@@ -108,6 +111,11 @@ def hybrid(self:WrapConfig)->bool: return self.sharding is not None and "HYBRID"
 def compute_dtype(self:WrapConfig)->torch.dtype|None:
     return None if self.mixed_precision is None else torch_dtype(self.mixed_precision)
 
+@patch_to(WrapConfig)
+@property
+def grad_reduce_dtype(self:WrapConfig)->torch.dtype:   # FSDP's reduce_dtype under mixed precision
+    return torch.float32 if self.reduce_dtype is None else torch_dtype(self.reduce_dtype)
+
 # %% ../../nbs/03c_wrap.ipynb #3fa265a1
 def _set(cfg, **kw):
     for k, v in kw.items(): object.__setattr__(cfg, k, v)   # frozen: only `_validate` normalises, once
@@ -154,6 +162,9 @@ def _validate_sharding(cfg:WrapConfig):
         if cfg.mixed_precision not in MP_WORDS:
             raise ValueError(f"mixed_precision must be None, 'bf16' or 'fp16', got {cfg.mixed_precision!r}")
         _set(cfg, mixed_precision=MP_WORDS[cfg.mixed_precision])
+    if cfg.reduce_dtype is not None:   # float32 is the default's: None
+        if cfg.mixed_precision is None: raise ValueError("reduce_dtype is mixed precision's: give mixed_precision")
+        _set(cfg, reduce_dtype=None if short(cfg.reduce_dtype) == "fp32" else short(cfg.reduce_dtype))
     if cfg.sharding is not None:
         ok = FSDP1_SHARDING if cfg.flavour == "fsdp1" else ("HYBRID",)
         if cfg.sharding not in ok: raise ValueError(f"{cfg.flavour} sharding must be one of {ok}, got {cfg.sharding!r}")
@@ -408,7 +419,7 @@ _SAID = dict(use_orig_params=False)   # a dict (and a label: 'orig') spells use_
 _SHORT = dict(use_orig_params="orig", lora_leaves="leaves", wrap_lm_head="head",
               wrap_embedding="embedding", checkpoint_rng_state="rng", activation_checkpointing="ac",
               align_lora_dtype="align", checkpoint_targets="ac-of", reshard_after_forward="reshard",
-              backward_prefetch="prefetch")
+              backward_prefetch="prefetch", reduce_dtype="reduce")
 
 # %% ../../nbs/03c_wrap.ipynb #d90f4343
 @patch_to(WrapConfig)
