@@ -61,6 +61,36 @@ CPU-s, seq 223 -> 69-99), and its wall time follows the CPU it gets: 41-48 s at 
 test file (4 settings' copies on 2 cores, balanced: 39 + 16 s and 30 + 22 s of tracing, 5 CPU-s of imports and the
 model before them). Issue 50's 60 s beside a test run needs fewer traces still: 20 rank traces of 2.5-3 CPU-s each
 (with --max-seq, FSDP1 traces rank 0 at the answer twice: its guide, then every rank).
+
+Each trace's own cost, 2026-12-07 06:20-07:13 UTC (issue 50 item 2). A probe (rank 0's 2 reduced traces) at load ~2,
+in one process, timed by phase: train_step 1.1-1.9 CPU-s (torch's fake dispatch and trackers: ~75 %), _sharded 0.3,
+the GC collection after the trace 0.13, one full collection in every few probes 0.3 (the reduced traces combined with
+the collector back on), _prime 0.1-0.4. Cut (`fits_trace`, the same bytes): FSDP1's param_init_fn made its empty
+tensors with torch.empty (empty_like of a meta tensor under fake mode converts it to a fake one first: wrap 0.25 ->
+0.17 CPU-s a probe); the reduced traces combined inside the GC pause, the trace's op keys handed over and freed before
+the collection (~125,000 -> ~88,000 objects walked; GC 3.4 -> 1.6 CPU-s over 9 probes). Tried, dropped: AdamW's
+foreach loop for the priming step (the same state, but FSDP2's recorded step then ran other ops: the same peaks, not
+the same timeline; test_fits_accuracy's primed-step test caught it). Before/after, one probe each, back to back:
+
+    probe (rank 0, seq ~4000)      before (2 x 2 runs)   after (2 x 2 runs)
+    fsdp1:layer orig bf16          2.36-2.65 CPU-s       2.01-2.29 CPU-s
+    fsdp2:layer bf16               2.06-2.35             1.71-2.01
+
+The command, the kit before (commit HEAD's fits) and after, back to back, each a fresh process (outputs identical):
+
+    07:10-07:13, other sessions only        before                                 after
+    --max-seq                               39 s wall, 44 + 4 CPU-s, load 3.2->3.1  46 s, 42 + 3 CPU-s, load 3.1->3.7
+    --max-batch                             66 s, 54 + 4 CPU-s, load 4.1->4.2       51 s, 48 + 4 CPU-s, load 3.7->4.1
+    07:05-07:09
+    --max-seq                               59 s wall, 51 + 3 CPU-s, load 3.9->4.5  53 s, 44 + 4 CPU-s, load 2.5->3.9
+    --max-batch                             75 s, 61 + 4 CPU-s, load 4.5->4.8       60 s, 55 + 4 CPU-s, load 4.8->4.4
+    06:52-06:58, beside pytest tests/test_fits*.py (it ended ~06:57)
+    --max-seq                               64 s, 53 + 4 CPU-s, load 4.4->4.4       96 s, 60 + 4 CPU-s, load 4.4->4.2
+    --max-batch                             85 s, 74 + 5 CPU-s, load 4.2->3.6       110 s, 79 + 5 CPU-s, load 4.2->4.2
+
+On 2 shared cores the command's CPU-s moves +-20 % from run to run with the load (SMT and caches shared), more than
+this cut (~10-15 % of a probe). Issue 50's 60 s beside a test run is not reached: the rest of a trace is torch's
+(FakeTensorMode's cache keys and outputs, MemTracker, FSDP's hooks), one op at a time.
 """
 import argparse, json, os, resource, subprocess, sys, tempfile, time
 

@@ -203,8 +203,9 @@ def tie_keeping_init(device:str="cpu")->Callable[[nn.Module], None]:
         for store in (module._parameters, module._buffers):
             for k, t in store.items():
                 if t is None or not t.is_meta: continue
-                if id(t) not in memo:
-                    new = torch.empty_like(t, device=device)
+                if id(t) not in memo:   # under fake mode, empty_like converts `t` first (slow)
+                    new = (torch.empty(t.shape, dtype=t.dtype, device=device) if t.is_contiguous()
+                           else torch.empty_like(t, device=device))
                     memo[id(t)] = (t, nn.Parameter(new, t.requires_grad) if isinstance(t, nn.Parameter) else new)
                 store[k] = memo[id(t)][1]
     return init
@@ -249,7 +250,9 @@ def _prime(wrapped:nn.Module, opt, cfg:WrapConfig)->list:
             if isinstance(m, FSDPModule): m.unshard(); m.reshard()
     primed = [p for g in opt.param_groups for p in g["params"] if p.numel()]   # FSDP1: an empty piece gets no gradient
     for p in primed: p.grad = torch.zeros_like(p)
-    opt.step(); opt.zero_grad(set_to_none=True)   # AdamW's state, made by AdamW
+    # AdamW's state, made by AdamW (its foreach loop, faster, made the same state, but FSDP2's step
+    # recorded after it ran other ops: the same peaks, not the same timeline)
+    opt.step(); opt.zero_grad(set_to_none=True)
     return primed
 
 
@@ -344,8 +347,12 @@ def _trace_once(model, cfg, world, rank, batch, seq, backend, attention, prefix=
     sharded, opt_bytes = _sharded_bytes(wrapped, cfg), _storage_bytes(v for s in opt.state.values() for v in s.values())
     # gloo: a rank may still hold the previous unit's all-gather output at its peak (its worker frees it late)
     worst = tr.peak + (tr.max_gather if backend in STAGING_BACKENDS else 0)
-    return RankTrace(rank, tr.peak, peak_categories(tr.peak_snap, sharded), *tr.peak_at, tuple(tr.timeline), sig,
-                     sharded, opt_bytes, time.perf_counter() - t0, worst_peak=worst), tr.keyed
+    # the tracker is cyclic garbage (its hooks): its lists handed over, for the caller to free, not
+    # the collector to walk
+    (keyed, timeline), tr.keyed, tr.timeline = (tr.keyed, tuple(tr.timeline)), None, None
+    cats = peak_categories(tr.peak_snap, sharded)
+    return RankTrace(rank, tr.peak, cats, *tr.peak_at, timeline, sig, sharded, opt_bytes,
+                     time.perf_counter() - t0, worst_peak=worst), keyed
 
 # %% ../../nbs/11a_fits_trace.ipynb #fc1b1506
 def steps_per_rank(model, cfg, layers:str="auto", plan=None)->int:
@@ -377,8 +384,11 @@ def trace_many(model:nn.Module,      # a peft model on the meta device (copied, 
               )->list[RankTrace]:
     "Each rank's trace (`trace_rank`), their calls run side by side in forked copies of this process."
     plans = [_trace_plan(model, cfg, world, r, batch, seq, backend, attention, layers, step) for r in ranks]
-    with _gc_paused(): got = iter(fork_map(_trace_once, [c for calls, _ in plans for c in calls]))
-    return [finish([next(got) for _ in calls]) for calls, finish in plans]
+    with _gc_paused():   # the reduced traces combined, their ops dropped, before the collector runs
+        got = iter(fork_map(_trace_once, [c for calls, _ in plans for c in calls]))
+        out = [finish([next(got) for _ in calls]) for calls, finish in plans]
+        del got   # each trace's ops' keys (~18,000 tuples): freed now, not walked by the collection
+    return out
 
 def trace_rank(model:nn.Module, cfg:WrapConfig, world:int, rank:int, batch:int=1, seq:int=512, backend:str="nccl",
                attention:str="fused", layers:str="auto", step:StepOptions|None=None)->RankTrace:
