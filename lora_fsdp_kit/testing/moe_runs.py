@@ -87,9 +87,13 @@ def moe_case(name:str,            # a key of `MOE_LORA`
 def probe_logits(model:nn.Module, name:str)->Any:
     "Logits of a MoE case model on one fixed batch (numpy): what a reloaded adapter must reproduce."
     ids = torch.randint(2, 64, (1, 6), generator=torch.Generator().manual_seed(7))
-    with torch.no_grad():
-        kw = dict(decoder_input_ids=ids) if MOE_LORA[name]["model"] == "switch" else {}
-        return model(input_ids=ids, **kw).logits.float().numpy()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # one thread: the sums in one order, whatever threads each process was given
+    try:
+        with torch.no_grad():
+            kw = dict(decoder_input_ids=ids) if MOE_LORA[name]["model"] == "switch" else {}
+            return model(input_ids=ids, **kw).logits.float().numpy()
+    finally: torch.set_num_threads(threads)
 
 def peft_logits(name:str,   # a key of `MOE_LORA`
                 path:str,   # an adapter directory
