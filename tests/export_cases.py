@@ -221,7 +221,9 @@ def _fault_cases(world:int)->list[tuple[str, int]]:
 def _inject(fault:str, rank:int, d:Path):
     "The patch that makes `rank` fail at `fault` (a no-op context on the other ranks)."
     import lora_fsdp_kit.gather.core as G
-    if dist.get_rank() != rank or fault.startswith("target"): return contextlib.nullcontext()
+    if dist.get_rank() != rank or fault.startswith("target") or fault in ("another cut on one rank",
+                                                                          "a folder of its own"):
+        return contextlib.nullcontext()   # those are what the rank passes, not a patch
     real_sd, real_write = E._lora_state_dict, E.write_adapter
     def boom(*a, **k): raise MemoryError(f"injected on rank {rank}: {fault}")
     def after(*a, **k):
@@ -248,7 +250,8 @@ def _inject(fault:str, rank:int, d:Path):
 
 def _fault(fm, d:Path, fault:str, who:int)->dict:
     "One injected fault: what this rank raised, how fast, and what the folder holds afterwards."
-    target = d/"adapter"
+    target = saveto = d/"adapter"
+    if fault == "a folder of its own" and dist.get_rank() == who: saveto = d/"elsewhere"   # `target` is watched
     if fault == "target is a file": target = d/"afile"; target.write_text("x") if dist.get_rank() == 0 else None
     if fault == "target is a dangling symlink":
         target = d/"latest"
@@ -259,7 +262,8 @@ def _fault(fm, d:Path, fault:str, who:int)->dict:
     before = state()
     t0, kind, msg = time.perf_counter(), None, None
     with _inject(fault, who, d):   # a fault inside the gather waits out `timeout`: 2 s is plenty between 2-3 ranks
-        try: E.save_lora(fm, target, timeout=2.0 if fault == GATHER_FAULT else 8.0)
+        try: E.save_lora(fm, saveto if fault == "a folder of its own" else target,
+                         timeout=2.0 if fault == GATHER_FAULT else 8.0)
         except BaseException as e: kind, msg = type(e).__name__, str(e)
     seconds = time.perf_counter() - t0
     after = state()
@@ -274,6 +278,10 @@ def faults(folder:str, setting:str="fsdp2", gather_fault_rank:int|None=None)->li
     dist.barrier()
     E.save_lora(fm, d/"adapter")       # the adapter every fault must leave as it was
     out = [_fault(fm, d, f, r) for f, r in _fault_cases(dist.get_world_size())]
+    # ranks that differ: rank 1's model cut by the other flavour, or its own folder (before, both saved in silence)
+    other = "fsdp1-layers" if setting.startswith("fsdp2") else "fsdp2"   # the same adapters, the other flavour
+    odd = wrap(build(setting), other if dist.get_rank() == 1 else setting)
+    out += [_fault(odd, d, "another cut on one rank", 1), _fault(fm, d, "a folder of its own", 1)]
     dist.barrier()
     E.save_lora(fm, d/"adapter")       # the group still works after all of them
     out.append(dict(fault="a save after them", rank=dist.get_rank(), kind=None, message=None, seconds=0.0,

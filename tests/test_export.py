@@ -127,7 +127,7 @@ def test_every_fault_raises_on_every_rank_within_10s(fault_runs):
     seen = set()
     for key, rows in _cases(fault_runs):
         f, who = rows[0]["fault"], rows[0].get("who")
-        if f in C.LOAD_CAUSE or f == "a load after them": continue   # below
+        if f in C.LOAD_CAUSE or f == "a load after them" or f in DIFFER: continue   # below
         if f == "a save after them":
             assert all(r["kind"] is None and r["leftovers"] == [] for r in rows), (key, rows); continue
         seen.add(f)
@@ -141,6 +141,20 @@ def test_every_fault_raises_on_every_rank_within_10s(fault_runs):
             assert CAUSE.get(f, "injected on rank") in r["message"], (where, r["message"])
             assert "was left as it was" in r["message"], (where, r["message"])
     assert seen == set(CAUSE) | {"before the first collective", "after the gather", C.GATHER_FAULT}, seen
+
+DIFFER = {"another cut on one rank": "the adapter cut differently", "a folder of its own": "different folders"}
+
+def test_ranks_that_differ_raise_on_every_rank_before_the_gather(fault_runs):
+    "A rank whose model is cut otherwise, or whose folder is another, wrote a wrong adapter (or none) in silence."
+    seen = set()
+    for key, rows in _cases(fault_runs):
+        if (f := rows[0]["fault"]) not in DIFFER: continue
+        seen.add(f)
+        for r in rows:
+            assert r["kind"] == "SaveError" and DIFFER[f] in r["message"], (key, f, r["message"])
+            assert r["seconds"] <= 10 and "was left as it was" in r["message"], (key, f, r)
+        assert all(r["intact"] for r in rows), (key, f)
+    assert seen == set(DIFFER), seen
 
 def test_faults_change_nothing_on_disk(fault_runs):
     for key, rows in _cases(fault_runs):

@@ -34,8 +34,8 @@ def test_accelerate_yaml_is_its_flags(tmp_path:Path):
     job = Job.from_files(tmp_path/"a.yaml", model="llama")
     # accelerate's FSDP2 (fsdp2_prepare_model) also shards the input embedding and the head, a tied pair as one group
     flags = Job.of(model="llama", flavour="fsdp2", policy="layer", layer_cls="LlamaDecoderLayer", world=2,
-                   reshard_after_forward=False, mixed_precision="bf16", autocast=True, wrap_embedding=True,
-                   wrap_lm_head=True, tie_group=True)
+                   reshard_after_forward=False, mixed_precision="bf16", reduce_dtype="bf16", autocast=True,
+                   wrap_embedding=True, wrap_lm_head=True, tie_group=True)   # accelerate reduces in bf16 too
     assert job == flags, (job.line(), flags.line())
     assert [u.name for u in job.plan().units] == [u.name for u in flags.plan().units]
     assert [u.claimed_by for u in job.plan().units] == ["embedding", "layer", "layer", "head", "root"]
@@ -49,7 +49,7 @@ def test_trainer_json_and_peft_are_their_flags(tmp_path:Path):
                                                                target_modules=["q_proj", "v_proj"], lora_dropout=0.05)))
     job = Job.from_files(tmp_path/"args.json", tmp_path/"adapter_config.json", model="llama", world=2)
     flags = Job.of(model="llama", world=2, flavour="fsdp1", policy="peft", use_orig_params=True, mixed_precision="bf16",
-                   autocast=True, batch=2, grad_accum=4, optimizer="adamw_torch_fused", max_grad_norm=1.0,
+                   reduce_dtype="bf16", autocast=True, batch=2, grad_accum=4, optimizer="adamw_torch_fused", max_grad_norm=1.0,
                    backward_prefetch="NO_PREFETCH", lora_r=4, lora_alpha=8, lora_targets="q_proj,v_proj", lora_dropout=0.05)
     assert job == flags, (job.line(), flags.line())
     assert [u.name for u in job.plan().units] == [u.name for u in flags.plan().units]
@@ -101,7 +101,8 @@ def test_fits_from_the_files_is_the_fits_of_the_flags(tmp_path:Path, capsys):
     # the Trainer's file comes after accelerate's: under FSDP2 both mean accelerate's fsdp2_prepare_model (layers, the
     # input embedding and the head carved beside them)
     rc2, flags = _fits(capsys, "--model", "llama", "--world", "2", "--flavour", "fsdp2", "--policy", "layer",
-                       "--wrap-embedding", "--wrap-lm-head", "--tie-group", "--layer-cls", "LlamaDecoderLayer", "--mixed-precision", "bf16", "--autocast",
+                       "--wrap-embedding", "--wrap-lm-head", "--tie-group", "--layer-cls", "LlamaDecoderLayer", "--mixed-precision", "bf16",
+                       "--reduce-dtype", "bf16", "--autocast",
                        "--activation-checkpointing", "hf", "--batch", "2", "--grad-accum", "2", "--lora-r", "4",
                        "--lora-targets", "q_proj,v_proj")
     assert rc == rc2 == 0, (files, flags)
@@ -110,7 +111,8 @@ def test_fits_from_the_files_is_the_fits_of_the_flags(tmp_path:Path, capsys):
     assert answer(files) == answer(flags), (files, flags)
     assert "under torch.autocast(bf16); 2 micro-batches per optimizer step" in flat(files)
     assert "forward: transformers' gradient checkpointing" in flat(files)
-    assert "job: llama · fsdp2:layer layers=LlamaDecoderLayer mixed_precision=bf16 head ac=hf tie_group embedding " \
+    assert "job: llama · fsdp2:layer layers=LlamaDecoderLayer mixed_precision=bf16 reduce=bf16 head ac=hf tie_group " \
+           "embedding " \
            "· LoRA" in flat(files), files
     assert "accum 2" in files
     assert "from a.yaml: world" in flat(files), files

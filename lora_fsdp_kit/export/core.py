@@ -5,7 +5,7 @@
 # %% ../../nbs/09_export.ipynb #ef665317
 from __future__ import annotations
 
-import contextlib, json, os, shutil, time, warnings
+import contextlib, json, os, shutil, time, warnings, zlib
 from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -151,6 +151,46 @@ def _write_stage(model:nn.Module, adapter_name:str, rank:int, groups:list, timeo
         write_adapter(model, tensors, tmp, adapter_name)
         fsync_tree(tmp)
 
+# %% ../../nbs/09_export.ipynb #ff41979c
+def _process_group_check(model:nn.Module):
+    "A sharded model, or torchrun's environment, with no process group: said before every process writes as rank 0."
+    if dist.is_available() and dist.is_initialized(): return
+    world = int(os.environ.get("WORLD_SIZE") or 1)
+    if world > 1 or is_sharded(model):
+        raise SaveError("save_lora: no process group is initialized" + (f" (WORLD_SIZE={world})" if world > 1 else "")
+                        + ": every process would write as rank 0. Call torch.distributed.init_process_group() "
+                        "first, and save before destroy_process_group()")
+
+def _layout(model:nn.Module, adapter_name:str)->str|None:
+    "The adapter as this rank's wrapping cuts it: the flavour, each tensor's shape, dtype and pieces (None: unread)."
+    if not is_sharded(model): return "not wrapped by FSDP"
+    try: v, mine, _ = sharded_view(model), lambda n: f".{adapter_name}." in f".{n}.", adapter_config(model, adapter_name)
+    except Exception: return None   # the stage's own steps say why, on this rank
+    ps = sorted((p for p in v.by_name.values() if mine(p.name)), key=lambda p: p.name)
+    cut = lambda l: None if l is None else (l.view, l.dim, l.spans)
+    sig = ";".join(f"{p.name}{tuple(p.shape)}{p.dtype}{cut(p.layout)}" for p in ps)
+    return f"{v.flavour}, {len(ps)} tensors of adapter {adapter_name!r} (their pieces: {zlib.crc32(sig.encode()):08x})"
+
+# %% ../../nbs/09_export.ipynb #8551517d
+_DIFFER = (("different folders", "Give every rank the same path (made on one rank and sent with "
+            "`dist.broadcast_object_list`): rank 0 writes it, every rank returns it"),
+           ("the adapter cut differently", "Wrap the model alike on every rank (the same flavour, policy and LoRA) "
+            "before saving: a gather of pieces cut differently writes another adapter, with no error"))
+
+def _same_on_every_rank(vote:RankVote, path:Path|None, layout:str|None, timeout:float|None):
+    "The folder and the adapter's pieces, as each rank sees them (one small all-gather): every rank raises if any differ."
+    if not (vote.collective and vote.world > 1): return
+    every, group = [None] * vote.world, vote.group or dist.distributed_c10d._get_default_group()
+    with bounded_wait([group], timeout):   # every rank is here (the start's check): a Ctrl-C on one is waited out
+        dist.all_gather_object(every, (path and str(path), layout), group=group)   # None: abstains
+    for i, (what, fix) in enumerate(_DIFFER):
+        by = {}
+        for r, e in enumerate(every):
+            if e[i] is not None: by.setdefault(e[i], []).append(r)
+        if len(by) > 1:
+            raise SaveError(f"save_lora: the ranks see {what}: " + "; ".join(f"rank(s) {rs}: {k}" for k, rs in
+                                                                             by.items()) + f". {fix}")
+
 # %% ../../nbs/09_export.ipynb #aa8c70e0
 def _save_adapter(model:nn.Module, path:Path, adapter_name:str, timeout:float|None, every:str="")->Path:
     "Collective: write adapter `adapter_name` as a peft adapter directory at `path` from rank 0, atomically."
@@ -158,9 +198,10 @@ def _save_adapter(model:nn.Module, path:Path, adapter_name:str, timeout:float|No
     vote, tmp, stage, err = RankVote("save_lora"), None, "start", None
     try:
         # every rank is at this call (and saving the same adapters): else all raise
-        vote.check(f"start {every}".strip())
-        stage = "ready"
+        vote.check(f"start {every}".strip()); stage = "ready"
         try:   # everything that can fail before the first collective, on every rank, then one vote
+            lay = _layout(model, adapter_name)   # first, with every rank; one that fails below abstains (None)
+            _same_on_every_rank(vote, None if lay is None else path, lay, timeout)
             adapter_config(model, adapter_name)   # a name one rank lacks (a typo on one rank): every rank raises
             if vote.rank == 0:
                 dest = save_target(path)
@@ -201,6 +242,7 @@ def save_lora(model:nn.Module,             # a peft model: FSDP1- or FSDP2-wrapp
              )->Path:                      # `path`, once every rank knows the adapters are there
     "Collective: write peft adapter directories from rank 0, atomically, where `save_pretrained` puts them."
     path = Path(path).absolute()
+    _process_group_check(model)
     names = list(peft_model_of(model).peft_config) if adapter_name is None else [adapter_name]
     every = json.dumps(names) if adapter_name is None else ""   # in the first check's tag: other lists all raise
     for i, name in enumerate(names):   # peft's layout: "default" in `path` itself, any other adapter in `path/<name>`
