@@ -177,7 +177,7 @@ def trainer_files(folder:str|Path,   # where to write them
                   args,              # the run's `TrainingArguments` (None: none, an accelerate loop's job)
                   model:nn.Module,   # its peft model
                   accelerate:dict|None=None,   # the accelerate config it was launched with (first in the list)
-                 )->list[str]:       # config.json, args.json, adapter_config.json
+                 )->list[str]:       # [accelerate.yaml], config.json, [args.json], adapter_config.json
     "The files a Trainer user has for a job: the model's config, `args.to_json_string()`, peft's adapter config."
     d = Path(folder); d.mkdir(parents=True, exist_ok=True)
     if accelerate:
@@ -186,8 +186,8 @@ def trainer_files(folder:str|Path,   # where to write them
     model.get_base_model().config.to_json_file(str(d/"config.json"))
     if args is not None: (d/"args.json").write_text(args.to_json_string())   # None: an accelerate job's, no arguments
     model.peft_config["default"].save_pretrained(str(d))
-    return [str(d/"accelerate.yaml")] * bool(accelerate) + [str(d/"config.json"), str(d/"args.json"),
-                                                             str(d/"adapter_config.json")]
+    names = ["accelerate.yaml"] * bool(accelerate) + ["config.json"] + ["args.json"] * (args is not None)
+    return [str(d/n) for n in names + ["adapter_config.json"]]
 
 # %% ../../nbs/95g_trainer_runs.ipynb #4a754b5d
 def unit_cases(root:str,                      # a folder every rank can reach
@@ -254,11 +254,10 @@ def step_peaks(root:str,           # a folder every rank can reach
                 if config: tr = launched_trainer(model, args, config, data, callbacks=[cb])
                 else: tr = (sft_trainer if kw.get("sft") else fsdp_trainer)(model, args, data, callbacks=[cb])
                 tr.train()
-                model = tr = None; gc.collect()
                 # the lowest of steps 2-4: a gloo worker may free an all-gather's buffer late, now and then
                 res["peak"], res["start"] = min(allocator_peak(p, cb.window, base) for p in cb.profs)
             except Exception: res["error"] = traceback.format_exc()
-            finally: model = tr = None; gc.collect()   # a failed case's model was counted in the next one's window
+            finally: model = tr = None; gc.collect()   # freed before the next case's count (a failed case's too)
             res["seconds"] = time.perf_counter() - t0
             out.append(res)
     return out
@@ -354,7 +353,7 @@ def accelerate_step_peaks(root:str,          # a folder every rank can reach
                           seq:int=64,        # tokens per sequence
                          )->list[dict]:      # per case: peak and start bytes (or error), its files (rank 0's)
     "Inside a rank: accelerate's own loop, 4 optimizer steps of `accum` micro-batches; the lowest peak of steps 2-4."
-    import gc, time, traceback, yaml
+    import gc, time, traceback
     from torch.profiler import ProfilerActivity, profile, record_function
     from lora_fsdp_kit.fits.steppeak import allocator_peak, allocator_total, counting_every_thread
     out, b = [], TRAINER_KW["per_device_train_batch_size"]
@@ -367,10 +366,7 @@ def accelerate_step_peaks(root:str,          # a folder every rank can reach
                 config, data = accelerate_config(**kw), token_data(4 * k * b, seq, seed=dist.get_rank())
                 torch.manual_seed(0); gc.collect(); base = allocator_total()
                 acc, model = accelerator_on_cpu(config, gradient_accumulation_steps=k), chapter_model()
-                if dist.get_rank() == 0:
-                    d = Path(f"{root}/acc{i}"); d.mkdir(parents=True, exist_ok=True)
-                    (d/"accelerate.yaml").write_text(yaml.safe_dump(config))
-                    res["files"] = [str(d/"accelerate.yaml")] + trainer_files(d, None, model)[::2]
+                if dist.get_rank() == 0: res["files"] = trainer_files(f"{root}/acc{i}", None, model, config)
                 model = acc.prepare(model)
                 opt = acc.prepare(torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2))
                 profs = []
@@ -383,10 +379,9 @@ def accelerate_step_peaks(root:str,          # a folder every rank can reach
                             with acc.accumulate(model):
                                 acc.backward(model(**batch).loss); opt.step(); opt.zero_grad()
                     if prof: profs.append(prof)
-                del model, opt, acc; gc.collect()
                 res["peak"], res["start"] = min(allocator_peak(p, StepPeak.window, base) for p in profs)
             except Exception: res["error"] = traceback.format_exc()
-            finally: model = opt = acc = None; gc.collect()   # none of a failed case's left in the next one's count
+            finally: model = opt = acc = None; gc.collect()   # freed before the next case's count (a failed case's too)
             out.append(dict(res, seconds=time.perf_counter() - t0))
     return out
 
